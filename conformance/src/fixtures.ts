@@ -1,0 +1,63 @@
+import type { InboxStore, OutboxStore, Transport } from '@courier/core';
+
+/** What every fixture factory receives: a unique id per test, from which names derive. */
+export interface FixtureContext {
+  /** Unique per test (and stable across a child process started for that test): `t<hex>`, safe in table, queue and topic names. */
+  readonly testId: string;
+}
+
+/**
+ * A store under test: an outbox and an inbox that share one unit-of-work type `Tx`,
+ * plus the means to write and read handler effects inside that unit of work.
+ *
+ * Isolation: everything a fixture creates must be private to `testId` (its own tables,
+ * schema or database), so cases can run concurrently against one server.
+ */
+export interface StoreFixture<Tx> {
+  readonly outbox: OutboxStore<Tx>;
+  readonly inbox: InboxStore<Tx>;
+  /** Runs `work` in a fresh unit of work; commits when it resolves, rolls back when it throws. */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /** Writes one effect row `id` inside `tx` (a handler's side effect). */
+  recordEffect(tx: Tx, id: string): Promise<void>;
+  /** Every committed effect id, in commit order, duplicates included. */
+  readEffects(): Promise<readonly string[]>;
+  /**
+   * Lets the suite make the database unavailable and available again (database restart
+   * scenario). Optional: in-memory fixtures simulate it, real ones may restart a server.
+   */
+  readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
+  /** Releases connections. Must not delete what a later `createFixture` with the same testId needs. */
+  close(): Promise<void>;
+}
+
+/** Creates a store fixture for one test. */
+export type StoreFixtureFactory<Tx> = (context: FixtureContext) => Promise<StoreFixture<Tx>>;
+
+/**
+ * A transport under test. `transport` is one connection; `connect` opens another to the
+ * same broker, as a second process would.
+ */
+export interface TransportFixture {
+  readonly transport: Transport;
+  connect(): Promise<Transport>;
+  /**
+   * Kills a connection as a crash would: no settle, no graceful close. Deliveries it
+   * held must be redelivered to other connections.
+   */
+  kill(transport: Transport): Promise<void>;
+  /** Makes the broker unavailable then available again (broker restart scenario). Optional. */
+  readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
+  close(): Promise<void>;
+}
+
+/** Creates a transport fixture for one test. */
+export type TransportFixtureFactory = (context: FixtureContext) => Promise<TransportFixture>;
+
+/**
+ * A module that a child process imports to build the same fixtures as the parent
+ * (closures cannot cross a process boundary). It must export `createFixture`.
+ */
+export interface ProcessFixtureModule<Tx> {
+  createFixture(context: FixtureContext): Promise<{ store: StoreFixture<Tx>; transport: TransportFixture }>;
+}

@@ -1,0 +1,162 @@
+import type { Envelope } from './envelope.js';
+import type { FaultHook } from './fault-points.js';
+import type { InboxStore } from './inbox-store.js';
+import type { Logger } from './logger.js';
+import type { DecodedOf, MessageDefinition, PayloadOf } from './message-definition.js';
+import type { OutboxStore } from './outbox-store.js';
+import type { RetryPolicy } from './retry.js';
+import type { Transport } from './transport.js';
+
+/** What happens to a head message that exhausted its attempts or is poison. */
+export type PoisonPolicy = 'park' | 'halt';
+
+/** Per-call options of {@link OutboxPublisher.publish}. */
+export interface PublishOptions {
+  /** Ordering key (usually the aggregate id). Order is promised per (topic, key). */
+  readonly key?: string;
+  /** Not published before this many milliseconds after commit (database clock). */
+  readonly delay?: number;
+  /** Not published before this instant. */
+  readonly notBefore?: Date;
+  /** Defaults to a new UUIDv7. Must be unique in the outbox. */
+  readonly messageId?: string;
+  /** Defaults to the handled message's correlationId inside a handler, else the new messageId. */
+  readonly correlationId?: string;
+  /** Defaults to the handled message's messageId inside a handler. */
+  readonly causationId?: string;
+  /** When the business fact happened; defaults to now. */
+  readonly occurredAt?: Date;
+  /** User headers; string values, no `courier-` prefix. */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** Writes messages into one unit of work. Obtained from {@link Bus.outbox}. */
+export interface OutboxPublisher {
+  /**
+   * Validates and appends one message to the unit of work; returns its messageId.
+   *
+   * Guarantees: the message is published if and only if the unit of work commits; on
+   * bad input it throws (`SerializationError`, `ConfigError`) and appends nothing.
+   */
+  publish<D extends MessageDefinition<any, any>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+}
+
+/** A decoded message as a handler sees it. */
+export interface ReceivedMessage<TPayload> {
+  readonly messageId: string;
+  readonly type: string;
+  /** The version it was published with (the payload is already upcast to the current one). */
+  readonly version: number;
+  readonly topic: string;
+  readonly key: string | null;
+  readonly occurredAt: Date;
+  readonly correlationId: string;
+  readonly causationId: string | null;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly payload: TPayload;
+}
+
+/** What a handler gets besides the message. */
+export interface HandlerContext<Tx> {
+  /** The unit of work the inbox record commits in; write effects through it. */
+  readonly tx: Tx;
+  /** The consumer (group) name. */
+  readonly consumer: string;
+  /** Try number of this message for this consumer, from 1. */
+  readonly attempt: number;
+  /** Aborted when the bus stops. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+  /** The raw envelope. */
+  readonly envelope: Envelope;
+  /** Publishes through the outbox in `tx`, inheriting correlationId and setting causationId. */
+  publish<D extends MessageDefinition<any, any>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+}
+
+/** A message handler. Throw to retry; throw `UnrecoverableError` to dead-letter at once. */
+export type Handler<D, Tx> = (message: ReceivedMessage<DecodedOf<D>>, context: HandlerContext<Tx>) => Promise<void>;
+
+/** Per-subscription options. */
+export interface SubscribeOptions {
+  /** Most messages handled at once by this process. Default 1 for ordered, 8 otherwise. */
+  readonly concurrency?: number;
+  /** Keep per-key order: retries in place and block only their key. Default false. */
+  readonly ordered?: boolean;
+  /** Retry policy for this subscription; defaults to the bus's. */
+  readonly retry?: Partial<RetryPolicy>;
+  /** Starts that never finished before a message counts as poison. Default 3. */
+  readonly maxCrashes?: number;
+}
+
+/** Relay settings. */
+export interface RelayConfig {
+  /** Rows claimed per batch. Default 100. */
+  readonly batchSize?: number;
+  /** Lease length; a relay that stalls longer is fenced out. Default 30 s. */
+  readonly leaseMs?: number;
+  /** Poll interval when the store has no wake-up signal (or as a safety net). Default 1 s. */
+  readonly pollIntervalMs?: number;
+  /** Publish retry policy (attempts count only failures of the message itself). */
+  readonly retry?: Partial<RetryPolicy>;
+  /** Backoff while the transport or the store is down. */
+  readonly pause?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /** Poison head policy. Default 'park'. */
+  readonly poison?: PoisonPolicy;
+  /** Lease owner name; default host + pid + random. */
+  readonly owner?: string;
+}
+
+/** Arguments of {@link createBus}. Both stores share one unit-of-work type. */
+export interface BusConfig<Tx> {
+  readonly outbox: OutboxStore<Tx>;
+  /** Required when the bus has subscriptions. */
+  readonly inbox?: InboxStore<Tx>;
+  readonly transport: Transport;
+  /** Default consumer retry policy. */
+  readonly retry?: Partial<RetryPolicy>;
+  readonly relay?: RelayConfig;
+  readonly logger?: Logger;
+  /** Largest payload accepted at publish, in bytes; the transport's limit applies too. Default 1 MiB. */
+  readonly maxPayloadBytes?: number;
+  /** Called when a key is halted by the relay's poison policy. */
+  readonly onKeyHalted?: (topic: string, key: string, error: string) => void;
+  /** Test hook for the conformance suite's fault points. Leave unset in production. */
+  readonly faults?: FaultHook;
+  /** Message id generator; default UUIDv7. */
+  readonly newId?: () => string;
+}
+
+/** Which parts {@link Bus.start} runs. */
+export interface StartOptions {
+  /** Run the relay (default true). */
+  readonly relay?: boolean;
+  /** Run the subscriptions (default true). */
+  readonly consumers?: boolean;
+}
+
+/** Counters since start, also exported as OpenTelemetry metrics. */
+export interface BusCounters {
+  readonly published: number;
+  readonly publishFailures: number;
+  readonly relayPauses: number;
+  readonly processed: number;
+  readonly retries: number;
+  readonly deadLettered: number;
+  readonly duplicates: number;
+  readonly haltedKeys: number;
+}
+
+/** Health snapshot. */
+export interface BusHealth {
+  readonly status: 'stopped' | 'starting' | 'running' | 'degraded' | 'stopping';
+  readonly relay: {
+    readonly running: boolean;
+    /** True while the transport or store is unavailable and the relay backs off. */
+    readonly paused: boolean;
+    readonly lastError: string | null;
+    /** Milliseconds since the relay last completed a claim, -1 before the first. */
+    readonly sinceLastClaimMs: number;
+  };
+  readonly consumers: readonly { readonly consumer: string; readonly connected: boolean; readonly inFlight: number }[];
+  readonly counters: BusCounters;
+}

@@ -1,0 +1,75 @@
+export type { CourierErrorCode, CourierErrorOptions } from './errors.js';
+export {
+  CourierError,
+  ConfigError,
+  ClosedError,
+  StorageError,
+  TransportError,
+  SerializationError,
+  UnrecoverableError,
+  isRetriable,
+  describeError,
+} from './errors.js';
+export type { Envelope } from './envelope.js';
+export {
+  ENVELOPE_FIELDS,
+  ENVELOPE_LIMITS,
+  RESERVED_HEADER_PREFIX,
+  decodeEnvelope,
+  headerProblems,
+  isValidTopic,
+  isValidType,
+  payloadBytes,
+} from './envelope.js';
+export type { JsonValue } from './json.js';
+export { assertPlainJson, parsePayload, serializePayload } from './json.js';
+export type { DecodedOf, MessageDefinition, MessageDefinitionConfig, PayloadOf, Upcaster } from './message-definition.js';
+export { decodeForConsume, defineMessage, validateForPublish } from './message-definition.js';
+export type { RetryPolicy } from './retry.js';
+export { DEFAULT_RETRY_POLICY, backoffDelay, retryPolicy } from './retry.js';
+export type { Logger } from './logger.js';
+export { consoleLogger, noopLogger } from './logger.js';
+export type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
+export { FAULT_POINTS } from './fault-points.js';
+export type {
+  ClaimOptions,
+  ClaimedBatch,
+  CompleteOptions,
+  DeadOutboxRecord,
+  HaltedKey,
+  ListOptions,
+  OutboxAppend,
+  OutboxFailure,
+  OutboxLease,
+  OutboxRecord,
+  OutboxState,
+  OutboxStats,
+  OutboxStore,
+} from './outbox-store.js';
+export type { InboxResult, InboxStore } from './inbox-store.js';
+export type {
+  DeadLetter,
+  DeadLetterReason,
+  Delivery,
+  DeliveryHandler,
+  Endpoint,
+  PublishResult,
+  Subscription,
+  Transport,
+  TransportCapabilities,
+  TransportDeadLetters,
+} from './transport.js';
+export type {
+  BusConfig,
+  BusCounters,
+  BusHealth,
+  Handler,
+  HandlerContext,
+  OutboxPublisher,
+  PoisonPolicy,
+  PublishOptions,
+  ReceivedMessage,
+  RelayConfig,
+  StartOptions,
+  SubscribeOptions,
+} from './bus-types.js';

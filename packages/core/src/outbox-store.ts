@@ -1,0 +1,148 @@
+import type { Envelope } from './envelope.js';
+import type { FaultHook } from './fault-points.js';
+
+/** Lifecycle state of an outbox row. */
+export type OutboxState = 'pending' | 'published' | 'dead' | 'halted';
+
+/** A message to append, with its scheduling. */
+export interface OutboxAppend {
+  readonly envelope: Envelope;
+  /** Not published before this many milliseconds after the append commits (database clock). */
+  readonly delayMs?: number;
+  /** Not published before this instant (compared with the database clock). */
+  readonly notBefore?: Date;
+}
+
+/** A claimed outbox row. */
+export interface OutboxRecord {
+  /** Store-assigned position; within one key it equals commit order. */
+  readonly sequence: bigint;
+  readonly envelope: Envelope;
+  /** Failed publish attempts recorded so far (not counting pauses). */
+  readonly attempts: number;
+}
+
+/** Proof of a claim: only the holder of the current lease may complete or fail its rows. */
+export interface OutboxLease {
+  readonly owner: string;
+  /** Fencing token, strictly increasing across all claims of a store. */
+  readonly token: bigint;
+}
+
+/** A claimed batch. `records` is empty when nothing was due. */
+export interface ClaimedBatch {
+  readonly lease: OutboxLease;
+  readonly records: readonly OutboxRecord[];
+}
+
+/** Per-call arguments of {@link OutboxStore.claim}. */
+export interface ClaimOptions {
+  /** Identifies the claiming relay. */
+  readonly owner: string;
+  /** Most rows to claim. */
+  readonly limit: number;
+  /** How long the lease lasts before another relay may re-claim (database clock). */
+  readonly leaseMs: number;
+  /**
+   * How many rows of one key may be in one batch, earliest first. `1` (head only) keeps
+   * at most one unconfirmed message per key; more is allowed only when the transport
+   * declares ordered pipelining.
+   */
+  readonly perKey: number;
+  readonly signal?: AbortSignal;
+}
+
+/** The outcome of one failed row, decided by the engine's retry policy. */
+export type OutboxFailure =
+  | { readonly sequence: bigint; readonly error: string; readonly outcome: 'retry'; readonly delayMs: number }
+  | { readonly sequence: bigint; readonly error: string; readonly outcome: 'dead' | 'halt' };
+
+/** Counts operators watch. */
+export interface OutboxStats {
+  readonly pending: number;
+  /** Age of the oldest due pending row in milliseconds (database clock), 0 when none. */
+  readonly oldestPendingAgeMs: number;
+  readonly inFlight: number;
+  readonly dead: number;
+  readonly haltedKeys: number;
+}
+
+/** A dead or halted row as operators see it. */
+export interface DeadOutboxRecord {
+  readonly sequence: bigint;
+  readonly envelope: Envelope;
+  readonly state: 'dead' | 'halted';
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly failedAt: Date | null;
+}
+
+/** Per-call arguments of listings. */
+export interface ListOptions {
+  readonly limit?: number;
+  /** Return rows after this sequence (keyset pagination). */
+  readonly after?: bigint;
+  readonly topic?: string;
+}
+
+/** A halted key as operators see it. */
+export interface HaltedKey {
+  readonly topic: string;
+  readonly key: string;
+  /** The halted head. */
+  readonly head: DeadOutboxRecord;
+  /** Rows held behind it. */
+  readonly held: number;
+}
+
+/** Per-call options of {@link OutboxStore.complete}. */
+export interface CompleteOptions {
+  /** Called after the update ran and before it commits (fault point `complete-before-commit`). */
+  readonly beforeCommit?: FaultHook;
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * Storage port of the transactional outbox.
+ *
+ * Contract every implementation keeps (the conformance suite checks each):
+ * - `append` joins the caller's unit of work `tx`: the rows become visible when, and
+ *   only if, that unit of work commits. Appends of one (topic, key) are serialised so
+ *   that sequence order equals commit order, and a row is never claimable before an
+ *   earlier row of its key. It throws when `tx` is not a live unit of work.
+ * - `claim` returns due rows (database clock) whose key has no earlier row in state
+ *   pending or halted, under a lease; concurrent claims never return the same row; a row
+ *   whose lease expired may be claimed again, with a greater fencing token.
+ * - `complete`, `fail` and `release` act only on rows still held by `lease` (a stale
+ *   relay is fenced out) and return how many rows they changed.
+ * - Dead and halted rows are never claimed. `prune` deletes only published rows.
+ */
+export interface OutboxStore<Tx> {
+  /** Appends messages inside the caller's unit of work. Synchronous so it cannot race a flush. */
+  append(tx: Tx, messages: readonly OutboxAppend[]): void;
+  /** Claims up to `limit` due rows under a new lease. */
+  claim(options: ClaimOptions): Promise<ClaimedBatch>;
+  /** Marks rows published. */
+  complete(lease: OutboxLease, sequences: readonly bigint[], options?: CompleteOptions): Promise<number>;
+  /** Records failures: counts an attempt and reschedules, or marks the row dead or halted. */
+  fail(lease: OutboxLease, failures: readonly OutboxFailure[], options?: { signal?: AbortSignal }): Promise<number>;
+  /** Gives rows back without counting an attempt (transport down, shutdown), due after `delayMs`. */
+  release(lease: OutboxLease, sequences: readonly bigint[], delayMs?: number): Promise<number>;
+  /**
+   * Optional wake-up signal: calls `listener` soon after appends commit so the relay
+   * need not sleep-poll. Resolves with a function that stops listening.
+   */
+  watch?(listener: () => void): Promise<() => Promise<void>>;
+  stats(): Promise<OutboxStats>;
+  /** Deletes published rows older than `olderThanMs`, in bounded batches. Returns the count. */
+  prune(olderThanMs: number, options?: { batchSize?: number; signal?: AbortSignal }): Promise<number>;
+  listDead(options?: ListOptions): Promise<readonly DeadOutboxRecord[]>;
+  /** Makes dead or halted rows pending again with the same messageId and zero attempts. */
+  replay(sequences: readonly bigint[]): Promise<number>;
+  /** Deletes dead rows (halted rows must be resumed first). */
+  purge(sequences: readonly bigint[]): Promise<number>;
+  listHalted(options?: ListOptions): Promise<readonly HaltedKey[]>;
+  /** Resumes a halted key: `retry` makes its head pending again, `park` marks it dead so the key moves on. */
+  resume(topic: string, key: string, action: 'retry' | 'park'): Promise<number>;
+  close?(): Promise<void>;
+}

@@ -1,0 +1,104 @@
+import type { Envelope } from './envelope.js';
+import type { CourierError } from './errors.js';
+
+/** What a transport can do; the core and the conformance suite adapt to it. */
+export interface TransportCapabilities {
+  /** Deliveries of one (topic, key) reach an ordered subscription in publish order, one at a time. */
+  readonly orderingByKey: boolean;
+  /** Several unconfirmed messages of one key keep their order (so the relay may pipeline them). */
+  readonly orderedPipelining: boolean;
+  /** `retry(delayMs)` waits the exact delay (false: rounded to a delay tier). */
+  readonly nativeDelay: boolean;
+  /** Dead-lettered deliveries are kept by the broker and reachable through `deadLetters`. */
+  readonly nativeDeadLetter: boolean;
+  /** Largest envelope the broker accepts, in bytes of payload. */
+  readonly maxMessageBytes: number;
+}
+
+/** Outcome of publishing one message. */
+export type PublishResult =
+  | { readonly messageId: string; readonly ok: true }
+  | { readonly messageId: string; readonly ok: false; readonly error: CourierError };
+
+/** A subscription's endpoint: one consumer (group) over one or more topics. */
+export interface Endpoint {
+  /** Consumer (group) name; deliveries are shared among the endpoint's instances. */
+  readonly consumer: string;
+  readonly topics: readonly string[];
+  /** Deliver each (topic, key) in order, one at a time. Requires `orderingByKey`. */
+  readonly ordered: boolean;
+  /** Most deliveries handed to the handler at once. */
+  readonly concurrency: number;
+}
+
+/** Why a delivery is dead-lettered. */
+export interface DeadLetterReason {
+  readonly code: string;
+  readonly message: string;
+}
+
+/**
+ * One received message. Exactly one of `ack`, `retry` or `deadLetter` must be called;
+ * later calls are ignored. If the connection is lost first, the broker redelivers.
+ */
+export interface Delivery {
+  readonly envelope: Envelope;
+  /** 1 for the first delivery, plus one per `retry` settle (broker redeliveries after a crash do not count). */
+  readonly attempt: number;
+  /** Removes the message for this consumer. */
+  ack(): Promise<void>;
+  /** Redelivers the message to this consumer after about `delayMs`, with `attempt + 1`, without blocking others. */
+  retry(delayMs: number, reason: DeadLetterReason): Promise<void>;
+  /** Moves the message to this consumer's dead-letter place with the reason and attempt count. */
+  deadLetter(reason: DeadLetterReason): Promise<void>;
+}
+
+/** A live subscription. */
+export interface Subscription {
+  /** Stops receiving, waits for handlers in flight, then closes. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** A dead-lettered delivery as operators see it. */
+export interface DeadLetter {
+  /** Transport-specific handle for replay and purge. */
+  readonly id: string;
+  readonly consumer: string;
+  readonly envelope: Envelope;
+  readonly reason: DeadLetterReason;
+  readonly attempt: number;
+  readonly deadAt: Date;
+}
+
+/** Operator access to a transport's dead letters (present when `nativeDeadLetter`). */
+export interface TransportDeadLetters {
+  list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
+  /** Re-delivers to the consumer with the original messageId and attempt 1. */
+  replay(consumer: string, ids: readonly string[]): Promise<number>;
+  purge(consumer: string, ids: readonly string[]): Promise<number>;
+}
+
+/** Called for every delivery; it settles the delivery before resolving. */
+export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
+
+/**
+ * Broker port.
+ *
+ * Contract every implementation keeps (the conformance suite checks each):
+ * - `publish` resolves only when the broker has answered for every message, with one
+ *   result per message in input order; one rejected message never fails its neighbours.
+ *   It rejects (with a retriable `TransportError`) only when the transport as a whole is
+ *   unavailable; the relay then pauses and counts no attempts.
+ * - Publishing is at-least-once: a message whose confirm was lost may arrive twice.
+ * - Every envelope field round-trips losslessly.
+ * - `subscribe` uses manual acknowledgement; a delivery not settled before its
+ *   connection dies is redelivered.
+ * - `close` is idempotent and waits for work in flight.
+ */
+export interface Transport {
+  readonly capabilities: TransportCapabilities;
+  publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]>;
+  subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
+  readonly deadLetters?: TransportDeadLetters;
+  close(): Promise<void>;
+}
