@@ -1,17 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
-// Workspace packages resolve to their TypeScript sources through the custom export
-// condition, so tests never need a build first. Both resolvers need it: vite's for
-// the test files, the SSR one for modules loaded at run time.
-const conditions = ['@courier/source'];
-
+// One project per workspace package, each defined by the package's own vitest.config.ts.
 export default defineConfig({
-  resolve: { conditions },
-  ssr: { resolve: { conditions } },
   test: {
-    projects: [
-      { extends: true, test: { name: 'core', include: ['packages/core/test/**/*.test.ts'] } },
-      { extends: true, test: { name: 'conformance', include: ['conformance/test/**/*.test.ts'] } },
-    ],
+    projects: ['packages/*/vitest.config.ts', 'plugins/*/vitest.config.ts', 'conformance/vitest.config.ts', 'examples/*/vitest.config.ts'],
   },
 });
