@@ -38,7 +38,7 @@ export interface OutboxPublisher {
    * Guarantees: the message is published if and only if the unit of work commits; on
    * bad input it throws (`SerializationError`, `ConfigError`) and appends nothing.
    */
-  publish<D extends MessageDefinition<any, any>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
 }
 
 /** A decoded message as a handler sees it. */
@@ -70,7 +70,7 @@ export interface HandlerContext<Tx> {
   /** The raw envelope. */
   readonly envelope: Envelope;
   /** Publishes through the outbox in `tx`, inheriting correlationId and setting causationId. */
-  publish<D extends MessageDefinition<any, any>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
 }
 
 /** A message handler. Throw to retry; throw `UnrecoverableError` to dead-letter at once. */

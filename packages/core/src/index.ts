@@ -73,3 +73,7 @@ export type {
   StartOptions,
   SubscribeOptions,
 } from './bus-types.js';
+export type { Bus, StopOptions } from './bus.js';
+export { createBus } from './bus.js';
+export { CONNECTIVITY_CODES } from './relay.js';
+export { newMessageId } from './outbox-publisher.js';

@@ -1,0 +1,256 @@
+import type { Tracer } from '@opentelemetry/api';
+import type {
+  BusConfig,
+  BusCounters,
+  BusHealth,
+  Handler,
+  OutboxPublisher,
+  StartOptions,
+  SubscribeOptions,
+} from './bus-types.js';
+import { ClosedError, ConfigError, describeError } from './errors.js';
+import { noopLogger, type Logger } from './logger.js';
+import type { MessageDefinition } from './message-definition.js';
+import { Consumer, type ConsumerSettings, type Registration } from './consumer.js';
+import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
+import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
+import { retryPolicy } from './retry.js';
+import { Instruments, defaultTracer } from './telemetry.js';
+import { isValidTopic } from './envelope.js';
+
+/** Per-call options of {@link Bus.stop}. */
+export interface StopOptions {
+  /** How long in-flight work may take to finish before it is abandoned (redelivered / re-claimed). Default 10 s. */
+  readonly timeoutMs?: number;
+}
+
+/**
+ * The Courier bus: publishes through the outbox, relays to the broker, consumes
+ * through the inbox.
+ *
+ * Guarantees: a message published with `outbox(tx)` reaches the broker at least once
+ * if and only if `tx` commits; a handler's effects written through `ctx.tx` are applied
+ * once per (messageId, consumer) within the inbox retention; nothing is dropped silently
+ * — what cannot be delivered or handled is dead-lettered with its error. `start` and
+ * `stop` are idempotent; `stop` never closes the stores or transport it was given.
+ */
+export interface Bus<Tx> extends AsyncDisposable {
+  /** A publisher that appends to the unit of work `tx`. */
+  outbox(tx: Tx): OutboxPublisher;
+  /** Registers a handler of `definition` for the consumer (group) `consumer`. Call before `start`. */
+  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
+  /** Starts the relay and/or the consumers. */
+  start(options?: StartOptions): Promise<void>;
+  /** Drains and stops what runs; resolves when done or after `timeoutMs`. Idempotent. */
+  stop(options?: StopOptions): Promise<void>;
+  health(): BusHealth;
+  /** Wakes the relay at once, e.g. right after a commit in this process. */
+  wake(): void;
+}
+
+interface ConsumerPlan<Tx> {
+  readonly registrations: Map<string, Registration<Tx>>;
+  options: SubscribeOptions;
+}
+
+/**
+ * Creates a bus. Throws `ConfigError` listing every problem with `config`.
+ */
+export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
+  const problems: string[] = [];
+  if (!config || typeof config !== 'object') throw new ConfigError('createBus needs a config object');
+  if (!config.outbox || typeof config.outbox.append !== 'function') problems.push(`'outbox' must be an OutboxStore`);
+  if (config.inbox !== undefined && typeof config.inbox.run !== 'function') problems.push(`'inbox' must be an InboxStore`);
+  if (!config.transport || typeof config.transport.publish !== 'function') problems.push(`'transport' must be a Transport`);
+  const maxPayloadBytes = config.maxPayloadBytes ?? 1024 * 1024;
+  if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) problems.push(`'maxPayloadBytes' must be a positive integer`);
+  const relay = relaySettings(config.relay);
+  problems.push(...relay.problems);
+  let consumerRetry;
+  try {
+    consumerRetry = retryPolicy(config.retry, 'retry');
+  } catch (error) {
+    problems.push(...((error as ConfigError).problems ?? [describeError(error)]));
+  }
+  if (problems.length > 0 || !relay.settings || !consumerRetry) throw new ConfigError(problems);
+  return new CourierBus(config, relay.settings, consumerRetry, maxPayloadBytes);
+}
+
+class CourierBus<Tx> implements Bus<Tx> {
+  readonly #config: BusConfig<Tx>;
+  readonly #relaySettings: RelaySettings;
+  readonly #defaultRetry;
+  readonly #logger: Logger;
+  readonly #tracer: Tracer = defaultTracer();
+  readonly #instruments = new Instruments();
+  readonly #publisher: PublisherSettings;
+  readonly #plans = new Map<string, ConsumerPlan<Tx>>();
+  #relay: Relay<Tx> | undefined;
+  #consumers: Consumer<Tx>[] = [];
+  #status: BusHealth['status'] = 'stopped';
+  #starting: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+
+  constructor(config: BusConfig<Tx>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
+    this.#config = config;
+    this.#relaySettings = relay;
+    this.#defaultRetry = retry;
+    this.#logger = config.logger ?? noopLogger;
+    this.#publisher = {
+      maxPayloadBytes: Math.min(maxPayloadBytes, config.transport.capabilities.maxMessageBytes),
+      newId: config.newId ?? newMessageId,
+      tracer: this.#tracer,
+    };
+  }
+
+  outbox(tx: Tx): OutboxPublisher {
+    return createOutboxPublisher(this.#config.outbox, tx, this.#publisher);
+  }
+
+  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options: SubscribeOptions = {}): void {
+    const problems: string[] = [];
+    if (this.#status !== 'stopped') problems.push(`subscribe '${String(consumer)}' before start()`);
+    if (typeof consumer !== 'string' || !isValidTopic(consumer)) {
+      problems.push(`consumer name ${JSON.stringify(consumer)} is malformed: use letters, digits, '.', '_' or '-'`);
+    }
+    if (!definition || typeof definition.type !== 'string') problems.push(`subscribe '${String(consumer)}': a message definition from defineMessage(...) is required`);
+    if (typeof handler !== 'function') problems.push(`subscribe '${String(consumer)}': handler must be a function`);
+    const plan = this.#plans.get(consumer);
+    if (plan && definition && plan.registrations.has(definition.type)) {
+      problems.push(`consumer '${consumer}' already handles '${definition.type}'`);
+    }
+    if (plan && options.ordered !== undefined && plan.options.ordered !== undefined && options.ordered !== plan.options.ordered) {
+      problems.push(`consumer '${consumer}' cannot be both ordered and unordered: options apply to the whole consumer`);
+    }
+    if (options.ordered && !this.#config.transport.capabilities.orderingByKey) {
+      problems.push(`consumer '${consumer}' asks for ordered delivery, but the transport does not declare 'orderingByKey'`);
+    }
+    if (options.concurrency !== undefined && (!Number.isSafeInteger(options.concurrency) || options.concurrency < 1)) {
+      problems.push(`consumer '${consumer}': 'concurrency' must be an integer of 1 or more`);
+    }
+    if (options.maxCrashes !== undefined && (!Number.isSafeInteger(options.maxCrashes) || options.maxCrashes < 1)) {
+      problems.push(`consumer '${consumer}': 'maxCrashes' must be an integer of 1 or more`);
+    }
+    if (options.retry !== undefined) {
+      try {
+        retryPolicy({ ...this.#defaultRetry, ...options.retry }, `${consumer}.retry`);
+      } catch (error) {
+        problems.push(...((error as ConfigError).problems ?? [describeError(error)]));
+      }
+    }
+    if (problems.length > 0) throw new ConfigError(problems);
+    const entry = plan ?? { registrations: new Map<string, Registration<Tx>>(), options: {} };
+    entry.registrations.set(definition.type, { definition, handler: handler as unknown as Registration<Tx>['handler'] });
+    entry.options = { ...entry.options, ...options };
+    this.#plans.set(consumer, entry);
+  }
+
+  start(options: StartOptions = {}): Promise<void> {
+    if (this.#stopping) return Promise.reject(new ClosedError('bus'));
+    this.#starting ??= this.#start(options.relay ?? true, options.consumers ?? true);
+    return this.#starting;
+  }
+
+  async #start(runRelay: boolean, runConsumers: boolean): Promise<void> {
+    this.#status = 'starting';
+    const fault = faultCaller(this.#config.faults);
+    if (runConsumers && this.#plans.size > 0 && !this.#config.inbox) {
+      this.#status = 'stopped';
+      this.#starting = undefined;
+      throw new ConfigError(`consumers need an 'inbox' store in createBus(...)`);
+    }
+    try {
+      if (runConsumers && this.#config.inbox) {
+        for (const [consumer, plan] of this.#plans) {
+          const ordered = plan.options.ordered ?? false;
+          const settings: ConsumerSettings = {
+            consumer,
+            ordered,
+            concurrency: plan.options.concurrency ?? 8,
+            retry: retryPolicy({ ...this.#defaultRetry, ...plan.options.retry }, `${consumer}.retry`),
+            maxCrashes: plan.options.maxCrashes ?? 3,
+            pauseInitialMs: this.#relaySettings.pauseInitialMs,
+            pauseMaxMs: this.#relaySettings.pauseMaxMs,
+          };
+          const worker = new Consumer<Tx>(
+            {
+              inbox: this.#config.inbox,
+              outbox: this.#config.outbox,
+              transport: this.#config.transport,
+              logger: this.#logger,
+              instruments: this.#instruments,
+              tracer: this.#tracer,
+              publisher: this.#publisher,
+              fault,
+            },
+            settings,
+            plan.registrations,
+          );
+          await worker.start();
+          this.#consumers.push(worker);
+        }
+      }
+      if (runRelay) {
+        this.#relay = new Relay<Tx>(
+          {
+            store: this.#config.outbox,
+            transport: this.#config.transport,
+            logger: this.#logger,
+            instruments: this.#instruments,
+            tracer: this.#tracer,
+            fault,
+            ...(this.#config.onKeyHalted ? { onKeyHalted: this.#config.onKeyHalted } : {}),
+          },
+          this.#relaySettings,
+        );
+        await this.#relay.start();
+      }
+      this.#status = 'running';
+      this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name) });
+    } catch (error) {
+      await this.#shutdown(0);
+      this.#starting = undefined;
+      this.#status = 'stopped';
+      throw error;
+    }
+  }
+
+  stop(options: StopOptions = {}): Promise<void> {
+    this.#stopping ??= (async () => {
+      await this.#starting?.catch(() => undefined);
+      this.#status = 'stopping';
+      await this.#shutdown(options.timeoutMs ?? 10_000);
+      this.#status = 'stopped';
+      this.#logger.info('bus stopped');
+    })();
+    return this.#stopping;
+  }
+
+  async #shutdown(timeoutMs: number): Promise<void> {
+    const relay = this.#relay;
+    this.#relay = undefined;
+    const consumers = this.#consumers;
+    this.#consumers = [];
+    await Promise.all([relay?.stop(timeoutMs), ...consumers.map((consumer) => consumer.stop(timeoutMs))]);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  wake(): void {
+    this.#relay?.wake();
+  }
+
+  health(): BusHealth {
+    const relay = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    const consumers = this.#consumers.map((consumer) => ({ consumer: consumer.name, connected: consumer.connected, inFlight: consumer.inFlight }));
+    const degraded = relay.paused || consumers.some((consumer) => !consumer.connected);
+    return {
+      status: this.#status === 'running' && degraded ? 'degraded' : this.#status,
+      relay,
+      consumers,
+      counters: this.#instruments.snapshot() satisfies BusCounters,
+    };
+  }
+}

@@ -1,0 +1,285 @@
+import { SpanKind, type Tracer } from '@opentelemetry/api';
+import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
+import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError } from './errors.js';
+import type { FaultContext, FaultPoint } from './fault-points.js';
+import type { InboxStore } from './inbox-store.js';
+import { sleep } from './internal/async.js';
+import { parsePayload } from './json.js';
+import type { Logger } from './logger.js';
+import { decodeForConsume, type MessageDefinition } from './message-definition.js';
+import { createOutboxPublisher, type PublisherSettings } from './outbox-publisher.js';
+import type { OutboxStore } from './outbox-store.js';
+import { backoffDelay, type RetryPolicy } from './retry.js';
+import { extractTrace, inSpan, type Instruments } from './telemetry.js';
+import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
+
+/** One message type a consumer handles. */
+export interface Registration<Tx> {
+  readonly definition: MessageDefinition<unknown, unknown>;
+  readonly handler: Handler<MessageDefinition<unknown, unknown>, Tx>;
+}
+
+/** A consumer's resolved settings. */
+export interface ConsumerSettings {
+  readonly consumer: string;
+  readonly ordered: boolean;
+  readonly concurrency: number;
+  readonly retry: RetryPolicy;
+  readonly maxCrashes: number;
+  /** Backoff while the inbox store is unavailable (no attempt is counted). */
+  readonly pauseInitialMs: number;
+  readonly pauseMaxMs: number;
+}
+
+/** Everything a consumer needs from its bus. */
+export interface ConsumerDependencies<Tx> {
+  readonly inbox: InboxStore<Tx>;
+  readonly outbox: OutboxStore<Tx>;
+  readonly transport: Transport;
+  readonly logger: Logger;
+  readonly instruments: Instruments;
+  readonly tracer: Tracer;
+  readonly publisher: PublisherSettings;
+  readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
+}
+
+/**
+ * Runs one consumer (group): decodes, upcasts and validates each delivery, runs its
+ * handler through the inbox so effects and the inbox record commit together, and
+ * settles the delivery only after that commit.
+ *
+ * Guarantees:
+ * - exactly-once effects for writes made through `ctx.tx`, within the inbox retention;
+ * - ordered subscriptions retry in place (only their key waits); unordered ones retry
+ *   through delayed redelivery and never block;
+ * - poison (unknown type, newer version, invalid payload, `UnrecoverableError`, attempts
+ *   exhausted, a message that keeps killing its process) is dead-lettered with its error;
+ * - an unavailable inbox store pauses the delivery without counting an attempt.
+ */
+export class Consumer<Tx> {
+  readonly #deps: ConsumerDependencies<Tx>;
+  readonly #settings: ConsumerSettings;
+  readonly #registrations: ReadonlyMap<string, Registration<Tx>>;
+  readonly #topics: readonly string[];
+  #abort = new AbortController();
+  #subscription: Subscription | undefined;
+  #inFlight = 0;
+
+  constructor(deps: ConsumerDependencies<Tx>, settings: ConsumerSettings, registrations: ReadonlyMap<string, Registration<Tx>>) {
+    this.#deps = deps;
+    this.#settings = settings;
+    this.#registrations = registrations;
+    this.#topics = [...new Set([...registrations.values()].map((registration) => registration.definition.topic))].sort();
+  }
+
+  get name(): string {
+    return this.#settings.consumer;
+  }
+
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  get connected(): boolean {
+    return this.#subscription !== undefined;
+  }
+
+  async start(): Promise<void> {
+    if (this.#subscription) return;
+    this.#abort = new AbortController();
+    const endpoint: Endpoint = {
+      consumer: this.#settings.consumer,
+      topics: this.#topics,
+      ordered: this.#settings.ordered,
+      concurrency: this.#settings.concurrency,
+    };
+    this.#subscription = await this.#deps.transport.subscribe(endpoint, (delivery) => this.#handle(delivery));
+  }
+
+  /** Stops receiving; handlers in flight get `timeoutMs` to finish, then their deliveries are left unsettled (redelivered). */
+  async stop(timeoutMs: number): Promise<void> {
+    const subscription = this.#subscription;
+    if (!subscription) return;
+    this.#subscription = undefined;
+    const closing = subscription.close();
+    const deadline = Date.now() + timeoutMs;
+    while (this.#inFlight > 0 && Date.now() < deadline) await sleep(10);
+    // Handlers still running past the deadline are told to give up; their deliveries
+    // stay unsettled and the broker redelivers them.
+    this.#abort.abort();
+    await Promise.race([closing, sleep(Math.max(0, deadline - Date.now()))]);
+  }
+
+  async #handle(delivery: Delivery): Promise<void> {
+    this.#inFlight += 1;
+    try {
+      await this.#process(delivery);
+    } catch (error) {
+      // Something outside the handler failed (a non-retriable store error, a settle on a
+      // dead connection). Ask for a later redelivery; if even that fails the connection
+      // is gone and the broker redelivers on its own.
+      this.#deps.logger.warn('delivery failed outside its handler; redelivering later', {
+        consumer: this.#settings.consumer,
+        messageId: delivery.envelope.messageId,
+        error: describeError(error),
+      });
+      const reason = { code: error instanceof CourierError ? error.code : 'HANDLER_FAILED', message: describeError(error) };
+      await delivery.retry(this.#settings.pauseMaxMs, reason).catch(() => undefined);
+    } finally {
+      this.#inFlight -= 1;
+    }
+  }
+
+  async #process(delivery: Delivery): Promise<void> {
+    const { envelope } = delivery;
+    const { consumer } = this.#settings;
+    const { fault, inbox } = this.#deps;
+    const messageIds = [envelope.messageId];
+    await fault('concurrent-duplicate-delivery', { messageIds, consumer });
+
+    const registration = this.#registrations.get(envelope.type);
+    if (!registration) {
+      return this.#deadLetter(delivery, { code: 'UNKNOWN_MESSAGE_TYPE', message: `consumer '${consumer}' has no handler for '${envelope.type}'` });
+    }
+    let payload: unknown;
+    try {
+      payload = await decodeForConsume(registration.definition, envelope.version, parsePayload(envelope.payload));
+    } catch (error) {
+      const code = error instanceof CourierError ? error.code : 'PAYLOAD_INVALID';
+      return this.#deadLetter(delivery, { code, message: describeError(error) });
+    }
+
+    const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer));
+    if (starts === undefined) return;
+    const crashes = starts - delivery.attempt;
+    if (crashes >= this.#settings.maxCrashes) {
+      await fault('poison-head', { messageIds, consumer });
+      return this.#deadLetter(delivery, {
+        code: 'CRASH_LOOP',
+        message: `message started ${starts} times on '${consumer}' and ${crashes} runs never finished; treated as poison`,
+      });
+    }
+    await fault('crash-loop', { messageIds, consumer });
+
+    const message: ReceivedMessage<unknown> = Object.freeze({
+      messageId: envelope.messageId,
+      type: envelope.type,
+      version: envelope.version,
+      topic: envelope.topic,
+      key: envelope.key,
+      occurredAt: new Date(envelope.occurredAt),
+      correlationId: envelope.correlationId,
+      causationId: envelope.causationId,
+      headers: envelope.headers,
+      payload,
+    });
+    const parent = extractTrace(envelope);
+    let attempt = delivery.attempt;
+    for (;;) {
+      if (this.#abort.signal.aborted) return;
+      try {
+        const result = await inbox.run(envelope.messageId, consumer, async (tx) => {
+          const context = this.#context(tx, delivery, attempt);
+          await inSpan(
+            this.#deps.tracer,
+            `${envelope.topic} process`,
+            {
+              kind: SpanKind.CONSUMER,
+              parent,
+              attributes: {
+                'messaging.system': 'courier',
+                'messaging.destination.name': envelope.topic,
+                'messaging.consumer.group.name': consumer,
+                'messaging.message.id': envelope.messageId,
+                'courier.type': envelope.type,
+                'courier.attempt': attempt,
+              },
+            },
+            () => registration.handler(message, context),
+          );
+          await fault('before-handler-commit', { messageIds, consumer });
+        });
+        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { consumer });
+        else this.#deps.instruments.processed.add(1, { consumer });
+        await fault('after-handler-commit-before-ack', { messageIds, consumer });
+        await delivery.ack();
+        return;
+      } catch (error) {
+        if (this.#abort.signal.aborted) return;
+        if (error instanceof StorageError && error.retriable) {
+          // The inbox store itself is unwell, not the message: wait, count nothing.
+          this.#deps.logger.warn('inbox unavailable; delivery waits', { consumer, messageId: envelope.messageId, error: describeError(error) });
+          const ok = await this.#untilAvailable(() => Promise.resolve(true), error);
+          if (!ok) return;
+          continue;
+        }
+        const reason: DeadLetterReason = { code: error instanceof CourierError ? error.code : 'HANDLER_FAILED', message: describeError(error) };
+        const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
+        if (poison || attempt >= this.#settings.retry.maxAttempts) {
+          await fault('poison-head', { messageIds, consumer });
+          return this.#deadLetter(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` });
+        }
+        const delay = backoffDelay(this.#settings.retry, attempt);
+        this.#deps.instruments.retries.add(1, { consumer });
+        this.#deps.logger.info('handler failed; retrying', { consumer, messageId: envelope.messageId, attempt, delayMs: delay, error: reason.message });
+        if (!this.#settings.ordered) {
+          await delivery.retry(delay, reason);
+          return;
+        }
+        // Ordered: retry in place so nothing of this key overtakes it.
+        await sleep(delay, this.#abort.signal);
+        attempt += 1;
+      }
+    }
+  }
+
+  #context(tx: Tx, delivery: Delivery, attempt: number): HandlerContext<Tx> {
+    const { envelope } = delivery;
+    const publisher = createOutboxPublisher(this.#deps.outbox, tx, this.#deps.publisher, {
+      correlationId: envelope.correlationId,
+      causationId: envelope.messageId,
+    });
+    return {
+      tx,
+      consumer: this.#settings.consumer,
+      attempt,
+      signal: this.#abort.signal,
+      logger: this.#deps.logger,
+      envelope,
+      publish: (definition, payload, options) => publisher.publish(definition, payload, options),
+    };
+  }
+
+  async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
+    this.#deps.instruments.deadLettered.add(1, { consumer: this.#settings.consumer });
+    this.#deps.logger.error('message dead-lettered', {
+      consumer: this.#settings.consumer,
+      messageId: delivery.envelope.messageId,
+      type: delivery.envelope.type,
+      attempt: delivery.attempt,
+      code: reason.code,
+      error: reason.message,
+    });
+    await delivery.deadLetter(reason);
+  }
+
+  /** Retries `operation` while it fails with a retriable StorageError; undefined when stopped first. */
+  async #untilAvailable<T>(operation: () => Promise<T>, initialError?: unknown): Promise<T | undefined> {
+    let delay = this.#settings.pauseInitialMs;
+    let pending = initialError;
+    for (;;) {
+      if (pending !== undefined) {
+        await sleep(delay, this.#abort.signal);
+        delay = Math.min(this.#settings.pauseMaxMs, delay * 2);
+        pending = undefined;
+      }
+      if (this.#abort.signal.aborted) return undefined;
+      try {
+        return await operation();
+      } catch (error) {
+        if (!(error instanceof StorageError && error.retriable)) throw error;
+        pending = error;
+      }
+    }
+  }
+}

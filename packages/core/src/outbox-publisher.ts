@@ -1,0 +1,126 @@
+import type { Tracer } from '@opentelemetry/api';
+import { uuidv7 } from 'uuidv7';
+import type { OutboxPublisher, PublishOptions } from './bus-types.js';
+import { ENVELOPE_LIMITS, headerProblems, type Envelope } from './envelope.js';
+import { ConfigError, SerializationError } from './errors.js';
+import { serializePayload } from './json.js';
+import { validateForPublish, type MessageDefinition } from './message-definition.js';
+import type { OutboxAppend, OutboxStore } from './outbox-store.js';
+import { captureTrace } from './telemetry.js';
+
+/** What a publisher inherits when it publishes from inside a handler. */
+export interface Causation {
+  readonly correlationId: string;
+  readonly causationId: string;
+}
+
+/** Settings shared by every publisher of one bus. */
+export interface PublisherSettings {
+  readonly maxPayloadBytes: number;
+  readonly newId: () => string;
+  readonly tracer: Tracer;
+}
+
+/** Default message id: UUIDv7, time-ordered so outbox and broker indexes stay append-mostly. */
+export const newMessageId = (): string => uuidv7();
+
+/**
+ * Builds the envelope for one publish call, validating everything first.
+ *
+ * Guarantees: either returns a complete, valid append or throws (listing every problem
+ * with the options, or naming the payload field at fault) — never a half-built row.
+ */
+export function buildAppend(
+  definition: MessageDefinition<unknown, unknown>,
+  payload: unknown,
+  options: PublishOptions = {},
+  settings: PublisherSettings,
+  causation?: Causation,
+): OutboxAppend {
+  if (definition === null || typeof definition !== 'object' || typeof definition.type !== 'string' || typeof definition.topic !== 'string') {
+    throw new ConfigError('publish needs a message definition from defineMessage(...)');
+  }
+  const problems = optionProblems(options);
+  if (problems.length > 0) throw new ConfigError(problems.map((problem) => `publish '${definition.type}': ${problem}`));
+  validateForPublish(definition, payload);
+  const text = serializePayload(payload);
+  const bytes = Buffer.byteLength(text, 'utf8');
+  if (bytes > settings.maxPayloadBytes) {
+    throw new SerializationError(
+      'PAYLOAD_TOO_LARGE',
+      `payload of '${definition.type}' is ${bytes} bytes; the limit is ${settings.maxPayloadBytes} (min of the configured limit and the transport's)`,
+      { path: 'payload' },
+    );
+  }
+  const messageId = options.messageId ?? settings.newId();
+  const trace = captureTrace(settings.tracer, definition.type, definition.topic, messageId);
+  const envelope: Envelope = Object.freeze({
+    messageId,
+    type: definition.type,
+    version: definition.version,
+    topic: definition.topic,
+    occurredAt: (options.occurredAt ?? new Date()).toISOString(),
+    key: options.key ?? null,
+    correlationId: options.correlationId ?? causation?.correlationId ?? messageId,
+    causationId: options.causationId ?? causation?.causationId ?? null,
+    traceparent: trace.traceparent,
+    tracestate: trace.tracestate,
+    headers: Object.freeze({ ...options.headers }),
+    payload: text,
+  });
+  return {
+    envelope,
+    ...(options.delay !== undefined ? { delayMs: options.delay } : {}),
+    ...(options.notBefore !== undefined ? { notBefore: options.notBefore } : {}),
+  };
+}
+
+/** Creates the publisher `bus.outbox(tx)` and `ctx.publish` use. */
+export function createOutboxPublisher<Tx>(
+  store: OutboxStore<Tx>,
+  tx: Tx,
+  settings: PublisherSettings,
+  causation?: Causation,
+): OutboxPublisher {
+  return {
+    publish(definition, payload, options) {
+      const append = buildAppend(definition, payload, options, settings, causation);
+      store.append(tx, [append]);
+      return append.envelope.messageId;
+    },
+  };
+}
+
+function optionProblems(options: PublishOptions): string[] {
+  if (options === null || typeof options !== 'object') return ['options must be an object'];
+  const problems: string[] = [];
+  const id = (field: 'messageId' | 'correlationId' | 'causationId') => {
+    const value: unknown = options[field];
+    if (value === undefined) return;
+    if (typeof value !== 'string' || value.length === 0 || value.length > ENVELOPE_LIMITS.idLength) {
+      problems.push(`'${field}' must be a non-empty string of at most ${ENVELOPE_LIMITS.idLength} characters`);
+    }
+  };
+  id('messageId');
+  id('correlationId');
+  id('causationId');
+  const key: unknown = options.key;
+  if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > ENVELOPE_LIMITS.keyLength)) {
+    problems.push(`'key' must be a non-empty string of at most ${ENVELOPE_LIMITS.keyLength} characters`);
+  }
+  const delay: unknown = options.delay;
+  if (delay !== undefined && (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)) {
+    problems.push(`'delay' must be a finite number of milliseconds, 0 or more`);
+  }
+  const notBefore: unknown = options.notBefore;
+  if (notBefore !== undefined && !(notBefore instanceof Date && !Number.isNaN(notBefore.getTime()))) {
+    problems.push(`'notBefore' must be a valid Date`);
+  }
+  if (delay !== undefined && notBefore !== undefined) problems.push(`give 'delay' or 'notBefore', not both`);
+  const occurredAt: unknown = options.occurredAt;
+  if (occurredAt !== undefined && !(occurredAt instanceof Date && !Number.isNaN(occurredAt.getTime()))) {
+    problems.push(`'occurredAt' must be a valid Date`);
+  }
+  problems.push(...headerProblems(options.headers));
+  return problems;
+}

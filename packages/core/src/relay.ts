@@ -1,0 +1,325 @@
+import { SpanKind, type Tracer } from '@opentelemetry/api';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { PoisonPolicy, RelayConfig } from './bus-types.js';
+import type { Envelope } from './envelope.js';
+import { CourierError, describeError } from './errors.js';
+import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
+import { sleep, Waker } from './internal/async.js';
+import type { Logger } from './logger.js';
+import type { ClaimedBatch, OutboxFailure, OutboxRecord, OutboxStore } from './outbox-store.js';
+import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
+import type { Instruments } from './telemetry.js';
+import { inSpan, traceLinks } from './telemetry.js';
+import { ROOT_CONTEXT } from '@opentelemetry/api';
+import type { PublishResult, Transport } from './transport.js';
+
+/**
+ * Result codes a transport uses for trouble that is not the message's fault (the
+ * connection dropped, the broker did not answer in time): such messages are released
+ * without counting an attempt, and the relay pauses.
+ */
+export const CONNECTIVITY_CODES: ReadonlySet<string> = new Set(['TRANSPORT', 'PUBLISH_TIMEOUT', 'CLOSED']);
+
+/** Everything the relay needs from its bus. */
+export interface RelayDependencies<Tx> {
+  readonly store: OutboxStore<Tx>;
+  readonly transport: Transport;
+  readonly logger: Logger;
+  readonly instruments: Instruments;
+  readonly tracer: Tracer;
+  readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
+  readonly onKeyHalted?: (topic: string, key: string, error: string) => void;
+}
+
+/** The relay's resolved settings. */
+export interface RelaySettings {
+  readonly batchSize: number;
+  readonly leaseMs: number;
+  readonly pollIntervalMs: number;
+  readonly retry: RetryPolicy;
+  readonly pauseInitialMs: number;
+  readonly pauseMaxMs: number;
+  readonly poison: PoisonPolicy;
+  readonly owner: string;
+}
+
+/** Resolves relay settings, listing every problem. */
+export function relaySettings(config: RelayConfig = {}): { settings?: RelaySettings; problems: string[] } {
+  const problems: string[] = [];
+  const positive = (name: string, value: number | undefined, fallback: number): number => {
+    if (value === undefined) return fallback;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) problems.push(`'relay.${name}' must be a positive number`);
+    return value;
+  };
+  const batchSize = positive('batchSize', config.batchSize, 100);
+  if (!Number.isSafeInteger(batchSize)) problems.push(`'relay.batchSize' must be an integer`);
+  const leaseMs = positive('leaseMs', config.leaseMs, 30_000);
+  const pollIntervalMs = positive('pollIntervalMs', config.pollIntervalMs, 1_000);
+  const pauseInitialMs = positive('pause.initialDelayMs', config.pause?.initialDelayMs, 100);
+  const pauseMaxMs = positive('pause.maxDelayMs', config.pause?.maxDelayMs, 5_000);
+  const poison = config.poison ?? 'park';
+  if (poison !== 'park' && poison !== 'halt') problems.push(`'relay.poison' must be 'park' or 'halt'`);
+  let retry: RetryPolicy | undefined;
+  try {
+    retry = retryPolicy(config.retry, 'relay.retry');
+  } catch (error) {
+    problems.push(...((error as { problems?: string[] }).problems ?? [describeError(error)]));
+  }
+  if (problems.length > 0 || retry === undefined) return { problems };
+  const owner = config.owner ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  return { settings: { batchSize, leaseMs, pollIntervalMs, retry, pauseInitialMs, pauseMaxMs, poison, owner }, problems };
+}
+
+/** A snapshot of the relay's state for `bus.health()`. */
+export interface RelayHealth {
+  readonly running: boolean;
+  readonly paused: boolean;
+  readonly lastError: string | null;
+  readonly sinceLastClaimMs: number;
+}
+
+/**
+ * Moves committed outbox rows to the broker: claim under a lease, publish, complete
+ * only what the broker confirmed.
+ *
+ * Guarantees:
+ * - at-least-once: a row is marked published only after its confirm; any crash before
+ *   that leaves it to be claimed again when the lease expires;
+ * - per-key order: claims take a key's head only (or a contiguous run when the transport
+ *   declares ordered pipelining), so at most one unconfirmed message per key otherwise;
+ * - a transport or store that is down pauses the relay with capped backoff and counts no
+ *   attempts; attempts count only failures the transport attributes to the message;
+ * - a head that exhausts its attempts (or is refused as not retriable) is parked (dead,
+ *   the key moves on) or halted (the key stops until an operator resumes it).
+ */
+export class Relay<Tx> {
+  readonly #deps: RelayDependencies<Tx>;
+  readonly #settings: RelaySettings;
+  readonly #waker = new Waker();
+  #abort = new AbortController();
+  #loop: Promise<void> | undefined;
+  #unwatch: (() => Promise<void>) | undefined;
+  #paused = false;
+  #pauseMs = 0;
+  #lastError: string | null = null;
+  #lastClaimAt = -1;
+
+  constructor(deps: RelayDependencies<Tx>, settings: RelaySettings) {
+    this.#deps = deps;
+    this.#settings = settings;
+  }
+
+  /** Starts the loop (idempotent). Subscribes to the store's wake-up signal when it has one. */
+  async start(): Promise<void> {
+    if (this.#loop) return;
+    this.#abort = new AbortController();
+    if (this.#deps.store.watch) {
+      try {
+        this.#unwatch = await this.#deps.store.watch(() => this.#waker.notify());
+      } catch (error) {
+        // Wake-ups are an optimisation: polling still delivers everything.
+        this.#deps.logger.warn('outbox wake-up signal unavailable; polling', { error: describeError(error) });
+      }
+    }
+    this.#loop = this.#run();
+  }
+
+  /** Wakes the relay at once (e.g. after an in-process commit). */
+  wake(): void {
+    this.#waker.notify();
+  }
+
+  /**
+   * Stops after the batch in hand, waiting at most `timeoutMs`. A batch still in flight
+   * then is abandoned: its lease expires and another relay re-claims it.
+   */
+  async stop(timeoutMs: number): Promise<void> {
+    const loop = this.#loop;
+    if (!loop) return;
+    this.#abort.abort();
+    this.#waker.notify();
+    await Promise.race([loop, sleep(timeoutMs)]);
+    this.#loop = undefined;
+    const unwatch = this.#unwatch;
+    this.#unwatch = undefined;
+    if (unwatch) await unwatch().catch((error: unknown) => this.#deps.logger.warn('outbox unwatch failed', { error: describeError(error) }));
+  }
+
+  health(): RelayHealth {
+    return {
+      running: this.#loop !== undefined,
+      paused: this.#paused,
+      lastError: this.#lastError,
+      sinceLastClaimMs: this.#lastClaimAt < 0 ? -1 : Date.now() - this.#lastClaimAt,
+    };
+  }
+
+  async #run(): Promise<void> {
+    const signal = this.#abort.signal;
+    while (!signal.aborted) {
+      try {
+        await this.#deps.fault('database-restart', { messageIds: [] });
+        const batch = await this.#deps.store.claim({
+          owner: this.#settings.owner,
+          limit: this.#settings.batchSize,
+          leaseMs: this.#settings.leaseMs,
+          perKey: this.#deps.transport.capabilities.orderedPipelining ? this.#settings.batchSize : 1,
+          signal,
+        });
+        this.#lastClaimAt = Date.now();
+        if (batch.records.length === 0) {
+          if (this.#paused) this.#resume();
+          await this.#waker.wait(this.#settings.pollIntervalMs, signal);
+          continue;
+        }
+        const transportOk = await this.#process(batch, signal);
+        if (transportOk) this.#resume();
+        else await this.#pause();
+      } catch (error) {
+        if (signal.aborted) break;
+        this.#lastError = describeError(error);
+        this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
+        await this.#pause();
+      }
+    }
+  }
+
+  /** Publishes one batch and records the outcome. Returns false when the transport as a whole failed. */
+  async #process(batch: ClaimedBatch, signal: AbortSignal): Promise<boolean> {
+    const { store, transport, fault, instruments } = this.#deps;
+    const { lease, records } = batch;
+    const messageIds = records.map((record) => record.envelope.messageId);
+    const claimedAt = Date.now();
+    await fault('stale-relay', { messageIds });
+    if (Date.now() - claimedAt > this.#settings.leaseMs * 0.8) {
+      // The lease is (nearly) gone: publishing now would race the relay that re-claims it.
+      this.#deps.logger.warn('relay stalled past its lease; dropping the batch', { lease: String(lease.token) });
+      return true;
+    }
+    await fault('broker-restart', { messageIds });
+    const envelopes = records.map((record) => record.envelope);
+    let results: readonly PublishResult[];
+    try {
+      results = await inSpan(
+        this.#deps.tracer,
+        'courier relay publish',
+        { kind: SpanKind.PRODUCER, parent: ROOT_CONTEXT, links: traceLinks(envelopes), attributes: { 'messaging.batch.message_count': envelopes.length } },
+        () => transport.publish(envelopes, { signal }),
+      );
+      if (results.length !== records.length) {
+        throw new CourierError('TRANSPORT', `transport returned ${results.length} results for ${records.length} messages`, { retriable: true });
+      }
+      await fault('confirm-lost', { messageIds });
+    } catch (error) {
+      // Whether or not the broker has them, nothing is confirmed: give the rows back
+      // without counting an attempt; a duplicate publish later is what at-least-once allows.
+      this.#lastError = describeError(error);
+      instruments.relayPauses.add(1);
+      this.#deps.logger.warn('transport unavailable; relay pauses', { error: this.#lastError, batch: records.length });
+      await store.release(lease, records.map((record) => record.sequence), 0).catch((releaseError: unknown) => {
+        this.#deps.logger.warn('release failed; rows come back when the lease expires', { error: describeError(releaseError) });
+      });
+      return false;
+    }
+    await fault('after-publish-before-complete', { messageIds });
+
+    const confirmed: bigint[] = [];
+    const released: bigint[] = [];
+    const failed: { record: OutboxRecord; error: CourierError }[] = [];
+    const failedKeys = new Set<string>();
+    records.forEach((record, index) => {
+      const result = results[index]!;
+      const keyId = record.envelope.key === null ? null : `${record.envelope.topic}\u0000${record.envelope.key}`;
+      if (keyId !== null && failedKeys.has(keyId)) {
+        // An earlier message of this key failed in this batch: completing a later one
+        // would let it overtake its predecessor.
+        released.push(record.sequence);
+        return;
+      }
+      if (result.ok) confirmed.push(record.sequence);
+      else if (result.error.retriable && CONNECTIVITY_CODES.has(result.error.code)) {
+        released.push(record.sequence);
+        if (keyId !== null) failedKeys.add(keyId);
+      } else {
+        failed.push({ record, error: result.error });
+        if (keyId !== null) failedKeys.add(keyId);
+      }
+    });
+
+    if (confirmed.length > 0) {
+      const completed = await store.complete(lease, confirmed, { beforeCommit: (point, context) => fault(point, context), signal });
+      instruments.published.add(completed);
+      if (completed < confirmed.length) {
+        this.#deps.logger.warn('relay was fenced: another relay holds part of this batch', {
+          confirmed: confirmed.length,
+          completed,
+        });
+      }
+    }
+    await fault('mid-batch', { messageIds });
+    if (failed.length > 0) await this.#recordFailures(batch, failed);
+    if (released.length > 0) await store.release(lease, released, 0);
+    // Only connectivity trouble and nothing else: the transport as a whole is unwell.
+    return !(released.length > 0 && confirmed.length === 0 && failed.length === 0);
+  }
+
+  async #recordFailures(batch: ClaimedBatch, failed: readonly { record: OutboxRecord; error: CourierError }[]): Promise<void> {
+    const { retry, poison } = this.#settings;
+    const failures: OutboxFailure[] = [];
+    for (const { record, error } of failed) {
+      const attempt = record.attempts + 1;
+      const message = describeError(error);
+      this.#deps.instruments.publishFailures.add(1);
+      if (error.retriable && attempt < retry.maxAttempts) {
+        failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs: backoffDelay(retry, attempt) });
+        continue;
+      }
+      await this.#deps.fault('poison-head', { messageIds: [record.envelope.messageId] });
+      const halt = poison === 'halt' && record.envelope.key !== null;
+      failures.push({ sequence: record.sequence, error: message, outcome: halt ? 'halt' : 'dead' });
+      this.#deps.instruments.deadLettered.add(1);
+      this.#deps.logger.error(halt ? 'relay halted a key on a poison head' : 'relay dead-lettered a message', {
+        messageId: record.envelope.messageId,
+        type: record.envelope.type,
+        topic: record.envelope.topic,
+        key: record.envelope.key,
+        attempts: attempt,
+        error: message,
+      });
+      if (halt) {
+        this.#deps.instruments.haltedKeys.add(1);
+        this.#notifyHalted(record.envelope, message);
+      }
+    }
+    await this.#deps.store.fail(batch.lease, failures);
+  }
+
+  #notifyHalted(envelope: Envelope, error: string): void {
+    try {
+      this.#deps.onKeyHalted?.(envelope.topic, envelope.key ?? '', error);
+    } catch (hookError) {
+      this.#deps.logger.warn('onKeyHalted hook threw', { error: describeError(hookError) });
+    }
+  }
+
+  #resume(): void {
+    if (this.#paused) this.#deps.logger.info('relay resumed');
+    this.#paused = false;
+    this.#pauseMs = 0;
+  }
+
+  async #pause(): Promise<void> {
+    this.#paused = true;
+    this.#pauseMs = Math.min(this.#settings.pauseMaxMs, this.#pauseMs === 0 ? this.#settings.pauseInitialMs : this.#pauseMs * 2);
+    await sleep(this.#pauseMs, this.#abort.signal);
+  }
+}
+
+/** Wraps an optional fault hook so the engine can always await it. */
+export function faultCaller(hook: FaultHook | undefined): (point: FaultPoint, context: FaultContext) => Promise<void> {
+  if (!hook) return () => Promise.resolve();
+  return async (point, context) => {
+    await hook(point, context);
+  };
+}
