@@ -1,0 +1,235 @@
+// Packaging smoke test: what users install must work outside this workspace.
+//
+// Run after `pnpm build`. For every publishable package (packages/*, plugins/*,
+// conformance; private ones are skipped) it `pnpm pack`s a tarball, installs all the
+// tarballs with npm into a scratch project in the system temp folder (outside the
+// workspace, so nothing resolves to the sources) together with the packages' peer
+// dependencies, and then checks, per package:
+//   - the tarball's package.json has no `workspace:` range left;
+//   - `import` of the package root resolves (through `exports`) to a file in the package
+//     and loads, and the module has at least one export;
+//   - every value export named in the package's src/index.ts is present at run time;
+//   - the `types` file of the root export exists, and a TypeScript file importing every
+//     package type-checks (NodeNext resolution, declarations checked).
+// Exits non-zero and says what failed. COURIER_SMOKE_KEEP=1 keeps the scratch folder.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const failures = [];
+const fail = (message) => {
+  failures.push(message);
+  console.error(`  FAIL ${message}`);
+};
+const run = (command, args, cwd) => execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+const readJson = (file) => JSON.parse(readFileSync(file, 'utf8'));
+
+/** Value (non-type) export names declared in a package's src/index.ts. */
+function declaredValueExports(indexFile) {
+  const source = readFileSync(indexFile, 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/\/\/.*$/gm, '');
+  const names = new Set();
+  for (const match of source.matchAll(/export\s+(type\s+)?\{([^}]*)\}/g)) {
+    if (match[1]) continue;
+    for (const part of match[2].split(',')) {
+      const entry = part.trim();
+      if (entry === '' || entry.startsWith('type ')) continue;
+      const alias = entry.split(/\s+as\s+/);
+      names.add((alias[1] ?? alias[0]).trim());
+    }
+  }
+  for (const match of source.matchAll(/export\s+(?:declare\s+)?(?:async\s+)?(?:function\*?|const|let|var|class|abstract\s+class)\s+([A-Za-z_$][\w$]*)/g)) {
+    names.add(match[1]);
+  }
+  if (/export\s+default\b/.test(source)) names.add('default');
+  if (/export\s+\*/.test(source)) fail(`${relative(root, indexFile)} uses \`export *\`: exports must be explicit (STYLE.md)`);
+  return [...names];
+}
+
+/** The `types` target of an exports entry for `import` (string, or nested conditions). */
+function typesTarget(entry) {
+  if (entry === null || typeof entry !== 'object') return undefined;
+  if (typeof entry.types === 'string') return entry.types;
+  for (const key of ['import', 'default', 'node']) {
+    const nested = typesTarget(entry[key]);
+    if (nested) return nested;
+  }
+  return undefined;
+}
+
+// ------------------------------------------------------------------ the packages
+const candidates = ['packages', 'plugins']
+  .flatMap((group) => (existsSync(join(root, group)) ? readdirSync(join(root, group)).map((name) => join(root, group, name)) : []))
+  .concat(join(root, 'conformance'))
+  .filter((dir) => existsSync(join(dir, 'package.json')));
+const packages = [];
+for (const dir of candidates) {
+  const manifest = readJson(join(dir, 'package.json'));
+  if (manifest.private) {
+    console.log(`skip ${manifest.name}: private`);
+    continue;
+  }
+  if (!existsSync(join(dir, 'src', 'index.ts'))) {
+    console.log(`SKIP ${manifest.name}: ${relative(root, dir)}/src/index.ts does not exist yet, so the package has no entry point to check`);
+    continue;
+  }
+  if (!existsSync(join(dir, 'dist'))) {
+    fail(`${manifest.name}: no dist/ in ${relative(root, dir)}; run \`pnpm build\` first`);
+    continue;
+  }
+  packages.push({ dir, manifest, expected: declaredValueExports(join(dir, 'src', 'index.ts')) });
+}
+if (packages.length === 0) fail('no publishable package found');
+
+const scratch = mkdtempSync(join(tmpdir(), 'courier-pack-smoke-'));
+const tarballs = join(scratch, 'tarballs');
+const app = join(scratch, 'app');
+mkdirSync(tarballs);
+mkdirSync(app);
+console.log(`scratch project: ${scratch}`);
+
+try {
+  // ---------------------------------------------------------------- pack
+  const dependencies = {};
+  const peers = {};
+  for (const pkg of packages) {
+    const before = new Set(readdirSync(tarballs));
+    run('pnpm', ['pack', '--pack-destination', tarballs], pkg.dir);
+    const created = readdirSync(tarballs).filter((file) => file.endsWith('.tgz') && !before.has(file));
+    if (created.length !== 1) {
+      fail(`${pkg.manifest.name}: pnpm pack produced ${created.length} tarballs`);
+      continue;
+    }
+    pkg.tarball = join(tarballs, created[0]);
+    const packed = JSON.parse(run('tar', ['-xzOf', pkg.tarball, 'package/package.json'], scratch));
+    for (const field of ['dependencies', 'peerDependencies', 'optionalDependencies']) {
+      for (const [name, range] of Object.entries(packed[field] ?? {})) {
+        if (String(range).startsWith('workspace:')) fail(`${pkg.manifest.name}: ${field}.${name} is still "${range}" in the tarball`);
+      }
+    }
+    const files = run('tar', ['-tzf', pkg.tarball], scratch).split('\n');
+    if (!files.some((file) => file.startsWith('package/dist/'))) fail(`${pkg.manifest.name}: the tarball has no dist/`);
+    console.log(`packed ${pkg.manifest.name}: ${created[0]} (${files.filter(Boolean).length} files)`);
+    dependencies[pkg.manifest.name] = `file:${relative(app, pkg.tarball)}`;
+    // Peers at the version the repository pins for its own tests, else the declared range.
+    for (const [name, range] of Object.entries(packed.peerDependencies ?? {})) {
+      if (name.startsWith('@courier/') || peers[name]) continue;
+      peers[name] = pkg.manifest.devDependencies?.[name] ?? range;
+    }
+  }
+  Object.assign(dependencies, peers);
+
+  // ---------------------------------------------------------------- install
+  writeFileSync(
+    join(app, 'package.json'),
+    `${JSON.stringify({ name: 'courier-pack-smoke', private: true, type: 'module', dependencies }, null, 2)}\n`,
+  );
+  console.log(`npm install in the scratch project: ${Object.keys(dependencies).join(', ')}`);
+  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+
+  // ---------------------------------------------------------------- run-time checks
+  const checked = packages.filter((pkg) => pkg.tarball);
+  const checks = checked.map((pkg) => ({ name: pkg.manifest.name, expected: pkg.expected }));
+  writeFileSync(
+    join(app, 'check.mjs'),
+    `import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+const checks = ${JSON.stringify(checks, null, 2)};
+const problems = [];
+const typesTarget = ${typesTarget.toString()};
+for (const { name, expected } of checks) {
+  const home = join(process.cwd(), 'node_modules', ...name.split('/'));
+  let resolved;
+  try {
+    resolved = fileURLToPath(import.meta.resolve(name));
+  } catch (error) {
+    problems.push(name + ': import of the root does not resolve: ' + error.message);
+    continue;
+  }
+  if (!resolved.startsWith(home + sep) || !existsSync(resolved)) problems.push(name + ': root resolves to ' + resolved + ', not a file of the installed package');
+  let mod;
+  try {
+    mod = await import(name);
+  } catch (error) {
+    problems.push(name + ': import failed: ' + (error && error.stack || error));
+    continue;
+  }
+  const names = Object.keys(mod);
+  if (names.length === 0) problems.push(name + ': the module has no exports');
+  const missing = expected.filter((key) => !(key in mod) || mod[key] === undefined);
+  if (missing.length > 0) problems.push(name + ': src/index.ts exports but the built module lacks: ' + missing.join(', '));
+  const manifest = JSON.parse(readFileSync(join(home, 'package.json'), 'utf8'));
+  const types = typesTarget(manifest.exports?.['.']) ?? manifest.types;
+  if (!types) problems.push(name + ': exports["."] names no types file');
+  else if (!existsSync(join(home, types))) problems.push(name + ': types file ' + types + ' is missing from the package');
+  console.log('ok ' + name + ': ' + names.length + ' exports (' + expected.length + ' declared in src/index.ts), types ' + types);
+}
+if (problems.length > 0) {
+  for (const problem of problems) console.error('  FAIL ' + problem);
+  process.exit(1);
+}
+`,
+  );
+  try {
+    execFileSync('node', ['check.mjs'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+  } catch {
+    fail('run-time import checks failed (see above)');
+  }
+
+  // ---------------------------------------------------------------- type-level check
+  writeFileSync(
+    join(app, 'check.ts'),
+    checked.map((pkg, index) => `import * as package${index} from '${pkg.manifest.name}';\nexport type Package${index} = typeof package${index};\n`).join(''),
+  );
+  writeFileSync(
+    join(app, 'tsconfig.json'),
+    `${JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['ES2023'],
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: false,
+          types: ['node'],
+          typeRoots: [join(root, 'node_modules', '@types')],
+        },
+        files: ['check.ts'],
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  let output = '';
+  try {
+    output = execFileSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.json'], { cwd: app, encoding: 'utf8' });
+  } catch (error) {
+    output = `${error.stdout ?? ''}${error.stderr ?? ''}`;
+  }
+  // Only our declarations and our import count; a peer's own .d.ts quirks are not ours.
+  const ours = output.split('\n').filter((line) => /^(check\.ts|node_modules\/@courier\/)/.test(line));
+  const others = output.split('\n').filter((line) => /error TS/.test(line) && !ours.includes(line));
+  if (others.length > 0) console.log(`(ignored ${others.length} type errors inside third-party declarations)`);
+  if (ours.length > 0) {
+    for (const line of ours) console.error(`  ${line}`);
+    fail('the packed declarations do not type-check from a consumer project');
+  } else {
+    console.log(`ok types: a consumer importing ${checked.length} packages type-checks`);
+  }
+} finally {
+  if (process.env.COURIER_SMOKE_KEEP === '1') console.log(`kept ${scratch}`);
+  else rmSync(scratch, { recursive: true, force: true });
+}
+
+if (failures.length > 0) {
+  console.error(`pack smoke test FAILED: ${failures.length} problem(s)`);
+  process.exit(1);
+}
+console.log(`pack smoke test passed: ${packages.length} package(s)`);

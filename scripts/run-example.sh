@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the example service (examples/orders-payments) on a fresh machine in one command:
+# installs pnpm and the dependencies if needed, prepares the services, then runs the
+# example's `start` script. Arguments go to the example (e.g. its setup choice).
+#
+# The in-memory and SQLite setups need no server: with the first argument `in-memory` or
+# `sqlite` (or COURIER_SERVICES=skip) no service is touched. Otherwise the services are
+# prepared when the machine has them, and a failure there is only a warning: the example
+# itself says what it needs.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$COURIER_ROOT"
+
+example_dir="examples/orders-payments"
+if [ ! -f "$example_dir/package.json" ]; then
+  courier_die "$example_dir has no package.json yet: the example (@courier/example-orders-payments, script 'start') is not written"
+fi
+
+courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
+courier_install
+
+case "${1:-}" in
+  in-memory | memory | sqlite) export COURIER_SERVICES=skip ;;
+esac
+courier_step "prepare services"
+# shellcheck source=services.sh
+source scripts/services.sh ||
+  echo "warning: services are not ready; a setup that needs PostgreSQL or RabbitMQ will fail" >&2
+
+courier_step "example: pnpm --filter @courier/example-orders-payments start $*"
+exec pnpm --filter @courier/example-orders-payments start "$@"

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Prepares the local services Courier's tests and examples use, idempotently:
+#   PostgreSQL  role courier/courier (LOGIN CREATEDB), database courier_test owned by it
+#   MariaDB     user courier/courier at 127.0.0.1 and localhost, database courier_test,
+#               all privileges on courier_test and on every courier_* database
+#   RabbitMQ    guest/guest on loopback (its default)
+# Each service that does not answer is started (Debian packages' commands, as on the
+# project's machines), then waited for with a bounded loop; one that never answers fails
+# the script with what failed and how to start it by hand.
+#
+# Usage:
+#   source scripts/services.sh          prepare, and export the COURIER_*_URL variables
+#   eval "$(bash scripts/services.sh)"  the same from any shell (prints export lines)
+#
+# Environment:
+#   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL  kept if already set
+#   COURIER_SERVICES=skip     touch no service, only export the URLs (your own servers)
+#   COURIER_TESTCONTAINERS=1  the same: the tests start containers themselves
+#   COURIER_SERVICE_TIMEOUT   seconds to wait for each service (default 120)
+#
+# Starting services needs root (or password-less sudo); it is what CI does.
+
+_cs_log() { printf '  services: %s\n' "$*" >&2; }
+_cs_fail() { printf '\033[31mservices: %s\033[0m\n' "$*" >&2; return 1; }
+
+# Runs a command as root: directly when we are root, else through password-less sudo.
+_cs_root() {
+  if [ "$(id -u)" = "0" ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo -n -- "$@"
+  else
+    _cs_fail "need root (or password-less sudo) to run: $*"
+  fi
+}
+
+# Runs a command as another system user (postgres), from / so it can read its cwd.
+_cs_as() {
+  local user="$1"
+  shift
+  if [ "$(id -un)" = "$user" ]; then
+    (cd / && "$@")
+  elif [ "$(id -u)" = "0" ]; then
+    (cd / && runuser -u "$user" -- "$@")
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    (cd / && sudo -n -u "$user" -- "$@")
+  else
+    _cs_fail "need root (or password-less sudo) to run as $user: $*"
+  fi
+}
+
+# _cs_wait NAME CHECK_FUNCTION: polls the check once a second, at most COURIER_SERVICE_TIMEOUT s.
+_cs_wait() {
+  local name="$1" check="$2" limit="${COURIER_SERVICE_TIMEOUT:-120}" waited=0
+  until "$check"; do
+    if [ "$waited" -ge "$limit" ]; then
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  _cs_log "$name answers (waited ${waited}s)"
+}
+
+_cs_tcp_open() {
+  timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+_cs_pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 -t 3 </dev/null; }
+
+_cs_pg_start() {
+  local version
+  version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+  [ -n "$version" ] && command -v pg_ctlcluster >/dev/null 2>&1 ||
+    { _cs_fail "PostgreSQL is not installed here (no /etc/postgresql, no pg_ctlcluster); install PostgreSQL 15+ or set COURIER_PG_URL and COURIER_SERVICES=skip"; return 1; }
+  _cs_log "starting PostgreSQL $version: pg_ctlcluster --skip-systemctl-redirect $version main start"
+  _cs_root pg_ctlcluster --skip-systemctl-redirect "$version" main start </dev/null >&2 ||
+    _cs_log "pg_ctlcluster start exited non-zero; waiting anyway"
+}
+
+_cs_pg_prepare() {
+  command -v pg_isready >/dev/null 2>&1 ||
+    { _cs_fail "PostgreSQL client tools (pg_isready, psql) are missing; install postgresql"; return 1; }
+  if ! _cs_pg_up; then
+    _cs_log "PostgreSQL does not answer on 127.0.0.1:5432"
+    _cs_pg_start || return 1
+    _cs_wait PostgreSQL _cs_pg_up ||
+      { _cs_fail "PostgreSQL did not answer on 127.0.0.1:5432 within ${COURIER_SERVICE_TIMEOUT:-120}s; see /var/log/postgresql/; start: pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start"; return 1; }
+  else
+    _cs_log "PostgreSQL answers"
+  fi
+  _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres >&2 <<'SQL' ||
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'courier') THEN
+    CREATE ROLE courier LOGIN CREATEDB PASSWORD 'courier';
+  ELSE
+    ALTER ROLE courier LOGIN CREATEDB PASSWORD 'courier';
+  END IF;
+END
+$$;
+SELECT 'CREATE DATABASE courier_test OWNER courier'
+  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'courier_test')\gexec
+ALTER DATABASE courier_test OWNER TO courier;
+SQL
+    { _cs_fail "could not create the PostgreSQL role/database (as the postgres user through the socket)"; return 1; }
+  psql -X -q -v ON_ERROR_STOP=1 "$COURIER_PG_URL" -c 'SELECT 1' </dev/null >/dev/null ||
+    { _cs_fail "cannot connect to $COURIER_PG_URL"; return 1; }
+  _cs_log "PostgreSQL ready: $COURIER_PG_URL"
+}
+
+# ---------------------------------------------------------------- MariaDB
+_cs_maria_up() {
+  # `ping` exits 0 whenever the server answers, even with "access denied".
+  mariadb-admin --protocol=tcp -h 127.0.0.1 -P 3306 -u courier --connect-timeout=3 ping </dev/null >/dev/null 2>&1
+}
+
+_cs_maria_start() {
+  [ -x /usr/sbin/mariadbd ] ||
+    { _cs_fail "MariaDB is not installed here (no /usr/sbin/mariadbd); install mariadb-server or set COURIER_MARIADB_URL and COURIER_SERVICES=skip"; return 1; }
+  _cs_log "starting MariaDB: start-stop-daemon --start --background --exec /usr/sbin/mariadbd -- --user=mysql"
+  _cs_root install -d -o mysql -g mysql /run/mysqld || return 1
+  _cs_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- \
+    --user=mysql --log-error=/var/log/mysql/error.log </dev/null >&2 ||
+    _cs_log "start-stop-daemon exited non-zero; waiting anyway"
+}
+
+_cs_maria_prepare() {
+  command -v mariadb-admin >/dev/null 2>&1 ||
+    { _cs_fail "MariaDB client tools (mariadb, mariadb-admin) are missing; install mariadb-client"; return 1; }
+  if ! _cs_maria_up; then
+    _cs_log "MariaDB does not answer on 127.0.0.1:3306"
+    _cs_maria_start || return 1
+    _cs_wait MariaDB _cs_maria_up ||
+      { _cs_fail "MariaDB did not answer on 127.0.0.1:3306 within ${COURIER_SERVICE_TIMEOUT:-120}s; see /var/log/mysql/error.log"; return 1; }
+  else
+    _cs_log "MariaDB answers"
+  fi
+  # The root account authenticates through the socket (unix_socket), so run as root.
+  _cs_root mariadb -u root --protocol=socket >&2 <<'SQL' ||
+CREATE DATABASE IF NOT EXISTS courier_test;
+CREATE USER IF NOT EXISTS 'courier'@'127.0.0.1' IDENTIFIED BY 'courier';
+CREATE USER IF NOT EXISTS 'courier'@'localhost' IDENTIFIED BY 'courier';
+ALTER USER 'courier'@'127.0.0.1' IDENTIFIED BY 'courier';
+ALTER USER 'courier'@'localhost' IDENTIFIED BY 'courier';
+GRANT ALL PRIVILEGES ON `courier_test`.* TO 'courier'@'127.0.0.1', 'courier'@'localhost';
+GRANT ALL PRIVILEGES ON `courier\_%`.* TO 'courier'@'127.0.0.1', 'courier'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+    { _cs_fail "could not create the MariaDB user/database (as root through the socket)"; return 1; }
+  mariadb --protocol=tcp -h 127.0.0.1 -P 3306 -u courier -pcourier courier_test -e 'SELECT 1' </dev/null >/dev/null ||
+    { _cs_fail "cannot connect to $COURIER_MARIADB_URL"; return 1; }
+  _cs_log "MariaDB ready: $COURIER_MARIADB_URL"
+}
+
+# ---------------------------------------------------------------- RabbitMQ
+_cs_rabbit_up() { _cs_tcp_open 5672; }
+
+_cs_rabbit_start() {
+  command -v rabbitmqctl >/dev/null 2>&1 ||
+    { _cs_fail "RabbitMQ is not installed here (no rabbitmqctl); install rabbitmq-server or set COURIER_RABBITMQ_URL and COURIER_SERVICES=skip"; return 1; }
+  # A node whose app was stopped (rabbitmqctl stop_app, as restart tests do) is still
+  # running: start its app instead of a second node.
+  if _cs_root timeout 30 rabbitmqctl -q ping </dev/null >/dev/null 2>&1; then
+    _cs_log "RabbitMQ node is running but not listening: rabbitmqctl start_app"
+    _cs_root timeout 120 rabbitmqctl start_app </dev/null >&2 || _cs_log "start_app exited non-zero; waiting anyway"
+  else
+    _cs_log "starting RabbitMQ: rabbitmq-server -detached"
+    _cs_root rabbitmq-server -detached </dev/null >&2 || _cs_log "rabbitmq-server exited non-zero; waiting anyway"
+  fi
+  _cs_root timeout "${COURIER_SERVICE_TIMEOUT:-120}" rabbitmqctl await_startup </dev/null >&2 ||
+    _cs_log "rabbitmqctl await_startup failed; waiting for the port anyway"
+}
+
+_cs_rabbit_prepare() {
+  if ! _cs_rabbit_up; then
+    _cs_log "RabbitMQ does not answer on 127.0.0.1:5672"
+    _cs_rabbit_start || return 1
+    _cs_wait RabbitMQ _cs_rabbit_up ||
+      { _cs_fail "RabbitMQ did not answer on 127.0.0.1:5672 within ${COURIER_SERVICE_TIMEOUT:-120}s; see /var/log/rabbitmq/; start: rabbitmq-server -detached && rabbitmqctl await_startup"; return 1; }
+  else
+    _cs_log "RabbitMQ answers"
+  fi
+  _cs_log "RabbitMQ ready: $COURIER_RABBITMQ_URL"
+}
+
+# ---------------------------------------------------------------- main
+courier_services_prepare() {
+  : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
+  : "${COURIER_MARIADB_URL:=mysql://courier:courier@127.0.0.1:3306/courier_test}"
+  : "${COURIER_RABBITMQ_URL:=amqp://guest:guest@127.0.0.1:5672}"
+  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL
+  if [ "${COURIER_SERVICES:-}" = "skip" ] || [ "${COURIER_TESTCONTAINERS:-}" = "1" ]; then
+    _cs_log "not preparing local services (COURIER_SERVICES=${COURIER_SERVICES:-} COURIER_TESTCONTAINERS=${COURIER_TESTCONTAINERS:-})"
+    return 0
+  fi
+  local failed=""
+  _cs_pg_prepare || failed="$failed PostgreSQL"
+  _cs_maria_prepare || failed="$failed MariaDB"
+  _cs_rabbit_prepare || failed="$failed RabbitMQ"
+  if [ -n "$failed" ]; then
+    _cs_fail "not ready:$failed (see the messages above)"
+    return 1
+  fi
+}
+
+if (return 0 2>/dev/null); then
+  # Sourced: prepare and leave the variables exported in the caller's shell.
+  courier_services_prepare || return 1
+else
+  set -uo pipefail
+  courier_services_prepare || exit 1
+  printf 'export COURIER_PG_URL=%q\n' "$COURIER_PG_URL"
+  printf 'export COURIER_MARIADB_URL=%q\n' "$COURIER_MARIADB_URL"
+  printf 'export COURIER_RABBITMQ_URL=%q\n' "$COURIER_RABBITMQ_URL"
+fi
