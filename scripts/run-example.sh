@@ -17,16 +17,17 @@ if [ ! -f "$example_dir/package.json" ]; then
   courier_die "$example_dir has no package.json yet: the example (@courier/example-orders-payments, script 'start') is not written"
 fi
 
-courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
-courier_install
-
-case "${1:-}" in
-  in-memory | memory | sqlite) export COURIER_SERVICES=skip ;;
-esac
-courier_step "prepare services"
-# shellcheck source=services.sh
-source scripts/services.sh ||
-  echo "warning: services are not ready; a setup that needs PostgreSQL or RabbitMQ will fail" >&2
+if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
+  courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
+  courier_install
+  case "${1:-}" in
+    in-memory | memory | sqlite) export COURIER_SERVICES=skip ;;
+  esac
+  courier_step "prepare services"
+  # shellcheck source=services.sh
+  source scripts/services.sh ||
+    echo "warning: services are not ready; a setup that needs PostgreSQL or RabbitMQ will fail" >&2
+fi
 
 courier_step "example: pnpm --filter @courier/example-orders-payments start $*"
 exec pnpm --filter @courier/example-orders-payments start "$@"
