@@ -1,0 +1,183 @@
+import type { ConfirmChannel, Message, Options } from 'amqplib';
+
+/** How the broker answered one publish. */
+export type ConfirmOutcome =
+  | { readonly kind: 'ok' }
+  | { readonly kind: 'nacked' }
+  | { readonly kind: 'returned'; readonly replyCode: number; readonly replyText: string }
+  | { readonly kind: 'timeout' }
+  | { readonly kind: 'closed'; readonly cause: unknown };
+
+interface Pending {
+  readonly messageId: string;
+  readonly sentAt: number;
+  done: boolean;
+  resolve(outcome: ConfirmOutcome): void;
+}
+
+/**
+ * Publishes on one confirm channel with a window of unconfirmed messages in flight.
+ *
+ * Guarantees: every message sent gets exactly one outcome — `ok` only after the broker's
+ * `basic.ack` and no `basic.return` for it; `returned` for a mandatory message no queue
+ * took (RabbitMQ sends the return before the ack of the same message, so matching
+ * returns to acks by messageId in order is exact); `nacked`; `timeout` when no answer
+ * came within `timeoutMs` (the channel is then closed, since a channel that stops
+ * confirming is not trusted again); `closed` when the channel or connection died first.
+ * Not more than `window` messages are unconfirmed at once, and socket back-pressure
+ * (`publish` returning false) is honoured before the next write.
+ */
+export class ConfirmPublisher {
+  readonly #channel: ConfirmChannel;
+  readonly #window: number;
+  readonly #timeoutMs: number;
+  readonly #pending = new Set<Pending>();
+  readonly #returns = new Map<string, Message[]>();
+  #inFlight = 0;
+  #waiters: (() => void)[] = [];
+  #needsDrain = false;
+  #closedBy: unknown = null;
+  #sweeper: NodeJS.Timeout;
+
+  constructor(channel: ConfirmChannel, options: { readonly window: number; readonly timeoutMs: number }) {
+    this.#channel = channel;
+    this.#window = options.window;
+    this.#timeoutMs = options.timeoutMs;
+    channel.on('return', (message: Message) => {
+      const id = String(message.properties.messageId);
+      const list = this.#returns.get(id);
+      if (list) list.push(message);
+      else this.#returns.set(id, [message]);
+    });
+    channel.on('drain', () => {
+      this.#needsDrain = false;
+      this.#wake();
+    });
+    channel.on('close', () => this.#markClosed(new Error('channel closed')));
+    // One timer for the whole window instead of one per message: at tens of thousands
+    // of messages a second, per-message timers cost more than the publishing itself.
+    this.#sweeper = setInterval(() => this.#sweep(), Math.max(20, Math.floor(this.#timeoutMs / 4)));
+    this.#sweeper.unref();
+  }
+
+  /** False once the channel closed or stopped confirming; a new publisher is then needed. */
+  get alive(): boolean {
+    return this.#closedBy === null;
+  }
+
+  /** Messages sent and not yet answered. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** True when {@link send} may be called now without exceeding the window or the socket buffer. */
+  hasCapacity(): boolean {
+    return this.#closedBy !== null || (this.#inFlight < this.#window && !this.#needsDrain);
+  }
+
+  /** Resolves when {@link hasCapacity} is true (or the channel died: `send` then answers `closed`). */
+  capacity(): Promise<void> {
+    if (this.hasCapacity()) return Promise.resolve();
+    return new Promise((resolve) => this.#waiters.push(resolve));
+  }
+
+  /**
+   * Sends one persistent, mandatory message and returns its outcome's promise. Throws
+   * synchronously, having sent nothing, when amqplib cannot encode it (e.g. a headers
+   * table over 64 KiB); the window is then unchanged.
+   */
+  send(exchange: string, routingKey: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<ConfirmOutcome> {
+    if (this.#closedBy !== null) return Promise.resolve({ kind: 'closed', cause: this.#closedBy });
+    let pending!: Pending;
+    const promise = new Promise<ConfirmOutcome>((resolve) => {
+      pending = { messageId: options.messageId, sentAt: Date.now(), done: false, resolve };
+    });
+    let flushed: boolean;
+    try {
+      flushed = this.#channel.publish(exchange, routingKey, content, { ...options, mandatory: true, persistent: true }, (error: unknown) =>
+        this.#answer(pending, error),
+      );
+    } catch (error) {
+      // A channel that is closing throws IllegalOperationError before our 'close'
+      // listener ran: that is a lost channel, not a message amqplib cannot encode.
+      if (error instanceof Error && error.name === 'IllegalOperationError') {
+        this.#markClosed(error);
+        return Promise.resolve({ kind: 'closed', cause: error });
+      }
+      throw error;
+    }
+    this.#inFlight++;
+    this.#pending.add(pending);
+    if (!flushed) this.#needsDrain = true;
+    return promise;
+  }
+
+  /** Closes the channel; unconfirmed messages answer `closed`. Idempotent. */
+  async close(): Promise<void> {
+    this.#markClosed(new Error('publisher closed'));
+    try {
+      await this.#channel.close();
+    } catch {
+      // Already closed by the broker or with the connection: nothing left to release.
+    }
+  }
+
+  #answer(pending: Pending, error: unknown): void {
+    this.#inFlight--;
+    this.#wake();
+    let outcome: ConfirmOutcome;
+    if (error) {
+      // amqplib reports a nack and a closed channel through the same callback; only the
+      // message text tells them apart.
+      outcome = error instanceof Error && error.message === 'message nacked' ? { kind: 'nacked' } : { kind: 'closed', cause: error };
+    } else {
+      const returned = this.#takeReturn(pending.messageId);
+      outcome = returned
+        ? { kind: 'returned', replyCode: Number(returned.fields.replyCode ?? 0), replyText: String(returned.fields.replyText ?? '') }
+        : { kind: 'ok' };
+    }
+    if (pending.done) return;
+    pending.done = true;
+    this.#pending.delete(pending);
+    pending.resolve(outcome);
+  }
+
+  #takeReturn(messageId: string): (Message & { fields: { replyCode?: unknown; replyText?: unknown } }) | undefined {
+    const list = this.#returns.get(messageId);
+    if (!list) return undefined;
+    const first = list.shift();
+    if (list.length === 0) this.#returns.delete(messageId);
+    return first as (Message & { fields: { replyCode?: unknown; replyText?: unknown } }) | undefined;
+  }
+
+  #sweep(): void {
+    const now = Date.now();
+    let expired = false;
+    // Sets iterate in insertion order, i.e. send order: stop at the first young entry.
+    for (const pending of this.#pending) {
+      if (now - pending.sentAt < this.#timeoutMs) break;
+      pending.done = true;
+      this.#pending.delete(pending);
+      pending.resolve({ kind: 'timeout' });
+      expired = true;
+    }
+    if (expired) void this.close();
+  }
+
+  #markClosed(cause: unknown): void {
+    if (this.#closedBy !== null) return;
+    this.#closedBy = cause;
+    clearInterval(this.#sweeper);
+    for (const pending of this.#pending) {
+      pending.done = true;
+      pending.resolve({ kind: 'closed', cause });
+    }
+    this.#pending.clear();
+    this.#returns.clear();
+    this.#wake(true);
+  }
+
+  #wake(all = false): void {
+    while (this.#waiters.length > 0 && (all || this.hasCapacity())) this.#waiters.shift()!();
+  }
+}

@@ -1,0 +1,547 @@
+import {
+  ClosedError,
+  ConfigError,
+  CourierError,
+  describeError,
+  isValidTopic,
+  noopLogger,
+  SerializationError,
+  TransportError,
+  type DeliveryHandler,
+  type Endpoint,
+  type Envelope,
+  type Logger,
+  type PublishResult,
+  type Subscription,
+  type Transport,
+  type TransportCapabilities,
+} from '@courier/core';
+import { connect, type ChannelModel, type Options } from 'amqplib';
+import { toAmqpMessage } from './amqp-mapping.js';
+import { ConfirmPublisher, type ConfirmOutcome } from './confirm-publisher.js';
+import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
+import { RabbitMqSubscription } from './rabbitmq-subscription.js';
+import { DEFAULT_DELAY_TIERS_MS, declareConsumer, declareExchange, rabbitMqNames, type RabbitMqNames } from './topology.js';
+
+/** Arguments of {@link RabbitMqTransport}. Every field but `connection` is optional. */
+export interface RabbitMqTransportConfig {
+  /**
+   * An `amqp://` URL, or an async factory returning a fresh amqplib connection (a plain
+   * `ChannelModel` from `connect`, not a recovering one: the transport recovers itself and
+   * calls the factory again on every reconnect). The transport never reads the environment.
+   */
+  readonly connection: string | (() => Promise<ChannelModel>);
+  /** Prefix of every exchange and queue name. Default `courier`. */
+  readonly prefix?: string;
+  /** Most unconfirmed messages in flight on the publish channel. Default 256. */
+  readonly confirmWindow?: number;
+  /** A message with no confirm after this long fails with `PUBLISH_TIMEOUT`. Default 30 s. */
+  readonly publishTimeoutMs?: number;
+  /** Largest payload accepted, in bytes (RabbitMQ's own `max_message_size` defaults to 128 MiB). Default 16 MiB. */
+  readonly maxMessageBytes?: number;
+  /** Unacknowledged deliveries per subscription. Default `max(2 × concurrency, 8)`. */
+  readonly prefetch?: (endpoint: Endpoint) => number;
+  /** Retry delay tiers in ms, ascending; one queue per tier per unordered consumer. Default 1 s, 5 s, 20 s, 1 min, 5 min. */
+  readonly delayTiersMs?: readonly number[];
+  /** Reconnect backoff (capped exponential with jitter). Default 100 ms doubling to 10 s. */
+  readonly reconnect?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /** Gives up on one connection attempt after this long. Default 10 s. */
+  readonly connectTimeoutMs?: number;
+  /** Dead-letter error text is cut to this many UTF-8 bytes so headers fit a frame. Default 4096. */
+  readonly maxErrorBytes?: number;
+  /** Messages `deadLetters.replay` / `purge` look at per call. Default 10,000. */
+  readonly maxDeadLetterScan?: number;
+  readonly logger?: Logger;
+  /** Random source for tier choice and reconnect jitter (tests make it deterministic). */
+  readonly random?: () => number;
+}
+
+/** Counters since construction, for metrics and tests. */
+export interface RabbitMqTransportStats {
+  /** Messages the broker confirmed. */
+  readonly confirmed: number;
+  /** Messages that failed: nacked, returned, timed out, lost with the connection, or refused before sending. */
+  readonly publishFailures: number;
+  /** Mandatory messages no queue took (`basic.return`); also counted in `publishFailures`. */
+  readonly unroutable: number;
+  readonly deliveries: number;
+  readonly retried: number;
+  readonly deadLettered: number;
+  /** Connection losses noticed (not counting `close`). */
+  readonly disconnects: number;
+  /** Successful reconnects. */
+  readonly reconnects: number;
+}
+
+type Counter = keyof RabbitMqTransportStats;
+
+const NAME_PATTERN = /^[A-Za-z0-9._-]+$/;
+const MAX_MESSAGE_BYTES_LIMIT = 512 * 1024 * 1024; // RabbitMQ's hard ceiling for max_message_size
+
+/**
+ * Courier's transport on RabbitMQ, through amqplib.
+ *
+ * Guarantees (beyond the `Transport` contract):
+ * - Publishing: persistent, mandatory messages on one confirm channel with a window of
+ *   `confirmWindow` unconfirmed messages. `publish` resolves once the broker answered
+ *   for every message; a nack, a return (no queue bound for the topic), a timeout or a
+ *   connection lost before the confirm fails exactly the messages concerned. It rejects
+ *   with a retriable `TransportError` only when no connection is open.
+ * - Order: messages published on the one channel reach a queue in publish order, so the
+ *   order of several unconfirmed messages of a key is kept (`orderedPipelining`).
+ * - Topology (see the README): one durable direct exchange `<prefix>.topics` routed by
+ *   topic; per consumer a quorum queue `<prefix>.q.<consumer>`, its delay-tier queues and
+ *   its dead-letter queue, declared on `subscribe` (or {@link provision}).
+ * - Recovery: a lost connection or channel is reopened with capped, jittered backoff,
+ *   the topology re-declared and every subscription resumed. Nothing in flight is
+ *   assumed delivered.
+ * - `close` is idempotent, stops consumers, waits for handlers and confirms in flight,
+ *   then closes the connection; `await using` works.
+ */
+export class RabbitMqTransport implements Transport {
+  readonly capabilities: TransportCapabilities;
+  readonly deadLetters: RabbitMqDeadLetters;
+  readonly #factory: () => Promise<ChannelModel>;
+  readonly #prefix: string;
+  readonly #window: number;
+  readonly #publishTimeoutMs: number;
+  readonly #prefetch: (endpoint: Endpoint) => number;
+  readonly #tiers: readonly number[];
+  readonly #reconnectInitialMs: number;
+  readonly #reconnectMaxMs: number;
+  readonly #connectTimeoutMs: number;
+  readonly #maxErrorBytes: number;
+  readonly #logger: Logger;
+  readonly #random: () => number;
+  readonly #stats: Record<Counter, number> = {
+    confirmed: 0,
+    publishFailures: 0,
+    unroutable: 0,
+    deliveries: 0,
+    retried: 0,
+    deadLettered: 0,
+    disconnects: 0,
+    reconnects: 0,
+  };
+  readonly #subscriptions = new Set<RabbitMqSubscription>();
+  readonly #publishes = new Set<Promise<unknown>>();
+  #connection: ChannelModel | null = null;
+  #publisher: ConfirmPublisher | null = null;
+  #opening: Promise<ConfirmPublisher> | null = null;
+  #connecting: Promise<void> | null = null;
+  #reconnectTimer: NodeJS.Timeout | null = null;
+  #reconnectAttempt = 0;
+  #everConnected = false;
+  #closing: Promise<void> | null = null;
+
+  constructor(config: RabbitMqTransportConfig) {
+    const problems: string[] = [];
+    const { connection } = config;
+    if (typeof connection === 'string') {
+      if (!/^amqps?:\/\//.test(connection)) problems.push(`'connection' must be an amqp:// or amqps:// URL`);
+    } else if (typeof connection !== 'function') {
+      problems.push(`'connection' must be a URL or an async connection factory`);
+    }
+    const prefix = config.prefix ?? 'courier';
+    if (!NAME_PATTERN.test(prefix) || prefix.length > 100) problems.push(`'prefix' must be 1-100 characters of [A-Za-z0-9._-], got '${prefix}'`);
+    const positiveInt = (name: string, value: number | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number => {
+      const v = value ?? fallback;
+      if (!Number.isSafeInteger(v) || v < 1 || v > max) problems.push(`'${name}' must be an integer from 1 to ${max}, got ${String(value)}`);
+      return v;
+    };
+    this.#window = positiveInt('confirmWindow', config.confirmWindow, 256, 65_535);
+    this.#publishTimeoutMs = positiveInt('publishTimeoutMs', config.publishTimeoutMs, 30_000);
+    const maxMessageBytes = positiveInt('maxMessageBytes', config.maxMessageBytes, 16 * 1024 * 1024, MAX_MESSAGE_BYTES_LIMIT);
+    this.#reconnectInitialMs = positiveInt('reconnect.initialDelayMs', config.reconnect?.initialDelayMs, 100);
+    this.#reconnectMaxMs = positiveInt('reconnect.maxDelayMs', config.reconnect?.maxDelayMs, 10_000);
+    this.#connectTimeoutMs = positiveInt('connectTimeoutMs', config.connectTimeoutMs, 10_000);
+    this.#maxErrorBytes = positiveInt('maxErrorBytes', config.maxErrorBytes, 4096, 32 * 1024);
+    const maxScan = positiveInt('maxDeadLetterScan', config.maxDeadLetterScan, 10_000);
+    const tiers = config.delayTiersMs ?? DEFAULT_DELAY_TIERS_MS;
+    if (tiers.length === 0 || tiers.some((t, i) => !Number.isSafeInteger(t) || t < 1 || (i > 0 && t <= tiers[i - 1]!))) {
+      problems.push(`'delayTiersMs' must be a non-empty ascending list of positive integers`);
+    }
+    if (problems.length > 0) throw new ConfigError(problems);
+
+    this.#factory = typeof connection === 'string' ? () => connect(connection) : connection;
+    this.#prefix = prefix;
+    this.#tiers = Object.freeze([...tiers]);
+    this.#prefetch = config.prefetch ?? ((endpoint) => Math.max(endpoint.concurrency * 2, 8));
+    this.#logger = config.logger ?? noopLogger;
+    this.#random = config.random ?? Math.random;
+    this.capabilities = Object.freeze({
+      orderingByKey: true,
+      orderedPipelining: true,
+      nativeDelay: false,
+      nativeDeadLetter: true,
+      maxMessageBytes,
+    });
+    this.deadLetters = new RabbitMqDeadLetters({
+      logger: this.#logger,
+      maxScan,
+      names: (consumer) => this.names(consumer),
+      requireConnection: () => this.#requireConnection(),
+      publishToQueue: (queue, content, options) => this.#publishToQueue(queue, content, options),
+    });
+  }
+
+  /** Names of the exchange and of `consumer`'s queues under this transport's prefix and tiers. */
+  names(consumer: string): RabbitMqNames {
+    return rabbitMqNames(this.#prefix, consumer, this.#tiers);
+  }
+
+  /** A snapshot of the counters. */
+  stats(): RabbitMqTransportStats {
+    return Object.freeze({ ...this.#stats });
+  }
+
+  /** True while a connection is open. */
+  get connected(): boolean {
+    return this.#connection !== null;
+  }
+
+  /**
+   * Publishes `messages` and resolves with one result per message, in input order, once
+   * the broker answered for each.
+   *
+   * A result is `ok: false` with a `TransportError` (retriable) for a nack
+   * (`PUBLISH_REJECTED`), a return (`PUBLISH_UNROUTABLE`: no consumer queue is bound to
+   * the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a connection lost before the confirm
+   * (`TRANSPORT`), or `ABORTED` for messages not yet sent when `signal` aborted; and with a
+   * `SerializationError` (not retriable) for a payload over `maxMessageBytes` or a message
+   * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ owns). Rejects with
+   * a retriable `TransportError` when no connection is open, `ClosedError` after `close`.
+   */
+  async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
+    if (this.#closing) throw new ClosedError('rabbitmq transport');
+    const run = this.#publish(messages, options.signal);
+    this.#publishes.add(run);
+    try {
+      return await run;
+    } finally {
+      this.#publishes.delete(run);
+    }
+  }
+
+  async #publish(messages: readonly Envelope[], signal: AbortSignal | undefined): Promise<readonly PublishResult[]> {
+    if (messages.length === 0) return [];
+    const publisher = await this.#readyPublisher();
+    const exchange = `${this.#prefix}.topics`;
+    const results = new Array<PublishResult>(messages.length);
+    const answers: Promise<void>[] = [];
+    const max = this.capabilities.maxMessageBytes;
+    for (let i = 0; i < messages.length; i++) {
+      const envelope = messages[i]!;
+      const { messageId } = envelope;
+      if (signal?.aborted) {
+        results[i] = this.#failed(messageId, new TransportError(`publish of message '${messageId}' aborted before sending`, { code: 'ABORTED' }));
+        continue;
+      }
+      let outcome: Promise<ConfirmOutcome>;
+      try {
+        const message = toAmqpMessage(envelope);
+        if (message.content.length > max) {
+          throw new SerializationError('PAYLOAD_TOO_LARGE', `message '${messageId}' payload is ${message.content.length} bytes; at most ${max} are allowed`);
+        }
+        if (!publisher.hasCapacity()) await publisher.capacity();
+        outcome = publisher.send(exchange, envelope.topic, message.content, message.properties);
+      } catch (error) {
+        const failure =
+          error instanceof CourierError
+            ? error
+            : new SerializationError('ENVELOPE_INVALID', `message '${messageId}' cannot be encoded for AMQP: ${describeError(error)}`, { cause: error });
+        results[i] = this.#failed(messageId, failure);
+        continue;
+      }
+      answers.push(
+        outcome.then((answer) => {
+          results[i] = this.#result(envelope, answer);
+        }),
+      );
+    }
+    await Promise.all(answers);
+    return results;
+  }
+
+  #result(envelope: Envelope, outcome: ConfirmOutcome): PublishResult {
+    const { messageId, topic } = envelope;
+    switch (outcome.kind) {
+      case 'ok':
+        this.#stats.confirmed++;
+        return { messageId, ok: true };
+      case 'nacked':
+        return this.#failed(messageId, new TransportError(`rabbitmq nacked message '${messageId}'`, { code: 'PUBLISH_REJECTED' }));
+      case 'returned':
+        this.#stats.unroutable++;
+        this.#logger.warn('rabbitmq returned an unroutable message', { messageId, topic, replyText: outcome.replyText });
+        return this.#failed(
+          messageId,
+          new TransportError(`message '${messageId}' is unroutable: no queue is bound to topic '${topic}' (${outcome.replyText})`, {
+            code: 'PUBLISH_UNROUTABLE',
+          }),
+        );
+      case 'timeout':
+        return this.#failed(
+          messageId,
+          new TransportError(`no confirm for message '${messageId}' within ${this.#publishTimeoutMs} ms; it may still arrive`, { code: 'PUBLISH_TIMEOUT' }),
+        );
+      case 'closed':
+        return this.#failed(
+          messageId,
+          new TransportError(`connection lost before the confirm of message '${messageId}'; it may still arrive`, { cause: outcome.cause }),
+        );
+    }
+  }
+
+  #failed(messageId: string, error: CourierError): PublishResult {
+    this.#stats.publishFailures++;
+    return { messageId, ok: false, error };
+  }
+
+  /**
+   * Declares `endpoint.consumer`'s queues and binds them to its topics without consuming,
+   * so messages published before the consumer first starts are kept instead of returned
+   * as unroutable. Idempotent.
+   */
+  async provision(endpoint: Pick<Endpoint, 'consumer' | 'topics' | 'ordered'>): Promise<void> {
+    this.#checkEndpoint({ ...endpoint, concurrency: 1 });
+    const connection = await this.#requireConnection();
+    const channel = await connection.createChannel();
+    channel.on('error', () => undefined);
+    try {
+      await declareConsumer(channel, this.names(endpoint.consumer), endpoint, { deadLetterDeliveryLimit: DEAD_LETTER_DELIVERY_LIMIT });
+    } catch (error) {
+      throw declarationError(endpoint.consumer, error);
+    } finally {
+      await channel.close().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Starts consuming `endpoint` from its quorum queue, declaring the topology first.
+   *
+   * Resolves once the consumer is registered with the broker; rejects with a `ConfigError`
+   * for a bad endpoint or a queue that exists with other settings (ordered vs not), or a
+   * retriable `TransportError` when the broker is unreachable. Afterwards it survives
+   * reconnects until closed.
+   */
+  async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
+    if (this.#closing) throw new ClosedError('rabbitmq transport');
+    this.#checkEndpoint(endpoint);
+    await this.#requireConnection();
+    const frozen: Endpoint = Object.freeze({ ...endpoint, topics: Object.freeze([...endpoint.topics]) });
+    const subscription = new RabbitMqSubscription(
+      {
+        logger: this.#logger,
+        random: this.#random,
+        maxErrorBytes: this.#maxErrorBytes,
+        deadLetterDeliveryLimit: DEAD_LETTER_DELIVERY_LIMIT,
+        connection: () => this.#connection,
+        publishToQueue: (queue, content, options) => this.#publishToQueue(queue, content, options),
+        count: (counter) => {
+          this.#stats[counter]++;
+        },
+        forget: (s) => {
+          this.#subscriptions.delete(s);
+        },
+      },
+      frozen,
+      handler,
+      this.names(endpoint.consumer),
+      this.#prefetch(frozen),
+    );
+    this.#subscriptions.add(subscription);
+    try {
+      await subscription.start();
+    } catch (error) {
+      this.#subscriptions.delete(subscription);
+      await subscription.close();
+      throw declarationError(endpoint.consumer, error);
+    }
+    return subscription;
+  }
+
+  /**
+   * Stops every subscription (waiting for handlers in flight), waits for publishes in
+   * flight to be answered, then closes the connection. Idempotent. With `signal`, stops
+   * waiting for handlers when it aborts (their deliveries are redelivered).
+   */
+  close(options: { signal?: AbortSignal } = {}): Promise<void> {
+    this.#closing ??= this.#close(options.signal);
+    return this.#closing;
+  }
+
+  /** Same as {@link close}, for `await using`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  async #close(signal: AbortSignal | undefined): Promise<void> {
+    if (this.#reconnectTimer) clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = null;
+    await Promise.all([...this.#subscriptions].map((s) => s.close(signal ? { signal } : {})));
+    await Promise.allSettled([...this.#publishes]);
+    await this.#connecting?.catch(() => undefined);
+    const connection = this.#connection;
+    this.#connection = null;
+    await this.#publisher?.close();
+    this.#publisher = null;
+    if (connection) await connection.close().catch(() => undefined);
+  }
+
+  #checkEndpoint(endpoint: Endpoint): void {
+    const problems: string[] = [];
+    if (typeof endpoint.consumer !== 'string' || !NAME_PATTERN.test(endpoint.consumer)) {
+      problems.push(`consumer '${String(endpoint.consumer)}' must be non-empty [A-Za-z0-9._-]`);
+    } else if (Buffer.byteLength(this.names(endpoint.consumer).retryQueues.at(-1)?.name ?? '', 'utf8') > 255) {
+      problems.push(`consumer '${endpoint.consumer}' is too long for RabbitMQ's 255-byte queue names`);
+    }
+    if (!Array.isArray(endpoint.topics) || endpoint.topics.length === 0) problems.push(`consumer '${endpoint.consumer}' needs at least one topic`);
+    else for (const topic of endpoint.topics) if (!isValidTopic(topic)) problems.push(`topic '${String(topic)}' is not a valid topic name`);
+    if (!Number.isSafeInteger(endpoint.concurrency) || endpoint.concurrency < 1) {
+      problems.push(`consumer '${endpoint.consumer}' concurrency must be an integer of 1 or more`);
+    }
+    if (problems.length > 0) throw new ConfigError(problems);
+  }
+
+  /** The open connection, connecting first if this is the first use. */
+  async #requireConnection(): Promise<ChannelModel> {
+    if (this.#closing) throw new ClosedError('rabbitmq transport');
+    if (!this.#connection) {
+      if (!this.#connecting && this.#everConnected) {
+        throw new TransportError('rabbitmq connection is down; reconnecting');
+      }
+      try {
+        await this.#connect();
+      } catch (error) {
+        throw new TransportError(`rabbitmq is unreachable: ${describeError(error)}`, { cause: error });
+      }
+    }
+    const connection = this.#connection as ChannelModel | null;
+    if (!connection) throw new TransportError('rabbitmq connection is down; reconnecting');
+    return connection;
+  }
+
+  async #readyPublisher(): Promise<ConfirmPublisher> {
+    if (this.#publisher?.alive) return this.#publisher;
+    const connection = await this.#requireConnection();
+    if (this.#publisher?.alive) return this.#publisher;
+    // The connection is up but the publish channel died (a channel error): open another.
+    this.#opening ??= this.#openPublisher(connection).finally(() => {
+      this.#opening = null;
+    });
+    try {
+      return await this.#opening;
+    } catch (error) {
+      throw new TransportError(`rabbitmq publish channel could not be opened: ${describeError(error)}`, { cause: error });
+    }
+  }
+
+  async #openPublisher(connection: ChannelModel): Promise<ConfirmPublisher> {
+    const channel = await connection.createConfirmChannel();
+    channel.on('error', (error: Error) => this.#logger.warn('rabbitmq publish channel error', { error: describeError(error) }));
+    await declareExchange(channel, { exchange: `${this.#prefix}.topics` });
+    const publisher = new ConfirmPublisher(channel, { window: this.#window, timeoutMs: this.#publishTimeoutMs });
+    if (this.#connection === connection) this.#publisher = publisher;
+    return publisher;
+  }
+
+  async #publishToQueue(queue: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<void> {
+    const publisher = await this.#readyPublisher();
+    if (!publisher.hasCapacity()) await publisher.capacity();
+    const outcome = await publisher.send('', queue, content, options);
+    if (outcome.kind === 'ok') return;
+    const what = `republish of message '${options.messageId}' to '${queue}'`;
+    if (outcome.kind === 'returned') throw new TransportError(`${what} was unroutable (${outcome.replyText})`, { code: 'PUBLISH_UNROUTABLE' });
+    if (outcome.kind === 'nacked') throw new TransportError(`${what} was nacked`, { code: 'PUBLISH_REJECTED' });
+    if (outcome.kind === 'timeout') throw new TransportError(`${what} was not confirmed in time`, { code: 'PUBLISH_TIMEOUT' });
+    throw new TransportError(`${what} lost its connection before the confirm`, { cause: outcome.cause });
+  }
+
+  #connect(): Promise<void> {
+    if (this.#connection) return Promise.resolve();
+    this.#connecting ??= this.#open().finally(() => {
+      this.#connecting = null;
+    });
+    return this.#connecting;
+  }
+
+  async #open(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const attempt = this.#factory();
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no connection within ${this.#connectTimeoutMs} ms`)), this.#connectTimeoutMs);
+    });
+    let connection: ChannelModel;
+    try {
+      connection = await Promise.race([attempt, timeout]);
+    } catch (error) {
+      // A factory that answers after the timeout must not leak its connection.
+      attempt.then((late) => late.close().catch(() => undefined)).catch(() => undefined);
+      if (!this.#closing) this.#scheduleReconnect();
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+    // amqplib emits 'error' before 'close' on a connection failure; without a listener the
+    // EventEmitter would throw it out of the socket handler and crash the process.
+    connection.on('error', (error: Error) => this.#logger.warn('rabbitmq connection error', { error: describeError(error) }));
+    connection.on('close', () => this.#onConnectionClosed(connection));
+    connection.on('blocked', (reason: string) => this.#logger.warn('rabbitmq blocked publishing (resource alarm)', { reason }));
+    connection.on('unblocked', () => this.#logger.info('rabbitmq unblocked publishing'));
+    this.#connection = connection;
+    try {
+      await this.#openPublisher(connection);
+    } catch (error) {
+      this.#connection = null;
+      await connection.close().catch(() => undefined);
+      if (!this.#closing) this.#scheduleReconnect();
+      throw error;
+    }
+    if (this.#everConnected) {
+      this.#stats.reconnects++;
+      this.#logger.info('rabbitmq reconnected', { subscriptions: this.#subscriptions.size });
+    }
+    this.#everConnected = true;
+    this.#reconnectAttempt = 0;
+    if (this.#closing) return;
+    for (const subscription of this.#subscriptions) subscription.resume();
+  }
+
+  #onConnectionClosed(connection: ChannelModel): void {
+    if (this.#connection !== connection) return;
+    this.#connection = null;
+    this.#publisher = null;
+    if (this.#closing) return;
+    this.#stats.disconnects++;
+    this.#logger.warn('rabbitmq connection lost; reconnecting', {});
+    this.#scheduleReconnect();
+  }
+
+  #scheduleReconnect(): void {
+    if (this.#closing || this.#reconnectTimer) return;
+    const base = Math.min(this.#reconnectMaxMs, this.#reconnectInitialMs * 2 ** this.#reconnectAttempt);
+    const delay = base * (0.5 + this.#random() / 2);
+    this.#reconnectAttempt++;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = null;
+      this.#connect().catch((error: unknown) => {
+        this.#logger.warn('rabbitmq reconnect failed', { attempt: this.#reconnectAttempt, error: describeError(error) });
+      });
+    }, delay);
+  }
+}
+
+// Far above any real browsing, within a signed 32-bit argument (see topology.ts).
+const DEAD_LETTER_DELIVERY_LIMIT = 1_000_000_000;
+
+function declarationError(consumer: string, error: unknown): CourierError {
+  if (error instanceof CourierError) return error;
+  if ((error as { code?: unknown }).code === 406) {
+    return new ConfigError(
+      `queues of consumer '${consumer}' exist with other settings (was it declared ordered, or unordered, before?): ${describeError(error)}`,
+      { cause: error },
+    );
+  }
+  return new TransportError(`could not declare the topology of consumer '${consumer}': ${describeError(error)}`, { cause: error });
+}

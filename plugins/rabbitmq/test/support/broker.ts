@@ -1,0 +1,88 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { connect, type ChannelModel } from 'amqplib';
+import { rabbitMqNames } from '../../src/index.js';
+
+const run = promisify(execFile);
+
+/** The broker every test uses: `COURIER_RABBITMQ_URL`, default the local guest account. */
+export const BROKER_URL = process.env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+
+/** Tiers short enough for tests: 200 ms and 600 ms. */
+export const TEST_TIERS_MS: readonly number[] = [200, 600];
+
+/** A fresh id (`t` + 12 hex digits), from which every name in one test derives. */
+export function testId(): string {
+  return `t${randomBytes(6).toString('hex')}`;
+}
+
+/**
+ * Opens a connection named `name` (visible in `rabbitmqctl list_connections`), failing
+ * loudly with how to start the broker when it is unreachable: tests never skip.
+ */
+export async function openConnection(name = 'courier-test'): Promise<ChannelModel> {
+  try {
+    const connection = await connect(BROKER_URL, { clientProperties: { connection_name: name } });
+    connection.on('error', () => undefined);
+    return connection;
+  } catch (error) {
+    throw new Error(
+      `RabbitMQ is unreachable at ${BROKER_URL} (${String(error)}). Start it with 'rabbitmq-server -detached' ` +
+        `and wait with 'rabbitmqctl await_startup', or set COURIER_RABBITMQ_URL.`,
+      { cause: error },
+    );
+  }
+}
+
+/** Deletes the queues of `consumers` and the exchange under `prefix`. */
+export async function deleteTopology(prefix: string, consumers: readonly string[], tiers: readonly number[] = TEST_TIERS_MS): Promise<void> {
+  const connection = await openConnection(`${prefix}-cleanup`);
+  try {
+    const channel = await connection.createChannel();
+    channel.on('error', () => undefined);
+    for (const consumer of consumers) {
+      const names = rabbitMqNames(prefix, consumer, tiers);
+      for (const queue of [...names.retryQueues.map((t) => t.name), names.queue, names.deadLetterQueue]) await channel.deleteQueue(queue);
+    }
+    await channel.deleteExchange(`${prefix}.topics`);
+    await channel.close();
+  } finally {
+    await connection.close().catch(() => undefined);
+  }
+}
+
+/** Runs `rabbitmqctl` with `args`; returns stdout. */
+export async function rabbitmqctl(...args: string[]): Promise<string> {
+  const { stdout } = await run('rabbitmqctl', args, { timeout: 120_000 });
+  return stdout;
+}
+
+/** Closes, from the broker's side, every connection whose client-provided name starts with `namePrefix`. */
+export async function closeConnectionsNamed(namePrefix: string): Promise<number> {
+  const out = await rabbitmqctl('list_connections', '--formatter', 'json', 'pid', 'client_properties');
+  const rows = JSON.parse(out) as { pid: string; client_properties: unknown[] }[];
+  let closed = 0;
+  for (const row of rows) {
+    const name = row.client_properties.find((p) => Array.isArray(p) && p[0] === 'connection_name') as [string, string, string] | undefined;
+    if (name && name[2].startsWith(namePrefix)) {
+      await rabbitmqctl('close_connection', row.pid, 'closed by a courier test');
+      closed++;
+    }
+  }
+  return closed;
+}
+
+/** Polls `check` until it stops throwing (bounded); rethrows its last error after `timeoutMs`. */
+export async function eventually<T>(check: () => T | Promise<T>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (error) {
+      if (Date.now() >= deadline) throw error;
+    }
+    await sleep(20);
+  }
+}
