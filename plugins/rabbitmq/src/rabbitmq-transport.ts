@@ -133,6 +133,7 @@ export class RabbitMqTransport implements Transport {
   #reconnectAttempt = 0;
   #everConnected = false;
   #closing: Promise<void> | null = null;
+  #sendTurn: Promise<void> = Promise.resolve();
 
   constructor(config: RabbitMqTransportConfig) {
     const problems: string[] = [];
@@ -225,10 +226,35 @@ export class RabbitMqTransport implements Transport {
 
   async #publish(messages: readonly Envelope[], signal: AbortSignal | undefined): Promise<readonly PublishResult[]> {
     if (messages.length === 0) return [];
-    const publisher = await this.#readyPublisher();
-    const exchange = `${this.#prefix}.topics`;
+    // Calls send one after another (confirms still overlap), so messages reach the broker
+    // in call order even when a relay pipelines batches: that is what keeps the order of
+    // a key across several unconfirmed messages. Taken before the first await.
+    const previous = this.#sendTurn;
+    let done!: () => void;
+    this.#sendTurn = new Promise<void>((resolve) => {
+      done = resolve;
+    });
     const results = new Array<PublishResult>(messages.length);
     const answers: Promise<void>[] = [];
+    try {
+      await previous;
+      const publisher = await this.#readyPublisher();
+      await this.#sendAll(publisher, messages, signal, results, answers);
+    } finally {
+      done();
+    }
+    await Promise.all(answers);
+    return results;
+  }
+
+  async #sendAll(
+    publisher: ConfirmPublisher,
+    messages: readonly Envelope[],
+    signal: AbortSignal | undefined,
+    results: PublishResult[],
+    answers: Promise<void>[],
+  ): Promise<void> {
+    const exchange = `${this.#prefix}.topics`;
     const max = this.capabilities.maxMessageBytes;
     for (let i = 0; i < messages.length; i++) {
       const envelope = messages[i]!;
@@ -259,8 +285,6 @@ export class RabbitMqTransport implements Transport {
         }),
       );
     }
-    await Promise.all(answers);
-    return results;
   }
 
   #result(envelope: Envelope, outcome: ConfirmOutcome): PublishResult {
