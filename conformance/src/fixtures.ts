@@ -1,4 +1,4 @@
-import type { InboxStore, OutboxStore, Transport } from '@courier/core';
+import type { Envelope, InboxStore, OutboxStore, Transport } from '@courier/core';
 
 /** What every fixture factory receives: a unique id per test, from which names derive. */
 export interface FixtureContext {
@@ -48,6 +48,12 @@ export interface TransportFixture {
   kill(transport: Transport): Promise<void>;
   /** Makes the broker unavailable then available again (broker restart scenario). Optional. */
   readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
+  /**
+   * Makes the broker refuse (nack) every later publish of a message for which
+   * `predicate` is true, so the suite can check that one refusal never fails its
+   * neighbours. Optional: the case is skipped, saying why, when absent.
+   */
+  rejectPublish?(predicate: (envelope: Envelope) => boolean): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -1,0 +1,204 @@
+import type { InboxStore, OutboxStore } from '@courier/core';
+import { expect } from 'vitest';
+import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
+import { eventually } from './support/eventually.js';
+import { makeEnvelope } from './support/make-envelope.js';
+import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+import { uniqueId } from './support/unique-id.js';
+
+/** Per-suite settings of {@link describeInboxStore}. */
+export interface InboxStoreSuiteOptions {
+  /** Runs racing in the concurrent-duplicate case. Default 8. */
+  readonly concurrentRuns?: number;
+  /** Bound of every `eventually` wait. Default 10 s. */
+  readonly timeoutMs?: number;
+}
+
+/** What an inbox case works with. */
+export interface InboxCaseEnv<Tx> extends CaseControls {
+  readonly fixture: StoreFixture<Tx>;
+  readonly inbox: InboxStore<Tx>;
+  readonly outbox: OutboxStore<Tx>;
+  /** The case's consumer name, derived from its test id. */
+  readonly consumer: string;
+  readonly options: Required<InboxStoreSuiteOptions>;
+}
+
+/** One inbox case; generic in the store's unit-of-work type. */
+export interface InboxStoreCase {
+  readonly name: string;
+  run<Tx>(env: InboxCaseEnv<Tx>): Promise<void>;
+}
+
+const DEFAULTS: Required<InboxStoreSuiteOptions> = { concurrentRuns: 8, timeoutMs: 10_000 };
+
+/**
+ * Registers the inbox store conformance suite: a vitest `describe` with every case of
+ * {@link inboxStoreCases}, each against a fresh fixture from `factory` (unique test id)
+ * that is closed afterwards. Call it from the store's own test file.
+ */
+export function describeInboxStore<Tx>(name: string, factory: StoreFixtureFactory<Tx>, options: InboxStoreSuiteOptions = {}): void {
+  const settings = { ...DEFAULTS, ...options };
+  const cases: SuiteCase<InboxCaseEnv<Tx>>[] = inboxStoreCases.map((testCase) => ({ name: testCase.name, run: (env) => testCase.run(env) }));
+  describeCases(`inbox-store(${name})`, cases, async (context, controls) => {
+    const fixture = await factory(context);
+    const env: InboxCaseEnv<Tx> = {
+      ...controls,
+      fixture,
+      inbox: fixture.inbox,
+      outbox: fixture.outbox,
+      consumer: `${context.testId}-consumer`,
+      options: settings,
+    };
+    return { env, close: () => fixture.close() };
+  });
+}
+
+/** Every inbox store case, in the order the suite runs them; a plugin may run one alone. */
+export const inboxStoreCases: readonly InboxStoreCase[] = [
+  {
+    name: 'run commits the effects and the record together and returns the value',
+    async run(env) {
+      const id = uniqueId();
+      const result = await env.inbox.run(id, env.consumer, async (tx) => {
+        await env.fixture.recordEffect(tx, `effect-${id}`);
+        return { answer: 42 };
+      });
+      expect(result).toEqual({ duplicate: false, value: { answer: 42 } });
+      expect(await env.fixture.readEffects()).toEqual([`effect-${id}`]);
+    },
+  },
+  {
+    name: 'a committed duplicate is reported without running work',
+    async run(env) {
+      const id = uniqueId();
+      await env.inbox.run(id, env.consumer, (tx) => env.fixture.recordEffect(tx, 'first'));
+      let ran = false;
+      const again = await env.inbox.run(id, env.consumer, async (tx) => {
+        ran = true;
+        await env.fixture.recordEffect(tx, 'second');
+      });
+      expect(again).toEqual({ duplicate: true });
+      expect(ran).toBe(false);
+      expect(await env.fixture.readEffects()).toEqual(['first']);
+    },
+  },
+  {
+    name: 'records are per (messageId, consumer): another consumer runs the same message',
+    async run(env) {
+      const id = uniqueId();
+      await env.inbox.run(id, env.consumer, (tx) => env.fixture.recordEffect(tx, 'one'));
+      const other = await env.inbox.run(id, `${env.consumer}-other`, async (tx) => {
+        await env.fixture.recordEffect(tx, 'two');
+        return 'ran';
+      });
+      expect(other).toEqual({ duplicate: false, value: 'ran' });
+      expect(await env.fixture.readEffects()).toEqual(['one', 'two']);
+    },
+  },
+  {
+    name: 'work that throws commits nothing, and a later run succeeds',
+    async run(env) {
+      const id = uniqueId();
+      const failure = new Error('handler failed');
+      await expect(
+        env.inbox.run(id, env.consumer, async (tx) => {
+          await env.fixture.recordEffect(tx, 'lost');
+          throw failure;
+        }),
+      ).rejects.toBe(failure);
+      expect(await env.fixture.readEffects()).toEqual([]);
+      const retried = await env.inbox.run(id, env.consumer, async (tx) => {
+        await env.fixture.recordEffect(tx, 'kept');
+        return 'ok';
+      });
+      expect(retried).toEqual({ duplicate: false, value: 'ok' });
+      expect(await env.fixture.readEffects()).toEqual(['kept']);
+    },
+  },
+  {
+    name: 'racing first runs of one message commit exactly one effect',
+    async run(env) {
+      const id = uniqueId();
+      const runs = Array.from({ length: env.options.concurrentRuns }, (_, index) =>
+        env.inbox.run(id, env.consumer, async (tx) => {
+          await env.fixture.recordEffect(tx, `effect-${index}`);
+          return index;
+        }),
+      );
+      const results = await Promise.all(runs);
+      const winners = results.filter((result) => !result.duplicate);
+      expect(winners).toHaveLength(1);
+      expect(results.filter((result) => result.duplicate)).toHaveLength(env.options.concurrentRuns - 1);
+      const effects = await env.fixture.readEffects();
+      expect(effects).toHaveLength(1);
+      const winner = winners[0]!;
+      expect(effects).toEqual([`effect-${winner.duplicate ? -1 : winner.value}`]);
+      expect(await env.inbox.run(id, env.consumer, async () => 'late')).toEqual({ duplicate: true });
+    },
+  },
+  {
+    name: 'recordStart counts starts per (messageId, consumer)',
+    async run(env) {
+      const id = uniqueId();
+      expect(await env.inbox.recordStart(id, env.consumer)).toBe(1);
+      expect(await env.inbox.recordStart(id, env.consumer)).toBe(2);
+      expect(await env.inbox.recordStart(id, env.consumer)).toBe(3);
+      expect(await env.inbox.recordStart(id, `${env.consumer}-other`)).toBe(1);
+      expect(await env.inbox.recordStart(uniqueId(), env.consumer)).toBe(1);
+    },
+  },
+  {
+    name: 'forget allows an explicit reprocess',
+    async run(env) {
+      const id = uniqueId();
+      await env.inbox.run(id, env.consumer, (tx) => env.fixture.recordEffect(tx, 'first'));
+      expect(await env.inbox.forget(id, env.consumer)).toBe(true);
+      expect(await env.inbox.forget(id, env.consumer)).toBe(false);
+      const again = await env.inbox.run(id, env.consumer, async (tx) => {
+        await env.fixture.recordEffect(tx, 'reprocessed');
+        return 'again';
+      });
+      expect(again).toEqual({ duplicate: false, value: 'again' });
+      expect(await env.fixture.readEffects()).toEqual(['first', 'reprocessed']);
+      expect(await env.inbox.forget(uniqueId(), env.consumer)).toBe(false);
+    },
+  },
+  {
+    name: 'prune removes records older than the cutoff only',
+    async run(env) {
+      const ids = [uniqueId(), uniqueId(), uniqueId()];
+      for (const id of ids) await env.inbox.run(id, env.consumer, async () => undefined);
+      expect(await env.inbox.prune(3_600_000)).toBe(0);
+      expect(await env.inbox.run(ids[0]!, env.consumer, async () => undefined)).toEqual({ duplicate: true });
+      let pruned = 0;
+      await eventually(
+        async () => {
+          pruned += await env.inbox.prune(0, { batchSize: 2 });
+          expect(pruned).toBe(ids.length);
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await env.inbox.run(ids[0]!, env.consumer, async () => 'again')).toEqual({ duplicate: false, value: 'again' });
+    },
+  },
+  {
+    name: 'outbox rows appended in the run commit with it, and roll back with it',
+    async run(env) {
+      const topic = `${env.testId}.inbox`;
+      const kept = makeEnvelope({ topic, key: 'k' });
+      const lost = makeEnvelope({ topic, key: 'k' });
+      await env.inbox.run(uniqueId(), env.consumer, async (tx) => {
+        env.outbox.append(tx, [{ envelope: kept }]);
+      });
+      await expect(
+        env.inbox.run(uniqueId(), env.consumer, async (tx) => {
+          env.outbox.append(tx, [{ envelope: lost }]);
+          throw new Error('handler failed after publishing');
+        }),
+      ).rejects.toThrow('handler failed after publishing');
+      const batch = await env.outbox.claim({ owner: 'relay', limit: 10, leaseMs: 60_000, perKey: 10 });
+      expect(batch.records.map((record) => record.envelope.messageId)).toEqual([kept.messageId]);
+    },
+  },
+];

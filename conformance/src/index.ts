@@ -1,0 +1,16 @@
+export type { FixtureContext, ProcessFixtureModule, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from './fixtures.js';
+export type { OutboxCaseEnv, OutboxStoreCase, OutboxStoreSuiteOptions } from './outbox-store-suite.js';
+export { describeOutboxStore, outboxStoreCases } from './outbox-store-suite.js';
+export type { InboxCaseEnv, InboxStoreCase, InboxStoreSuiteOptions } from './inbox-store-suite.js';
+export { describeInboxStore, inboxStoreCases } from './inbox-store-suite.js';
+export type { TransportCase, TransportCaseEnv, TransportSuiteOptions } from './transport-suite.js';
+export { describeTransport, transportCases } from './transport-suite.js';
+export { createInMemoryStoreFixture, createInMemoryTransportFixture } from './in-memory-fixtures.js';
+export type { CaseControls, SuiteCase } from './support/run-cases.js';
+export { describeCases } from './support/run-cases.js';
+export type { EventuallyOptions } from './support/eventually.js';
+export { eventually } from './support/eventually.js';
+export type { Deferred } from './support/deferred.js';
+export { deferred } from './support/deferred.js';
+export { uniqueId } from './support/unique-id.js';
+export { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';

@@ -1,0 +1,624 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CourierError, type ClaimedBatch, type Envelope, type OutboxAppend, type OutboxStore } from '@courier/core';
+import { expect } from 'vitest';
+import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
+import { deferred } from './support/deferred.js';
+import { eventually } from './support/eventually.js';
+import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
+import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+
+/** Per-suite settings of {@link describeOutboxStore}. */
+export interface OutboxStoreSuiteOptions {
+  /** Lease used by cases that wait for a lease to expire. Default 300 ms. */
+  readonly shortLeaseMs?: number;
+  /** Delay used by the delay, notBefore and retry cases. Default 300 ms. */
+  readonly delayMs?: number;
+  /** How far the database clock may run ahead of the test's clock when delays are checked. Default 100 ms. */
+  readonly clockToleranceMs?: number;
+  /** Bound of every `eventually` wait. Default 10 s. */
+  readonly timeoutMs?: number;
+  /** Concurrent claimers in the no-overlap case. Default 8. */
+  readonly claimers?: number;
+  /** Rows in the no-overlap case. Default 200. */
+  readonly rows?: number;
+  /** Payload size of the large round-trip message, in characters. Default 256 KiB. */
+  readonly largePayloadChars?: number;
+}
+
+/** What an outbox case works with. */
+export interface OutboxCaseEnv<Tx> extends CaseControls {
+  readonly fixture: StoreFixture<Tx>;
+  readonly outbox: OutboxStore<Tx>;
+  /** The case's topic, derived from its test id. */
+  readonly topic: string;
+  readonly options: Required<OutboxStoreSuiteOptions>;
+}
+
+/** One outbox case; generic in the store's unit-of-work type. */
+export interface OutboxStoreCase {
+  readonly name: string;
+  run<Tx>(env: OutboxCaseEnv<Tx>): Promise<void>;
+}
+
+const DEFAULTS: Required<OutboxStoreSuiteOptions> = {
+  shortLeaseMs: 300,
+  delayMs: 300,
+  clockToleranceMs: 100,
+  timeoutMs: 10_000,
+  claimers: 8,
+  rows: 200,
+  largePayloadChars: 256 * 1024,
+};
+
+const LONG_LEASE_MS = 60_000;
+
+/**
+ * Registers the outbox store conformance suite: a vitest `describe` with every case of
+ * {@link outboxStoreCases}, each against a fresh fixture from `factory` (unique test id)
+ * that is closed afterwards. Call it from the store's own test file.
+ */
+export function describeOutboxStore<Tx>(name: string, factory: StoreFixtureFactory<Tx>, options: OutboxStoreSuiteOptions = {}): void {
+  const settings = { ...DEFAULTS, ...options };
+  const cases: SuiteCase<OutboxCaseEnv<Tx>>[] = outboxStoreCases.map((testCase) => ({ name: testCase.name, run: (env) => testCase.run(env) }));
+  describeCases(`outbox-store(${name})`, cases, async (context, controls) => {
+    const fixture = await factory(context);
+    const env: OutboxCaseEnv<Tx> = { ...controls, fixture, outbox: fixture.outbox, topic: `${context.testId}.outbox`, options: settings };
+    return { env, close: () => fixture.close() };
+  });
+}
+
+function message<Tx>(env: OutboxCaseEnv<Tx>, key: string | null, overrides: Partial<Envelope> = {}): Envelope {
+  return makeEnvelope({ topic: env.topic, key, type: 'conformance.OutboxTested', ...overrides });
+}
+
+async function commit<Tx>(env: OutboxCaseEnv<Tx>, messages: readonly (Envelope | OutboxAppend)[]): Promise<void> {
+  await env.fixture.transaction(async (tx) => {
+    env.outbox.append(
+      tx,
+      messages.map((item) => ('envelope' in item ? item : { envelope: item })),
+    );
+  });
+}
+
+function claim<Tx>(env: OutboxCaseEnv<Tx>, owner: string, overrides: { limit?: number; leaseMs?: number; perKey?: number } = {}): Promise<ClaimedBatch> {
+  return env.outbox.claim({ owner, limit: overrides.limit ?? 1_000, leaseMs: overrides.leaseMs ?? LONG_LEASE_MS, perKey: overrides.perKey ?? 1 });
+}
+
+function ids(batch: ClaimedBatch): string[] {
+  return batch.records.map((record) => record.envelope.messageId);
+}
+
+function sequences(batch: ClaimedBatch, only?: readonly Envelope[]): bigint[] {
+  const wanted = only ? new Set(only.map((envelope) => envelope.messageId)) : null;
+  return batch.records.filter((record) => !wanted || wanted.has(record.envelope.messageId)).map((record) => record.sequence);
+}
+
+function sequenceOf(batch: ClaimedBatch, envelope: Envelope): bigint {
+  const record = batch.records.find((candidate) => candidate.envelope.messageId === envelope.messageId);
+  if (!record) throw new Error(`message '${envelope.messageId}' is not in the claimed batch (${ids(batch).join(', ') || 'empty'})`);
+  return record.sequence;
+}
+
+/** Claims and completes until nothing is claimable; returns the messageIds in claim order. */
+async function drain<Tx>(env: OutboxCaseEnv<Tx>, owner: string): Promise<string[]> {
+  const drained: string[] = [];
+  for (;;) {
+    const batch = await claim(env, owner);
+    if (batch.records.length === 0) return drained;
+    expect(await env.outbox.complete(batch.lease, sequences(batch))).toBe(batch.records.length);
+    drained.push(...ids(batch));
+  }
+}
+
+function sorted(values: readonly string[]): string[] {
+  return [...values].sort();
+}
+
+function expectCourierError(run: () => unknown, codes: readonly string[]): void {
+  let thrown: unknown;
+  try {
+    run();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown, 'expected a CourierError to be thrown').toBeInstanceOf(CourierError);
+  expect(codes).toContain((thrown as CourierError).code);
+}
+
+/** Every outbox store case, in the order the suite runs them; a plugin may run one alone. */
+export const outboxStoreCases: readonly OutboxStoreCase[] = [
+  {
+    name: 'round-trips every envelope field byte for byte',
+    async run(env) {
+      const unicode = 'héllo wörld ✓ 😀 \u2028 "quoted" \\ back \u0000-less';
+      const envelopes = [
+        message(env, 'key-ü-😀', {
+          type: 'conformance.Round_Trip-1',
+          version: 7,
+          occurredAt: '2024-02-29T23:59:59.999Z',
+          correlationId: 'corr-😀-ü',
+          causationId: 'cause-1',
+          traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          tracestate: 'vendor=a1,other=b2',
+          headers: { 'x-unicode': 'ü😀✓', 'x-empty': '', 'X-Mixed-Case': 'Value' },
+          payload: JSON.stringify({ text: unicode, n: 1.5e-7, big: 12345678901234, nested: { a: [1, null, true, 'x'] } }),
+        }),
+        message(env, null, { headers: {}, payload: '{}', causationId: null, traceparent: null, tracestate: null }),
+        message(env, 'large', { payload: JSON.stringify({ blob: 'ü😀a'.repeat(Math.ceil(env.options.largePayloadChars / 4)) }) }),
+        message(env, 'proto', { headers: protoHeaders(), payload: '{"__proto__":{"polluted":true}}' }),
+        // Not normalised JSON text: whitespace, key order and escapes must survive (no jsonb).
+        message(env, 'spacing', { payload: '{ "b" : [1,2] , "a":"\\u00e9\\n" ,"c": 1.0 }' }),
+        message(env, null, { payload: '[]' }),
+        message(env, null, { payload: '"just a string"' }),
+      ];
+      await commit(env, envelopes);
+      const batch = await claim(env, 'relay-a', { perKey: 10 });
+      expect(sorted(ids(batch))).toEqual(sorted(envelopes.map((envelope) => envelope.messageId)));
+      for (const expected of envelopes) {
+        const record = batch.records.find((candidate) => candidate.envelope.messageId === expected.messageId)!;
+        expect(typeof record.sequence).toBe('bigint');
+        expect(record.attempts).toBe(0);
+        expect(comparableEnvelope(record.envelope)).toEqual(comparableEnvelope(expected));
+        expect(record.envelope.payload.length).toBe(expected.payload.length);
+      }
+      expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+    },
+  },
+  {
+    name: 'writes nothing from a rolled-back unit of work, effects included',
+    async run(env) {
+      const lost = message(env, 'k');
+      await expect(
+        env.fixture.transaction(async (tx) => {
+          env.outbox.append(tx, [{ envelope: lost }]);
+          await env.fixture.recordEffect(tx, 'rolled-back-effect');
+          throw new Error('rollback probe');
+        }),
+      ).rejects.toThrow('rollback probe');
+      expect(ids(await claim(env, 'relay-a'))).toEqual([]);
+      expect((await env.outbox.stats()).pending).toBe(0);
+      expect(await env.fixture.readEffects()).toEqual([]);
+      const kept = message(env, 'k');
+      await commit(env, [kept]);
+      expect(ids(await claim(env, 'relay-a'))).toEqual([kept.messageId]);
+    },
+  },
+  {
+    name: 'refuses an ended or foreign unit of work and keeps what was committed',
+    async run(env) {
+      const committed = message(env, 'k');
+      let ended: unknown;
+      await env.fixture.transaction(async (tx) => {
+        env.outbox.append(tx, [{ envelope: committed }]);
+        ended = tx;
+      });
+      const late = message(env, 'k');
+      expectCourierError(() => env.outbox.append(ended as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), [
+        'UNIT_OF_WORK_ENDED',
+        'UNIT_OF_WORK_REQUIRED',
+      ]);
+      expectCourierError(() => env.outbox.append({} as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), ['UNIT_OF_WORK_REQUIRED']);
+      expect(ids(await claim(env, 'relay-a'))).toEqual([committed.messageId]);
+    },
+  },
+  {
+    name: 'refuses a duplicate messageId and keeps the earlier row intact',
+    async run(env) {
+      const original = message(env, 'k', { payload: '{"v":1}' });
+      await commit(env, [original]);
+      const bystander = message(env, 'other');
+      await expect(commit(env, [bystander, { ...original, payload: '{"v":2}' }])).rejects.toThrow();
+      const inOne = message(env, 'same-tx');
+      await expect(commit(env, [inOne, inOne])).rejects.toThrow();
+      const batch = await claim(env, 'relay-a');
+      expect(ids(batch)).toEqual([original.messageId]);
+      expect(batch.records[0]!.envelope.payload).toBe('{"v":1}');
+    },
+  },
+  {
+    name: 'never hands one row to two concurrent claimers',
+    async run(env) {
+      const total = env.options.rows;
+      const envelopes = Array.from({ length: total }, (_, index) => message(env, index % 5 === 0 ? null : `k${index % 17}`));
+      for (let start = 0; start < total; start += 50) await commit(env, envelopes.slice(start, start + 50));
+      const claims = new Map<string, number>();
+      let completed = 0;
+      const deadline = Date.now() + env.options.timeoutMs;
+      const claimer = async (index: number): Promise<void> => {
+        while (completed < total) {
+          if (Date.now() > deadline) throw new Error(`claimers completed ${completed} of ${total} rows in time`);
+          const batch = await claim(env, `relay-${index}`, { limit: 7 });
+          if (batch.records.length === 0) {
+            await sleep(2);
+            continue;
+          }
+          for (const id of ids(batch)) claims.set(id, (claims.get(id) ?? 0) + 1);
+          const done = await env.outbox.complete(batch.lease, sequences(batch));
+          expect(done).toBe(batch.records.length);
+          completed += done;
+        }
+      };
+      await Promise.all(Array.from({ length: env.options.claimers }, (_, index) => claimer(index)));
+      expect(completed).toBe(total);
+      expect(claims.size).toBe(total);
+      expect([...claims.values()].filter((count) => count !== 1)).toEqual([]);
+    },
+  },
+  {
+    name: 'claims only the head of each key; dead heads let the key move on; keyless rows all flow',
+    async run(env) {
+      const [k1, k2, k3] = [message(env, 'k'), message(env, 'k'), message(env, 'k')];
+      const j1 = message(env, 'j');
+      const [n1, n2, n3] = [message(env, null), message(env, null), message(env, null)];
+      await commit(env, [k1, k2, k3, j1, n1, n2, n3]);
+      const first = await claim(env, 'relay-a');
+      expect(sorted(ids(first))).toEqual(sorted([k1, j1, n1, n2, n3].map((envelope) => envelope.messageId)));
+      expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+      expect(await env.outbox.complete(first.lease, [sequenceOf(first, k1)])).toBe(1);
+      const second = await claim(env, 'relay-b');
+      expect(ids(second)).toEqual([k2.messageId]);
+      expect(await env.outbox.fail(second.lease, [{ sequence: sequenceOf(second, k2), error: 'poison', outcome: 'dead' }])).toBe(1);
+      expect(ids(await claim(env, 'relay-c'))).toEqual([k3.messageId]);
+    },
+  },
+  {
+    name: 'a halted head blocks its key and only its key',
+    async run(env) {
+      const [h1, h2] = [message(env, 'h'), message(env, 'h')];
+      const o1 = message(env, 'o');
+      await commit(env, [h1, h2]);
+      const first = await claim(env, 'relay-a');
+      expect(ids(first)).toEqual([h1.messageId]);
+      expect(await env.outbox.fail(first.lease, [{ sequence: sequenceOf(first, h1), error: 'poison', outcome: 'halt' }])).toBe(1);
+      await commit(env, [o1]);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([o1.messageId]);
+      expect(ids(await claim(env, 'relay-c', { leaseMs: 1 }))).toEqual([]);
+    },
+  },
+  {
+    name: 'perKey above 1 claims that many contiguous rows of a key, in order',
+    async run(env) {
+      const rows = [message(env, 'p'), message(env, 'p'), message(env, 'p')];
+      await commit(env, rows);
+      const batch = await claim(env, 'relay-a', { perKey: 2 });
+      expect(ids(batch)).toEqual([rows[0]!.messageId, rows[1]!.messageId]);
+      expect(batch.records[0]!.sequence < batch.records[1]!.sequence).toBe(true);
+      expect(ids(await claim(env, 'relay-b', { perKey: 2 }))).toEqual([]);
+    },
+  },
+  {
+    name: 'does not skip rows committed out of order; per-key order is commit order',
+    async run(env) {
+      const [a1, a2] = [message(env, 'k'), message(env, 'j')];
+      const [b1, b2] = [message(env, 'k'), message(env, 'm')];
+      const gate = deferred();
+      const appended = deferred();
+      const commits: string[] = [];
+      const txA = env.fixture
+        .transaction(async (tx) => {
+          env.outbox.append(tx, [{ envelope: a1 }, { envelope: a2 }]);
+          appended.resolve();
+          await gate.promise;
+        })
+        .then(() => commits.push('A'));
+      await appended.promise;
+      const txB = commit(env, [b1, b2]).then(() => commits.push('B'));
+      // A store that locks the key at append makes B wait for A; give B a bounded chance.
+      const bCommittedFirst = await Promise.race([txB.then(() => true), sleep(1_000).then(() => false)]);
+      if (bCommittedFirst) {
+        expect(sorted(await drain(env, 'relay-a'))).toEqual(sorted([b1.messageId, b2.messageId]));
+        gate.resolve();
+        await txA;
+        expect(sorted(await drain(env, 'relay-a'))).toEqual(sorted([a1.messageId, a2.messageId]));
+      } else {
+        gate.resolve();
+        await Promise.all([txA, txB]);
+        const drained = await drain(env, 'relay-a');
+        expect(sorted(drained)).toEqual(sorted([a1, a2, b1, b2].map((envelope) => envelope.messageId)));
+        const keyOrder = drained.filter((id) => id === a1.messageId || id === b1.messageId);
+        expect(keyOrder).toEqual(commits[0] === 'A' ? [a1.messageId, b1.messageId] : [b1.messageId, a1.messageId]);
+      }
+      expect(commits).toHaveLength(2);
+    },
+  },
+  {
+    name: 'respects delayMs and notBefore: not claimed before, claimed promptly after; a delayed head holds its key',
+    async run(env) {
+      const { delayMs, clockToleranceMs, timeoutMs } = env.options;
+      const delayed = message(env, 'd');
+      const behind = message(env, 'd');
+      const scheduled = message(env, null);
+      const now = message(env, null);
+      const startedAt = Date.now();
+      await commit(env, [{ envelope: delayed, delayMs }, { envelope: behind }, { envelope: scheduled, notBefore: new Date(Date.now() + delayMs) }, { envelope: now }]);
+      expect(ids(await claim(env, 'relay-a'))).toEqual([now.messageId]);
+      const due = new Set<string>();
+      await eventually(
+        async () => {
+          for (const id of ids(await claim(env, 'relay-b', { perKey: 2 }))) due.add(id);
+          expect(due.has(delayed.messageId) && due.has(scheduled.messageId)).toBe(true);
+        },
+        { timeoutMs },
+      );
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(delayMs - clockToleranceMs);
+    },
+  },
+  {
+    name: 'an expired lease is claimed again with a greater fencing token',
+    async run(env) {
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const first = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      expect(ids(first)).toEqual([row.messageId]);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+      const second = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b');
+          expect(ids(batch)).toEqual([row.messageId]);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(second.lease.token > first.lease.token).toBe(true);
+      expect(second.lease.owner).toBe('relay-b');
+      expect(second.records[0]!.attempts).toBe(0);
+    },
+  },
+  {
+    name: 'fences a stale relay: complete, fail and release with an old or forged lease change nothing',
+    async run(env) {
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const stale = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      const forged = { owner: 'relay-a', token: stale.lease.token + 1_000_000n };
+      expect(await env.outbox.complete(forged, sequences(stale))).toBe(0);
+      const fresh = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b');
+          expect(ids(batch)).toEqual([row.messageId]);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await env.outbox.complete(stale.lease, sequences(stale))).toBe(0);
+      expect(await env.outbox.fail(stale.lease, [{ sequence: sequences(stale)[0]!, error: 'stale', outcome: 'dead' }])).toBe(0);
+      expect(await env.outbox.release(stale.lease, sequences(stale))).toBe(0);
+      expect(await env.outbox.complete(fresh.lease, sequences(fresh))).toBe(1);
+      expect(await env.outbox.listDead()).toEqual([]);
+      expect(ids(await claim(env, 'relay-c', { leaseMs: 1 }))).toEqual([]);
+    },
+  },
+  {
+    name: 'fail records attempts, the last error and the failure time',
+    async run(env) {
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      for (let attempt = 1; attempt <= 2; attempt += 1) {
+        const batch = await claim(env, 'relay-a');
+        expect(batch.records.map((record) => record.attempts)).toEqual([attempt - 1]);
+        expect(await env.outbox.fail(batch.lease, [{ sequence: sequences(batch)[0]!, error: `boom ${attempt}`, outcome: 'retry', delayMs: 0 }])).toBe(1);
+      }
+      const last = await claim(env, 'relay-a');
+      expect(last.records[0]!.attempts).toBe(2);
+      const before = Date.now();
+      expect(await env.outbox.fail(last.lease, [{ sequence: sequences(last)[0]!, error: 'final: ü😀', outcome: 'dead' }])).toBe(1);
+      const dead = await env.outbox.listDead();
+      expect(dead).toHaveLength(1);
+      expect(dead[0]!.envelope.messageId).toBe(row.messageId);
+      expect(dead[0]!.state).toBe('dead');
+      expect(dead[0]!.attempts).toBe(3);
+      expect(dead[0]!.lastError).toBe('final: ü😀');
+      expect(dead[0]!.failedAt).toBeInstanceOf(Date);
+      expect(Math.abs(dead[0]!.failedAt!.getTime() - before)).toBeLessThan(60_000);
+    },
+  },
+  {
+    name: 'a retry is claimable again only after its delay',
+    async run(env) {
+      const { delayMs, clockToleranceMs, timeoutMs } = env.options;
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const batch = await claim(env, 'relay-a');
+      const failedAt = Date.now();
+      expect(await env.outbox.fail(batch.lease, [{ sequence: sequences(batch)[0]!, error: 'later', outcome: 'retry', delayMs }])).toBe(1);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+      const again = await eventually(
+        async () => {
+          const next = await claim(env, 'relay-b');
+          expect(ids(next)).toEqual([row.messageId]);
+          return next;
+        },
+        { timeoutMs },
+      );
+      expect(Date.now() - failedAt).toBeGreaterThanOrEqual(delayMs - clockToleranceMs);
+      expect(again.records[0]!.attempts).toBe(1);
+    },
+  },
+  {
+    name: 'never claims dead rows',
+    async run(env) {
+      const dead = message(env, null);
+      await commit(env, [dead]);
+      const batch = await claim(env, 'relay-a');
+      expect(await env.outbox.fail(batch.lease, [{ sequence: sequences(batch)[0]!, error: 'dead', outcome: 'dead' }])).toBe(1);
+      const alive = message(env, null);
+      await commit(env, [alive]);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([alive.messageId]);
+      expect(ids(await claim(env, 'relay-c'))).toEqual([]);
+      expect((await env.outbox.stats()).dead).toBe(1);
+    },
+  },
+  {
+    name: 'release gives rows back without counting an attempt, after an optional delay',
+    async run(env) {
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const first = await claim(env, 'relay-a');
+      expect(await env.outbox.release(first.lease, sequences(first))).toBe(1);
+      const second = await claim(env, 'relay-b');
+      expect(ids(second)).toEqual([row.messageId]);
+      expect(second.records[0]!.attempts).toBe(0);
+      expect(second.lease.token > first.lease.token).toBe(true);
+      expect(await env.outbox.release(second.lease, sequences(second), env.options.delayMs)).toBe(1);
+      expect(ids(await claim(env, 'relay-c'))).toEqual([]);
+      const third = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-c');
+          expect(ids(batch)).toEqual([row.messageId]);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(third.records[0]!.attempts).toBe(0);
+    },
+  },
+  {
+    name: 'complete applies nothing when beforeCommit throws; the row is re-claimed after its lease',
+    async run(env) {
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const first = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      const seen: { point: string; messageIds: readonly string[] }[] = [];
+      await expect(
+        env.outbox.complete(first.lease, sequences(first), {
+          beforeCommit: (point, context) => {
+            seen.push({ point, messageIds: context.messageIds });
+            throw new Error('injected before commit');
+          },
+        }),
+      ).rejects.toThrow('injected before commit');
+      expect(seen).toEqual([{ point: 'complete-before-commit', messageIds: [row.messageId] }]);
+      expect((await env.outbox.stats()).pending).toBe(1);
+      const second = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b');
+          expect(ids(batch)).toEqual([row.messageId]);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await env.outbox.complete(second.lease, sequences(second))).toBe(1);
+      expect((await env.outbox.stats()).pending).toBe(0);
+    },
+  },
+  {
+    name: 'stats count pending (in flight included), in flight, dead and halted keys',
+    async run(env) {
+      expect(await env.outbox.stats()).toEqual({ pending: 0, oldestPendingAgeMs: 0, inFlight: 0, dead: 0, haltedKeys: 0 });
+      const [a1, a2, b1, c1] = [message(env, 'a'), message(env, 'a'), message(env, 'b'), message(env, 'c')];
+      await commit(env, [a1, a2, b1, c1]);
+      const waiting = await env.outbox.stats();
+      expect(waiting).toMatchObject({ pending: 4, inFlight: 0, dead: 0, haltedKeys: 0 });
+      expect(waiting.oldestPendingAgeMs).toBeGreaterThanOrEqual(0);
+      const batch = await claim(env, 'relay-a', { limit: 2 });
+      expect(sorted(ids(batch))).toEqual(sorted([a1.messageId, b1.messageId]));
+      expect(await env.outbox.stats()).toMatchObject({ pending: 4, inFlight: 2 });
+      await env.outbox.fail(batch.lease, [
+        { sequence: sequenceOf(batch, a1), error: 'dead', outcome: 'dead' },
+        { sequence: sequenceOf(batch, b1), error: 'halt', outcome: 'halt' },
+      ]);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 2, inFlight: 0, dead: 1, haltedKeys: 1 });
+    },
+  },
+  {
+    name: 'prune deletes only published rows older than the cutoff',
+    async run(env) {
+      const published = [message(env, null), message(env, null), message(env, null)];
+      const dead = message(env, null);
+      const pending = message(env, null);
+      await commit(env, [...published, dead, pending]);
+      const batch = await claim(env, 'relay-a');
+      await env.outbox.complete(batch.lease, sequences(batch, published));
+      await env.outbox.fail(batch.lease, [{ sequence: sequenceOf(batch, dead), error: 'dead', outcome: 'dead' }]);
+      await env.outbox.release(batch.lease, [sequenceOf(batch, pending)]);
+      expect(await env.outbox.prune(3_600_000)).toBe(0);
+      let pruned = 0;
+      await eventually(
+        async () => {
+          pruned += await env.outbox.prune(0, { batchSize: 1 });
+          expect(pruned).toBe(published.length);
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect((await env.outbox.listDead()).map((record) => record.envelope.messageId)).toEqual([dead.messageId]);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([pending.messageId]);
+    },
+  },
+  {
+    name: 'lists, replays and purges dead rows',
+    async run(env) {
+      const rows = [message(env, 'x'), message(env, 'y'), message(env, 'z')];
+      const elsewhere = message(env, null, { topic: `${env.testId}.elsewhere` });
+      await commit(env, [...rows, elsewhere]);
+      const batch = await claim(env, 'relay-a');
+      await env.outbox.fail(
+        batch.lease,
+        batch.records.map((record) => ({ sequence: record.sequence, error: `dead ${record.envelope.messageId}`, outcome: 'dead' as const })),
+      );
+      const listed = await env.outbox.listDead({ topic: env.topic });
+      expect(listed.map((record) => record.envelope.messageId)).toEqual(rows.map((row) => row.messageId));
+      expect(listed.every((record) => record.state === 'dead' && record.attempts === 1)).toBe(true);
+      expect(listed[1]!.lastError).toBe(`dead ${rows[1]!.messageId}`);
+      expect(await env.outbox.listDead()).toHaveLength(4);
+      const page = await env.outbox.listDead({ topic: env.topic, limit: 2 });
+      expect(page.map((record) => record.sequence)).toEqual([listed[0]!.sequence, listed[1]!.sequence]);
+      const rest = await env.outbox.listDead({ topic: env.topic, after: page[1]!.sequence });
+      expect(rest.map((record) => record.sequence)).toEqual([listed[2]!.sequence]);
+
+      expect(await env.outbox.replay([listed[0]!.sequence])).toBe(1);
+      const replayed = await claim(env, 'relay-b');
+      expect(ids(replayed)).toEqual([rows[0]!.messageId]);
+      expect(replayed.records[0]!.attempts).toBe(0);
+      expect(await env.outbox.replay([listed[0]!.sequence])).toBe(0);
+      expect(await env.outbox.purge([listed[0]!.sequence])).toBe(0);
+      expect(await env.outbox.purge([listed[1]!.sequence])).toBe(1);
+      expect((await env.outbox.listDead({ topic: env.topic })).map((record) => record.envelope.messageId)).toEqual([rows[2]!.messageId]);
+    },
+  },
+  {
+    name: 'lists halted keys and resumes them by retry or park',
+    async run(env) {
+      const [h1, h2, h3] = [message(env, 'h'), message(env, 'h'), message(env, 'h')];
+      await commit(env, [h1, h2, h3]);
+      const first = await claim(env, 'relay-a');
+      await env.outbox.fail(first.lease, [{ sequence: sequenceOf(first, h1), error: 'halted once', outcome: 'halt' }]);
+      const halted = await env.outbox.listHalted();
+      expect(halted).toHaveLength(1);
+      expect(halted[0]).toMatchObject({ topic: env.topic, key: 'h', held: 2 });
+      expect(halted[0]!.head).toMatchObject({ state: 'halted', attempts: 1, lastError: 'halted once' });
+      expect(halted[0]!.head.envelope.messageId).toBe(h1.messageId);
+      expect(await env.outbox.listHalted({ topic: `${env.testId}.elsewhere` })).toEqual([]);
+      expect(await env.outbox.purge([halted[0]!.head.sequence])).toBe(0);
+      expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+
+      expect(await env.outbox.resume(env.topic, 'h', 'retry')).toBe(1);
+      const retried = await claim(env, 'relay-b');
+      expect(ids(retried)).toEqual([h1.messageId]);
+      expect(retried.records[0]!.attempts).toBe(0);
+      await env.outbox.fail(retried.lease, [{ sequence: sequenceOf(retried, h1), error: 'halted twice', outcome: 'halt' }]);
+
+      expect(await env.outbox.resume(env.topic, 'h', 'park')).toBe(1);
+      expect(await env.outbox.listHalted()).toEqual([]);
+      expect((await env.outbox.listDead()).map((record) => record.envelope.messageId)).toEqual([h1.messageId]);
+      expect(ids(await claim(env, 'relay-c'))).toEqual([h2.messageId]);
+      expect(await env.outbox.resume(env.topic, 'h', 'retry')).toBe(0);
+    },
+  },
+  {
+    name: 'watch calls its listener after a commit appended rows',
+    async run(env) {
+      const watch = env.outbox.watch?.bind(env.outbox);
+      if (!watch) return env.skip('the store has no watch(): the wake-up signal is optional and the relay polls');
+      let calls = 0;
+      const stop = await watch(() => {
+        calls += 1;
+      });
+      try {
+        await commit(env, [message(env, 'k')]);
+        await eventually(() => expect(calls).toBeGreaterThan(0), { timeoutMs: env.options.timeoutMs });
+      } finally {
+        await stop();
+      }
+    },
+  },
+];

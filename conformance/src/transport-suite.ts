@@ -1,0 +1,439 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CourierError, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
+import { expect } from 'vitest';
+import type { TransportFixture, TransportFixtureFactory } from './fixtures.js';
+import { deferred } from './support/deferred.js';
+import { eventually } from './support/eventually.js';
+import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
+import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+
+/** Per-suite settings of {@link describeTransport}. */
+export interface TransportSuiteOptions {
+  /** Bound of every `eventually` wait (redelivery after a killed connection can take a while on some brokers). Default 15 s. */
+  readonly timeoutMs?: number;
+  /** Delay passed to `retry` in the retry case. Default 500 ms. */
+  readonly retryDelayMs?: number;
+  /** How much earlier than the delay a redelivery may arrive (clock granularity). Default 50 ms. */
+  readonly delayToleranceMs?: number;
+  /** Keys and messages per key in the ordering case (delivered with concurrency 8). Default 4 × 12. */
+  readonly orderedKeys?: number;
+  readonly messagesPerKey?: number;
+  /** Largest `maxMessageBytes` the oversize case will exceed; above it the case is skipped. Default 16 MiB. */
+  readonly maxOversizeBytes?: number;
+  /** Payload size of the large round-trip message, in characters (capped below `maxMessageBytes`). Default 128 KiB. */
+  readonly largePayloadChars?: number;
+}
+
+/** What a transport case works with. */
+export interface TransportCaseEnv extends CaseControls {
+  readonly fixture: TransportFixture;
+  readonly transport: Transport;
+  /** The case's topic, derived from its test id. */
+  readonly topic: string;
+  /** A consumer (group) name private to the case. */
+  consumer(name: string): string;
+  readonly options: Required<TransportSuiteOptions>;
+}
+
+/** One transport case. */
+export type TransportCase = SuiteCase<TransportCaseEnv>;
+
+const DEFAULTS: Required<TransportSuiteOptions> = {
+  timeoutMs: 15_000,
+  retryDelayMs: 500,
+  delayToleranceMs: 50,
+  orderedKeys: 4,
+  messagesPerKey: 12,
+  maxOversizeBytes: 16 * 1024 * 1024,
+  largePayloadChars: 128 * 1024,
+};
+
+/**
+ * Registers the transport conformance suite: a vitest `describe` with every case of
+ * {@link transportCases}, each against a fresh fixture from `factory` (unique test id)
+ * that is closed afterwards. Cases a transport's declared capabilities or its fixture
+ * cannot support are skipped, with the reason in the report.
+ */
+export function describeTransport(name: string, factory: TransportFixtureFactory, options: TransportSuiteOptions = {}): void {
+  const settings = { ...DEFAULTS, ...options };
+  describeCases(`transport(${name})`, transportCases, async (context, controls) => {
+    const fixture = await factory(context);
+    const env: TransportCaseEnv = {
+      ...controls,
+      fixture,
+      transport: fixture.transport,
+      topic: `${context.testId}.transport`,
+      consumer: (consumerName) => `${context.testId}-${consumerName}`,
+      options: settings,
+    };
+    return { env, close: () => fixture.close() };
+  });
+}
+
+interface Received {
+  readonly delivery: Delivery;
+  readonly at: number;
+}
+
+interface Collector {
+  readonly received: Received[];
+  readonly subscription: Subscription;
+  ids(): string[];
+}
+
+type Handle = (delivery: Delivery) => Promise<void>;
+
+const ack: Handle = (delivery) => delivery.ack();
+
+async function collect(
+  env: TransportCaseEnv,
+  endpoint: Partial<Endpoint> & { consumer: string },
+  handle: Handle = ack,
+  transport: Transport = env.transport,
+): Promise<Collector> {
+  const received: Received[] = [];
+  const subscription = await transport.subscribe(
+    { topics: [env.topic], ordered: false, concurrency: 4, ...endpoint },
+    async (delivery) => {
+      received.push({ delivery, at: Date.now() });
+      await handle(delivery);
+    },
+  );
+  return { received, subscription, ids: () => received.map((item) => item.delivery.envelope.messageId) };
+}
+
+function message(env: TransportCaseEnv, key: string | null, overrides: Partial<Envelope> = {}): Envelope {
+  return makeEnvelope({ topic: env.topic, key, type: 'conformance.TransportTested', ...overrides });
+}
+
+function sorted(values: Iterable<string>): string[] {
+  return [...values].sort();
+}
+
+function unique(values: readonly string[]): string[] {
+  return sorted(new Set(values));
+}
+
+async function publishOk(transport: Transport, envelopes: readonly Envelope[]): Promise<void> {
+  const results = await transport.publish(envelopes);
+  expect(results.map((result) => [result.messageId, result.ok])).toEqual(envelopes.map((envelope) => [envelope.messageId, true]));
+}
+
+/** Every transport case, in the order the suite runs them; a plugin may run one alone. */
+export const transportCases: readonly TransportCase[] = [
+  {
+    name: 'publish answers one result per message, in input order',
+    async run(env) {
+      await collect(env, { consumer: env.consumer('results') });
+      const envelopes = Array.from({ length: 10 }, (_, index) => message(env, index % 2 === 0 ? `k${index % 3}` : null));
+      const results = await env.transport.publish(envelopes);
+      expect(results.map((result) => result.messageId)).toEqual(envelopes.map((envelope) => envelope.messageId));
+      expect(results.every((result) => result.ok)).toBe(true);
+      expect(await env.transport.publish([])).toEqual([]);
+    },
+  },
+  {
+    name: 'every envelope field round-trips losslessly',
+    async run(env) {
+      const inbox = await collect(env, { consumer: env.consumer('round-trip') });
+      const largeChars = Math.min(env.options.largePayloadChars, Math.floor(env.transport.capabilities.maxMessageBytes / 8));
+      const envelopes = [
+        message(env, 'key-ü-😀', {
+          type: 'conformance.Round_Trip-1',
+          version: 7,
+          occurredAt: '2024-02-29T23:59:59.999Z',
+          correlationId: 'corr-😀-ü',
+          causationId: 'cause-1',
+          traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          tracestate: 'vendor=a1,other=b2',
+          headers: { 'x-unicode': 'ü😀✓', 'x-empty': '', 'X-Mixed-Case': 'Value' },
+          payload: JSON.stringify({ text: 'héllo wörld ✓ 😀 \u2028 "quoted" \\ back', n: 1.5e-7, nested: { a: [1, null, true] } }),
+        }),
+        message(env, null, { headers: {}, payload: '{}' }),
+        message(env, 'large', { payload: JSON.stringify({ blob: 'ü😀a'.repeat(Math.ceil(largeChars / 4)) }) }),
+        message(env, 'proto', { headers: protoHeaders(), payload: '{"__proto__":{"polluted":true}}' }),
+        message(env, 'spacing', { payload: '{ "b" : [1,2] , "a":"\\u00e9\\n" ,"c": 1.0 }' }),
+        message(env, null, { occurredAt: '1999-12-31T23:59:59.001Z', payload: '"just a string"' }),
+      ];
+      await publishOk(env.transport, envelopes);
+      await eventually(() => expect(unique(inbox.ids())).toEqual(sorted(envelopes.map((envelope) => envelope.messageId))), {
+        timeoutMs: env.options.timeoutMs,
+      });
+      for (const expected of envelopes) {
+        const got = inbox.received.find((item) => item.delivery.envelope.messageId === expected.messageId)!;
+        expect(comparableEnvelope(got.delivery.envelope)).toEqual(comparableEnvelope(expected));
+        expect(got.delivery.attempt).toBe(1);
+      }
+      expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+    },
+  },
+  {
+    name: 'an ordered endpoint gets each key in publish order, one at a time, with concurrency 8',
+    async run(env) {
+      if (!env.transport.capabilities.orderingByKey) return env.skip('transport declares orderingByKey: false');
+      const { orderedKeys, messagesPerKey } = env.options;
+      const seen = new Map<string, string[]>();
+      const active = new Set<string>();
+      let overlaps = 0;
+      await collect(env, { consumer: env.consumer('ordered'), ordered: true, concurrency: 8 }, async (delivery) => {
+        const key = delivery.envelope.key ?? '';
+        if (active.has(key)) overlaps += 1;
+        active.add(key);
+        await sleep(Math.floor(Math.random() * 3));
+        const list = seen.get(key) ?? [];
+        list.push(delivery.envelope.messageId);
+        seen.set(key, list);
+        active.delete(key);
+        await delivery.ack();
+      });
+      const expected = new Map<string, string[]>();
+      const envelopes: Envelope[] = [];
+      // Runs of three messages per key, keys interleaved: neighbours in the queue share a key.
+      for (let index = 0; index < messagesPerKey; index += 3) {
+        for (let key = 0; key < orderedKeys; key += 1) {
+          for (let run = index; run < Math.min(index + 3, messagesPerKey); run += 1) {
+            const envelope = message(env, `key-${key}`);
+            envelopes.push(envelope);
+            expected.set(`key-${key}`, [...(expected.get(`key-${key}`) ?? []), envelope.messageId]);
+          }
+        }
+      }
+      const batch = Math.ceil(envelopes.length / 4);
+      for (let start = 0; start < envelopes.length; start += batch) await publishOk(env.transport, envelopes.slice(start, start + batch));
+      await eventually(
+        () => {
+          for (const [key, ids] of expected) expect(seen.get(key)).toEqual(ids);
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(overlaps).toBe(0);
+    },
+  },
+  {
+    name: "a killed connection's unsettled deliveries are redelivered to another connection",
+    async run(env) {
+      const consumer = env.consumer('crash');
+      const doomed = await env.fixture.connect();
+      const never = deferred();
+      const held = await collect(env, { consumer, concurrency: 8 }, () => never.promise, doomed);
+      const envelopes = [message(env, 'a'), message(env, 'b'), message(env, null)];
+      await publishOk(env.transport, envelopes);
+      const expected = sorted(envelopes.map((envelope) => envelope.messageId));
+      await eventually(() => expect(unique(held.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      await env.fixture.kill(doomed);
+      const survivor = await collect(env, { consumer });
+      await eventually(() => expect(unique(survivor.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      expect(survivor.received.every((item) => item.delivery.attempt === 1)).toBe(true);
+    },
+  },
+  {
+    name: 'retry(delay) redelivers with attempt + 1 after about the delay, without blocking other messages',
+    async run(env) {
+      const { retryDelayMs, delayToleranceMs, timeoutMs } = env.options;
+      const slow = message(env, null);
+      let retriedAt = 0;
+      const inbox = await collect(env, { consumer: env.consumer('retry') }, async (delivery) => {
+        if (delivery.envelope.messageId === slow.messageId && delivery.attempt === 1) {
+          retriedAt = Date.now();
+          await delivery.retry(retryDelayMs, { code: 'CONFORMANCE_RETRY', message: 'try again later' });
+          return;
+        }
+        await delivery.ack();
+      });
+      await publishOk(env.transport, [slow]);
+      await eventually(() => expect(retriedAt).toBeGreaterThan(0), { timeoutMs });
+      const others = [message(env, null), message(env, 'k'), message(env, null)];
+      await publishOk(env.transport, others);
+      const redelivered = await eventually(
+        () => {
+          const found = inbox.received.find((item) => item.delivery.envelope.messageId === slow.messageId && item.delivery.attempt === 2);
+          expect(found).toBeDefined();
+          return found!;
+        },
+        { timeoutMs },
+      );
+      const lastOther = Math.max(...others.map((other) => inbox.received.find((item) => item.delivery.envelope.messageId === other.messageId)?.at ?? Number.POSITIVE_INFINITY));
+      expect(lastOther).toBeLessThanOrEqual(redelivered.at);
+      if (env.transport.capabilities.nativeDelay) expect(redelivered.at - retriedAt).toBeGreaterThanOrEqual(retryDelayMs - delayToleranceMs);
+    },
+  },
+  {
+    name: 'deadLetter keeps the reason and the attempt; dead letters replay and purge',
+    async run(env) {
+      const deadLetters = env.transport.deadLetters;
+      if (!env.transport.capabilities.nativeDeadLetter || !deadLetters) {
+        return env.skip('transport declares nativeDeadLetter: false (the core keeps dead letters elsewhere)');
+      }
+      const consumer = env.consumer('dead');
+      const poison = message(env, 'p');
+      let accepting = false;
+      const accepted: Delivery[] = [];
+      await collect(env, { consumer }, async (delivery) => {
+        if (accepting) {
+          accepted.push(delivery);
+          await delivery.ack();
+        } else if (delivery.attempt === 1) {
+          await delivery.retry(0, { code: 'CONFORMANCE_RETRY', message: 'once more' });
+        } else {
+          await delivery.deadLetter({ code: 'CONFORMANCE_POISON', message: 'poison ü😀' });
+        }
+      });
+      const before = Date.now();
+      await publishOk(env.transport, [poison]);
+      const letter = await eventually(
+        async () => {
+          const list = await deadLetters.list(consumer);
+          expect(list).toHaveLength(1);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(letter.consumer).toBe(consumer);
+      expect(comparableEnvelope(letter.envelope)).toEqual(comparableEnvelope(poison));
+      expect(letter.reason).toEqual({ code: 'CONFORMANCE_POISON', message: 'poison ü😀' });
+      expect(letter.attempt).toBe(2);
+      expect(letter.deadAt.getTime()).toBeGreaterThanOrEqual(before - 60_000);
+
+      accepting = true;
+      expect(await deadLetters.replay(consumer, [letter.id])).toBe(1);
+      await eventually(() => expect(accepted.map((delivery) => delivery.envelope.messageId)).toEqual([poison.messageId]), {
+        timeoutMs: env.options.timeoutMs,
+      });
+      expect(accepted[0]!.attempt).toBe(1);
+      await eventually(async () => expect(await deadLetters.list(consumer)).toEqual([]), { timeoutMs: env.options.timeoutMs });
+
+      accepting = false;
+      const second = message(env, 'q');
+      await publishOk(env.transport, [second]);
+      const again = await eventually(
+        async () => {
+          const list = await deadLetters.list(consumer);
+          expect(list.map((item) => item.envelope.messageId)).toEqual([second.messageId]);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await deadLetters.purge(consumer, [again.id])).toBe(1);
+      await eventually(async () => expect(await deadLetters.list(consumer)).toEqual([]), { timeoutMs: env.options.timeoutMs });
+    },
+  },
+  {
+    name: 'competing consumers of one group split the work; two groups each get everything',
+    async run(env) {
+      const group = env.consumer('shared');
+      const slowAck: Handle = async (delivery) => {
+        await sleep(5);
+        await delivery.ack();
+      };
+      const other = await env.fixture.connect();
+      const first = await collect(env, { consumer: group, concurrency: 1 }, slowAck);
+      const second = await collect(env, { consumer: group, concurrency: 1 }, slowAck, other);
+      const everything = await collect(env, { consumer: env.consumer('all') });
+      const envelopes = Array.from({ length: 20 }, (_, index) => message(env, `k${index}`));
+      await publishOk(env.transport, envelopes);
+      const expected = sorted(envelopes.map((envelope) => envelope.messageId));
+      await eventually(
+        () => {
+          expect(unique([...first.ids(), ...second.ids()])).toEqual(expected);
+          expect(unique(everything.ids())).toEqual(expected);
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(first.received.length).toBeGreaterThan(0);
+      expect(second.received.length).toBeGreaterThan(0);
+      await other.close();
+    },
+  },
+  {
+    name: 'a message the broker refuses does not fail its neighbours',
+    async run(env) {
+      const rejectPublish = env.fixture.rejectPublish?.bind(env.fixture);
+      if (!rejectPublish) return env.skip('the fixture offers no rejectPublish() to make the broker refuse one message');
+      const inbox = await collect(env, { consumer: env.consumer('nack') });
+      const [good, bad, alsoGood] = [message(env, 'k'), message(env, 'k'), message(env, null)];
+      await rejectPublish((envelope) => envelope.messageId === bad.messageId);
+      const results = await env.transport.publish([good, bad, alsoGood]);
+      expect(results.map((result) => [result.messageId, result.ok])).toEqual([
+        [good.messageId, true],
+        [bad.messageId, false],
+        [alsoGood.messageId, true],
+      ]);
+      const refused = results[1]!;
+      expect(!refused.ok && refused.error).toBeInstanceOf(CourierError);
+      await eventually(() => expect(unique(inbox.ids())).toEqual(sorted([good.messageId, alsoGood.messageId])), {
+        timeoutMs: env.options.timeoutMs,
+      });
+    },
+  },
+  {
+    name: 'during an outage publish rejects with a retriable error, and works again after',
+    async run(env) {
+      const outage = env.fixture.outage;
+      if (!outage) return env.skip('the fixture offers no outage() to make the broker unavailable');
+      const inbox = await collect(env, { consumer: env.consumer('outage') });
+      const envelope = message(env, 'k');
+      await outage.begin();
+      let failure: unknown;
+      try {
+        await env.transport.publish([envelope]);
+      } catch (error) {
+        failure = error;
+      } finally {
+        await outage.end();
+      }
+      expect(failure, 'publish must reject while the broker is unavailable').toBeInstanceOf(Error);
+      expect(isRetriable(failure)).toBe(true);
+      await eventually(() => publishOk(env.transport, [envelope]), { timeoutMs: env.options.timeoutMs, intervalMs: 200 });
+      await eventually(() => expect(unique(inbox.ids())).toEqual([envelope.messageId]), { timeoutMs: env.options.timeoutMs });
+    },
+  },
+  {
+    name: 'close is idempotent and waits for handlers in flight; publish after close rejects',
+    async run(env) {
+      const connection = await env.fixture.connect();
+      const release = deferred();
+      const started = deferred();
+      const inbox = await collect(
+        env,
+        { consumer: env.consumer('close') },
+        async (delivery) => {
+          started.resolve();
+          await release.promise;
+          await delivery.ack();
+        },
+        connection,
+      );
+      await publishOk(env.transport, [message(env, null)]);
+      await started.promise;
+      let closed = false;
+      const closing = connection.close().then(() => {
+        closed = true;
+      });
+      const closingAgain = connection.close();
+      await Promise.race([closing, sleep(100)]);
+      expect(closed, 'close() resolved while a handler was still running').toBe(false);
+      release.resolve();
+      await Promise.all([closing, closingAgain]);
+      await connection.close();
+      await inbox.subscription.close();
+      await expect(connection.publish([message(env, null)])).rejects.toThrow();
+    },
+  },
+  {
+    name: 'a payload over maxMessageBytes is refused in its result, neighbours unaffected',
+    async run(env) {
+      const { maxMessageBytes } = env.transport.capabilities;
+      if (maxMessageBytes > env.options.maxOversizeBytes) {
+        return env.skip(`maxMessageBytes ${maxMessageBytes} is above maxOversizeBytes ${env.options.maxOversizeBytes}; too large to build in a test`);
+      }
+      await collect(env, { consumer: env.consumer('oversize') });
+      const [small, big, alsoSmall] = [message(env, null), message(env, null, { payload: JSON.stringify('a'.repeat(maxMessageBytes)) }), message(env, null)];
+      const results = await env.transport.publish([small, big, alsoSmall]);
+      expect(results.map((result) => [result.messageId, result.ok])).toEqual([
+        [small.messageId, true],
+        [big.messageId, false],
+        [alsoSmall.messageId, true],
+      ]);
+    },
+  },
+];
