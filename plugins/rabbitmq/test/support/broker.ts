@@ -37,7 +37,12 @@ export async function openConnection(name = 'courier-test'): Promise<ChannelMode
 }
 
 /** Deletes the queues of `consumers` and the exchange under `prefix`. */
-export async function deleteTopology(prefix: string, consumers: readonly string[], tiers: readonly number[] = TEST_TIERS_MS): Promise<void> {
+export async function deleteTopology(
+  prefix: string,
+  consumers: readonly string[],
+  tiers: readonly number[] = TEST_TIERS_MS,
+  extraQueues: readonly string[] = [],
+): Promise<void> {
   const connection = await openConnection(`${prefix}-cleanup`);
   try {
     const channel = await connection.createChannel();
@@ -46,6 +51,7 @@ export async function deleteTopology(prefix: string, consumers: readonly string[
       const names = rabbitMqNames(prefix, consumer, tiers);
       for (const queue of [...names.retryQueues.map((t) => t.name), names.queue, names.deadLetterQueue]) await channel.deleteQueue(queue);
     }
+    for (const queue of extraQueues) await channel.deleteQueue(queue);
     await channel.deleteExchange(`${prefix}.topics`);
     await channel.close();
   } finally {

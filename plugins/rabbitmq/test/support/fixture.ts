@@ -1,19 +1,8 @@
-import type { Transport } from '@courier/core';
-import type { ChannelModel } from 'amqplib';
-import { RabbitMqTransport, type RabbitMqTransportConfig } from '../../src/index.js';
-import { deleteTopology, openConnection, rabbitmqctl, TEST_TIERS_MS } from './broker.js';
-
-// Structural copies of @courier/conformance's fixture types until that package exports them.
-interface FixtureContext {
-  readonly testId: string;
-}
-interface TransportFixture {
-  readonly transport: Transport;
-  connect(): Promise<Transport>;
-  kill(transport: Transport): Promise<void>;
-  readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
-  close(): Promise<void>;
-}
+import type { FixtureContext, TransportFixture } from '@courier/conformance';
+import type { Envelope, Transport } from '@courier/core';
+import type { ChannelModel, ConfirmChannel } from 'amqplib';
+import { fromAmqpMessage, RabbitMqTransport, type RabbitMqTransportConfig } from '../../src/index.js';
+import { deleteTopology, eventually, openConnection, rabbitmqctl, TEST_TIERS_MS } from './broker.js';
 
 /** Options of {@link createRabbitMqFixture}. */
 export interface RabbitMqFixtureOptions {
@@ -44,6 +33,10 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
   const handles = new Map<Transport, Handle>();
   const transports: RabbitMqTransport[] = [];
   const consumers = new Set<string>();
+  const refusals: ((envelope: Envelope) => boolean)[] = [];
+  // Messages the suite wants refused are diverted to this queue, which holds nothing and
+  // overflows with reject-publish: the broker itself nacks them.
+  const refuseQueue = `${prefix}.refuse`;
   let networkDown = false;
 
   const create = async (): Promise<RabbitMqTransport> => {
@@ -58,6 +51,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
         if (networkDown) throw new Error('simulated network outage');
         const connection = await openConnection(`${prefix}-${transports.length}`);
         handle.connections.push(connection);
+        divertRefused(connection, refuseQueue, (envelope) => refusals.some((refuse) => refuse(envelope)));
         return connection;
       },
     });
@@ -76,10 +70,25 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
     for (const connection of handle.connections.splice(0)) destroySocket(connection);
   };
 
+  // An outage has begun once every transport has noticed it, as it would with a real one.
+  const untilDisconnected = () => eventually(() => {
+    if (transports.some((t) => t.connected)) throw new Error('a transport still believes it is connected');
+  });
+
   const transport = await create();
   const fixture: TransportFixture = {
     transport,
     connect: create,
+    async rejectPublish(predicate) {
+      const connection = await openConnection(`${prefix}-refuse`);
+      try {
+        const channel = await connection.createChannel();
+        await channel.assertQueue(refuseQueue, { durable: false, arguments: { 'x-max-length': 0, 'x-overflow': 'reject-publish' } });
+      } finally {
+        await connection.close();
+      }
+      refusals.push(predicate);
+    },
     async kill(target) {
       const handle = handles.get(target);
       if (!handle) throw new Error('kill: not a transport of this fixture');
@@ -91,6 +100,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
           outage: {
             begin: async () => {
               await rabbitmqctl('stop_app');
+              await untilDisconnected();
             },
             end: async () => {
               await rabbitmqctl('start_app');
@@ -103,6 +113,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
             begin: async () => {
               networkDown = true;
               for (const handle of handles.values()) cut(handle);
+              await untilDisconnected();
             },
             end: async () => {
               networkDown = false;
@@ -112,7 +123,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
     async close() {
       const abandoned = AbortSignal.timeout(2_000);
       await Promise.all(transports.map((t) => t.close({ signal: abandoned })));
-      await deleteTopology(prefix, [...consumers], options.config?.delayTiersMs ?? TEST_TIERS_MS);
+      await deleteTopology(prefix, [...consumers], options.config?.delayTiersMs ?? TEST_TIERS_MS, [refuseQueue]);
     },
   };
   return fixture;
@@ -120,6 +131,31 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
 
 /** Destroys the TCP socket under an amqplib connection: no AMQP close, like a process dying. */
 export function destroySocket(connection: ChannelModel): void {
-  const inner = (connection as unknown as { connection: { stream: { destroy(): void } } }).connection;
-  inner.stream.destroy();
+  const inner = (connection as unknown as { connection: { stream: { destroy(error?: Error): void } } }).connection;
+  // amqplib watches the socket's 'error' and 'end', not 'close': destroy with an error so
+  // the client notices at once, as it would a reset connection.
+  inner.stream.destroy(new Error('socket destroyed by the test (simulated crash)'));
+}
+
+/**
+ * Makes confirm channels of `connection` publish messages matching `refused` to
+ * `refuseQueue` instead (test support for `rejectPublish`): the broker, not the client,
+ * then nacks them.
+ */
+function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (envelope: Envelope) => boolean): void {
+  const createConfirmChannel = connection.createConfirmChannel.bind(connection);
+  connection.createConfirmChannel = async (...args) => {
+    const channel: ConfirmChannel = await createConfirmChannel(...args);
+    const publish = channel.publish.bind(channel);
+    channel.publish = (exchange, routingKey, content, options, callback) => {
+      let divert = false;
+      try {
+        divert = refused(fromAmqpMessage({ content, properties: options ?? {} }));
+      } catch {
+        // Not an envelope (a retry or dead-letter copy is one too; anything else passes).
+      }
+      return divert ? publish('', refuseQueue, content, options, callback) : publish(exchange, routingKey, content, options, callback);
+    };
+    return channel;
+  };
 }
