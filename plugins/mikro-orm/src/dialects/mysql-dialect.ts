@@ -1,0 +1,194 @@
+import type { Transaction } from '@mikro-orm/core';
+import type { CourierTableNames } from '../courier-tables.js';
+import { classifyDriverError } from '../storage-errors.js';
+import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+
+/** Number of lock rows appends of keys hash into (see {@link MySqlDialect}). */
+export const KEY_LOCK_BUCKETS = 1024;
+
+/**
+ * MariaDB 10.6+ / MySQL 8 adapter (both `@mikro-orm/mariadb` and `@mikro-orm/mysql`).
+ *
+ * - Per-key append lock: `GET_LOCK` is session-scoped and would outlive a pooled
+ *   transaction, so appends lock one of {@link KEY_LOCK_BUCKETS} fixed rows
+ *   (`SELECT … FOR UPDATE` on the primary key) chosen by the key's hash. The rows exist
+ *   from migration time, so the lock is a record lock even at REPEATABLE READ (no gap
+ *   locks, no insert of a new lock row that two producers could deadlock on); it is held
+ *   to commit. Two keys sharing a bucket only serialise their appends.
+ * - Claim: `SELECT … FOR UPDATE SKIP LOCKED` then `UPDATE … WHERE seq IN (…)` in one short
+ *   READ COMMITTED transaction (no `UPDATE … RETURNING`, and no UPDATE selecting from its
+ *   own table). The token comes from a counter row updated last, so a re-claim always
+ *   draws a greater token than the claim it supersedes.
+ * - Times are `DATETIME(3)` in UTC (`UTC_TIMESTAMP(3)`), independent of session time zones.
+ */
+export class MySqlDialect implements SqlDialect {
+  readonly name = 'mysql' as const;
+  readonly now = 'UTC_TIMESTAMP(3)';
+  readonly insertNow = 'UTC_TIMESTAMP(3)';
+  readonly fromEpochMs = "TIMESTAMPADD(MICROSECOND, ? * 1000, '1970-01-01 00:00:00')";
+  readonly greatest = 'GREATEST';
+  readonly lockSkipLocked = ' FOR UPDATE SKIP LOCKED';
+  readonly readCommitted = true;
+  readonly #names: CourierTableNames;
+
+  constructor(names: CourierTableNames) {
+    this.#names = names;
+  }
+
+  quote(identifier: string): string {
+    return `\`${identifier}\``;
+  }
+
+  table(name: CourierObject): string {
+    const quoted = this.quote(this.#names[name]);
+    return this.#names.schema === undefined ? quoted : `${this.quote(this.#names.schema)}.${quoted}`;
+  }
+
+  plusMs(expression: string): string {
+    return `TIMESTAMPADD(MICROSECOND, ? * 1000, ${expression})`;
+  }
+
+  epochMs(expression: string): string {
+    return `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${expression}) DIV 1000)`;
+  }
+
+  schemaStatements(): string[] {
+    const n = this.#names;
+    const ascii = 'CHARACTER SET ascii COLLATE ascii_bin';
+    const buckets = Array.from({ length: KEY_LOCK_BUCKETS }, (_, index) => `(${index})`).join(', ');
+    return [
+      ...(n.schema === undefined ? [] : [`CREATE DATABASE IF NOT EXISTS ${this.quote(n.schema)}`]),
+      `CREATE TABLE IF NOT EXISTS ${this.table('outbox')} (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        message_id VARCHAR(200) NOT NULL,
+        message_type VARCHAR(200) NOT NULL,
+        message_version INT NOT NULL,
+        topic VARCHAR(249) NOT NULL,
+        msg_key VARCHAR(1024) NULL,
+        key_hash CHAR(32) ${ascii} NULL,
+        occurred_at VARCHAR(32) NOT NULL,
+        correlation_id VARCHAR(200) NOT NULL,
+        causation_id VARCHAR(200) NULL,
+        traceparent VARCHAR(55) NULL,
+        tracestate VARCHAR(512) NULL,
+        headers LONGTEXT NOT NULL,
+        payload LONGTEXT NOT NULL,
+        state VARCHAR(9) ${ascii} NOT NULL DEFAULT 'pending',
+        available_at DATETIME(3) NOT NULL,
+        attempts INT NOT NULL DEFAULT 0,
+        last_error TEXT NULL,
+        failed_at DATETIME(3) NULL,
+        lease_owner VARCHAR(200) NULL,
+        lease_token BIGINT NULL,
+        created_at DATETIME(3) NOT NULL,
+        published_at DATETIME(3) NULL,
+        UNIQUE KEY ${this.quote(`${n.outbox}_message_id_uq`)} (message_id),
+        KEY ${this.quote(`${n.outbox}_due_ix`)} (state, available_at, seq),
+        KEY ${this.quote(`${n.outbox}_key_ix`)} (key_hash, state, seq),
+        KEY ${this.quote(`${n.outbox}_failed_ix`)} (state, seq),
+        KEY ${this.quote(`${n.outbox}_published_ix`)} (state, published_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('outboxLocks')} (bucket SMALLINT NOT NULL PRIMARY KEY) ENGINE=InnoDB`,
+      `INSERT IGNORE INTO ${this.table('outboxLocks')} (bucket) VALUES ${buckets}`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('inbox')} (
+        message_id VARCHAR(200) NOT NULL,
+        consumer VARCHAR(200) NOT NULL,
+        processed_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (message_id, consumer),
+        KEY ${this.quote(`${n.inbox}_processed_ix`)} (processed_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('inboxStarts')} (
+        message_id VARCHAR(200) NOT NULL,
+        consumer VARCHAR(200) NOT NULL,
+        starts INT NOT NULL,
+        updated_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (message_id, consumer),
+        KEY ${this.quote(`${n.inboxStarts}_updated_ix`)} (updated_at)
+      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('meta')} (
+        name VARCHAR(64) ${ascii} NOT NULL PRIMARY KEY,
+        value BIGINT NOT NULL
+      ) ENGINE=InnoDB`,
+      `INSERT IGNORE INTO ${this.table('meta')} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}), ('lease_token', 0)`,
+    ];
+  }
+
+  dropStatements(): string[] {
+    return (['outbox', 'outboxLocks', 'inbox', 'inboxStarts', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
+  }
+
+  async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {
+    const buckets = [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) % KEY_LOCK_BUCKETS))].sort((a, b) => a - b);
+    if (buckets.length === 0) return;
+    // Ascending primary-key order, so two appenders of the same buckets never deadlock.
+    await runner.all(`SELECT bucket FROM ${this.table('outboxLocks')} WHERE bucket IN (?) ORDER BY bucket FOR UPDATE`, [buckets], trx);
+  }
+
+  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+    return runner.transaction(
+      async (trx) => {
+        const rows = await runner.all(headsSql(this, qualifiedColumns('o'), this.lockSkipLocked), [query.limit], trx);
+        // Drawn after the rows are locked: whoever held them before has committed, so this
+        // token is greater than the one their previous lease carries.
+        const token = await this.nextToken(runner, trx);
+        if (rows.length > 0) {
+          await runner.run(
+            `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(this.now)} WHERE seq IN (?)`,
+            [query.owner, token.toString(), query.leaseMs, rows.map((row) => String(row['seq']))],
+            trx,
+          );
+        }
+        return { token, rows };
+      },
+      { readCommitted: true },
+    );
+  }
+
+  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+    // LAST_INSERT_ID(expr) hands the new value back in the OK packet: one round trip.
+    const result = await runner.run(`UPDATE ${this.table('meta')} SET value = LAST_INSERT_ID(value + 1) WHERE name = 'lease_token'`, [], trx);
+    if (result.affectedRows !== 1) throw new Error(`the lease token counter row is missing from ${this.table('meta')}`);
+    const fromPacket = result.insertId === undefined || result.insertId === null ? 0n : toBigInt(result.insertId);
+    if (fromPacket > 0n) return fromPacket;
+    const rows = await runner.all('SELECT LAST_INSERT_ID() AS value', [], trx);
+    return toBigInt(rows[0]?.['value']);
+  }
+
+  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+    // A plain INSERT: it waits for a racing uncommitted insert of the same pair and fails
+    // with a duplicate-key error if that one commits. InnoDB rolls back only the statement,
+    // so the transaction stays usable. (INSERT IGNORE would also swallow truncation.)
+    try {
+      await runner.run(`INSERT INTO ${this.table('inbox')} (message_id, consumer, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`, [messageId, consumer], trx);
+      return true;
+    } catch (error) {
+      if (classifyDriverError(error) === 'duplicate') return false;
+      throw error;
+    }
+  }
+
+  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+    return runner.transaction(
+      async (trx) => {
+        await runner.run(
+          `INSERT INTO ${this.table('inboxStarts')} (message_id, consumer, starts, updated_at) VALUES (?, ?, 1, UTC_TIMESTAMP(3)) ` +
+            'ON DUPLICATE KEY UPDATE starts = starts + 1, updated_at = UTC_TIMESTAMP(3)',
+          [messageId, consumer],
+          trx,
+        );
+        const rows = await runner.all(`SELECT starts FROM ${this.table('inboxStarts')} WHERE message_id = ? AND consumer = ?`, [messageId, consumer], trx);
+        return toNumber(rows[0]?.['starts']);
+      },
+      { readCommitted: true },
+    );
+  }
+
+  pruneBatchSql(table: CourierObject, column: string, publishedOnly: boolean): string {
+    const state = publishedOnly ? `state = 'published' AND ` : '';
+    // Single-table DELETE with ORDER BY … LIMIT walks the (state, published_at) or
+    // (processed_at) index from the oldest end; run at READ COMMITTED it locks only the
+    // rows it deletes, none of the gaps producers insert into.
+    return `DELETE FROM ${this.table(table)} WHERE ${state}${column} < TIMESTAMPADD(MICROSECOND, -(? * 1000), UTC_TIMESTAMP(3)) ORDER BY ${column} LIMIT ?`;
+  }
+}

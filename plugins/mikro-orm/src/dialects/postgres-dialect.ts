@@ -1,0 +1,184 @@
+import type { Transaction } from '@mikro-orm/core';
+import type { CourierTableNames } from '../courier-tables.js';
+import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+
+/**
+ * PostgreSQL 12+ adapter.
+ *
+ * - Per-key append lock: `pg_advisory_xact_lock(namespace, hash)`, released by the
+ *   transaction's end, taken just before the insert that draws the `bigserial`; so rows of
+ *   one key get sequences in commit order and none is visible before an earlier one.
+ * - Claim: one statement per batch (token from a sequence, head-of-key candidates locked
+ *   `FOR UPDATE SKIP LOCKED`, the lease written, the rows returned).
+ * - Partial indexes keep every hot query on pending / failed / published rows only, so
+ *   the size of the published history does not slow the claim.
+ */
+export class PostgresDialect implements SqlDialect {
+  readonly name = 'postgresql' as const;
+  readonly now = 'now()';
+  readonly insertNow = 'clock_timestamp()';
+  readonly fromEpochMs = 'to_timestamp(?::float8 / 1000)';
+  readonly greatest = 'GREATEST';
+  readonly lockSkipLocked = ' FOR UPDATE OF o SKIP LOCKED';
+  readonly readCommitted = false;
+  readonly #names: CourierTableNames;
+
+  constructor(names: CourierTableNames) {
+    this.#names = names;
+  }
+
+  quote(identifier: string): string {
+    return `"${identifier}"`;
+  }
+
+  table(name: CourierObject): string {
+    const quoted = this.quote(this.#names[name]);
+    return this.#names.schema === undefined ? quoted : `${this.quote(this.#names.schema)}.${quoted}`;
+  }
+
+  plusMs(expression: string): string {
+    return `(${expression} + (?::float8 * interval '1 millisecond'))`;
+  }
+
+  epochMs(expression: string): string {
+    return `floor(extract(epoch from ${expression}) * 1000)`;
+  }
+
+  schemaStatements(): string[] {
+    const n = this.#names;
+    const outbox = this.table('outbox');
+    const inbox = this.table('inbox');
+    const starts = this.table('inboxStarts');
+    const meta = this.table('meta');
+    const ix = (suffix: string) => this.quote(`${n.outbox}_${suffix}`);
+    return [
+      ...(n.schema === undefined ? [] : [`CREATE SCHEMA IF NOT EXISTS ${this.quote(n.schema)}`]),
+      `CREATE TABLE IF NOT EXISTS ${outbox} (
+        seq bigserial PRIMARY KEY,
+        message_id varchar(200) NOT NULL,
+        message_type varchar(200) NOT NULL,
+        message_version integer NOT NULL,
+        topic varchar(249) NOT NULL,
+        msg_key varchar(1024),
+        key_hash char(32),
+        occurred_at varchar(32) NOT NULL,
+        correlation_id varchar(200) NOT NULL,
+        causation_id varchar(200),
+        traceparent varchar(55),
+        tracestate varchar(512),
+        headers text NOT NULL,
+        payload text NOT NULL,
+        state varchar(9) NOT NULL DEFAULT 'pending',
+        available_at timestamptz NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        last_error text,
+        failed_at timestamptz,
+        lease_owner varchar(200),
+        lease_token bigint,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        published_at timestamptz,
+        CONSTRAINT ${ix('message_id_uq')} UNIQUE (message_id)
+      )`,
+      // The claim's range scan: due pending rows in claim order; in-flight rows (lease in
+      // the future) and scheduled rows sit past now() and are not visited.
+      `CREATE INDEX IF NOT EXISTS ${ix('due_ix')} ON ${outbox} (available_at, seq) WHERE state = 'pending'`,
+      // The head-of-key probe and listHalted's held count.
+      `CREATE INDEX IF NOT EXISTS ${ix('key_ix')} ON ${outbox} (key_hash, seq) WHERE state IN ('pending', 'halted')`,
+      `CREATE INDEX IF NOT EXISTS ${ix('failed_ix')} ON ${outbox} (seq) WHERE state IN ('dead', 'halted')`,
+      `CREATE INDEX IF NOT EXISTS ${ix('published_ix')} ON ${outbox} (published_at) WHERE state = 'published'`,
+      `CREATE SEQUENCE IF NOT EXISTS ${this.table('tokenSequence')}`,
+      `CREATE TABLE IF NOT EXISTS ${inbox} (
+        message_id varchar(200) NOT NULL,
+        consumer varchar(200) NOT NULL,
+        processed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (message_id, consumer)
+      )`,
+      `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inbox}_processed_ix`)} ON ${inbox} (processed_at)`,
+      `CREATE TABLE IF NOT EXISTS ${starts} (
+        message_id varchar(200) NOT NULL,
+        consumer varchar(200) NOT NULL,
+        starts integer NOT NULL,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (message_id, consumer)
+      )`,
+      `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inboxStarts}_updated_ix`)} ON ${starts} (updated_at)`,
+      `CREATE TABLE IF NOT EXISTS ${meta} (name varchar(64) PRIMARY KEY, value bigint NOT NULL)`,
+      `INSERT INTO ${meta} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}) ON CONFLICT (name) DO NOTHING`,
+    ];
+  }
+
+  dropStatements(): string[] {
+    return [
+      `DROP TABLE IF EXISTS ${this.table('outbox')}`,
+      `DROP SEQUENCE IF EXISTS ${this.table('tokenSequence')}`,
+      `DROP TABLE IF EXISTS ${this.table('inbox')}`,
+      `DROP TABLE IF EXISTS ${this.table('inboxStarts')}`,
+      `DROP TABLE IF EXISTS ${this.table('meta')}`,
+    ];
+  }
+
+  async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {
+    // Two-int advisory locks live in a key space of their own (apart from the one-bigint
+    // form applications tend to use); the namespace keeps outboxes apart.
+    const keys = [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) | 0))].sort((a, b) => a - b);
+    if (keys.length === 0) return;
+    if (keys.length === 1) {
+      await runner.all('SELECT pg_advisory_xact_lock(?, ?)', [this.#names.lockNamespace, keys[0]], trx);
+      return;
+    }
+    // Sorted, so two transactions appending the same keys queue instead of deadlocking.
+    await runner.all('SELECT count(pg_advisory_xact_lock(?, k)) FROM (SELECT unnest(ARRAY[?]::int4[]) AS k ORDER BY 1) AS s', [this.#names.lockNamespace, keys], trx);
+  }
+
+  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+    const outbox = this.table('outbox');
+    const sql =
+      `WITH token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
+      `candidates AS (${headsSql(this, 'o.seq', this.lockSkipLocked)}), ` +
+      `claimed AS (UPDATE ${outbox} u SET lease_owner = ?, lease_token = token.value, available_at = ${this.plusMs('now()')} ` +
+      `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}) ` +
+      // The LEFT JOIN returns the token even when nothing was due.
+      `SELECT token.value AS claim_token, claimed.* FROM token LEFT JOIN claimed ON true`;
+    const rows = await runner.all(sql, [query.limit, query.owner, query.leaseMs]);
+    const first = rows[0];
+    if (!first) throw new Error('the claim statement returned no token row');
+    return { token: toBigInt(first['claim_token']), rows: rows.filter((row) => row['seq'] !== null && row['seq'] !== undefined) };
+  }
+
+  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+    const rows = await runner.all(`SELECT nextval('${this.table('tokenSequence')}') AS value`, [], trx);
+    return toBigInt(rows[0]?.['value']);
+  }
+
+  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+    // ON CONFLICT waits for a racing uncommitted insert of the same pair, then does nothing
+    // if that one committed: the loser sees a duplicate without aborting its transaction.
+    const result = await runner.run(
+      `INSERT INTO ${this.table('inbox')} (message_id, consumer, processed_at) VALUES (?, ?, now()) ON CONFLICT (message_id, consumer) DO NOTHING`,
+      [messageId, consumer],
+      trx,
+    );
+    return result.affectedRows === 1;
+  }
+
+  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+    const rows = await runner.all(
+      `INSERT INTO ${this.table('inboxStarts')} AS s (message_id, consumer, starts, updated_at) VALUES (?, ?, 1, now()) ` +
+        `ON CONFLICT (message_id, consumer) DO UPDATE SET starts = s.starts + 1, updated_at = now() RETURNING s.starts`,
+      [messageId, consumer],
+    );
+    return toNumber(rows[0]?.['starts']);
+  }
+
+  pruneBatchSql(table: CourierObject, column: string, publishedOnly: boolean): string {
+    const name = this.table(table);
+    const state = publishedOnly ? `state = 'published' AND ` : '';
+    // ctid = ANY(ARRAY(...)) plans as a TID scan; SKIP LOCKED leaves rows another
+    // transaction holds to a later batch instead of waiting for them.
+    return (
+      `DELETE FROM ${name} WHERE ctid = ANY (ARRAY(SELECT ctid FROM ${name} WHERE ${state}${column} < (now() - (?::float8 * interval '1 millisecond')) ` +
+      `ORDER BY ${column} LIMIT ? FOR UPDATE SKIP LOCKED))`
+    );
+  }
+}

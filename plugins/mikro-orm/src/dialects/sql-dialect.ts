@@ -1,0 +1,116 @@
+import type { Transaction } from '@mikro-orm/core';
+import type { CourierTableNames } from '../courier-tables.js';
+import type { SqlRow, SqlRunner } from '../sql-runner.js';
+
+/** The SQL families Courier has adapters for. */
+export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
+
+/** The schema version this release writes and expects in the meta table. */
+export const SCHEMA_VERSION = 1;
+
+/** Envelope and bookkeeping columns returned for claimed and listed rows. */
+export const ROW_COLUMNS = [
+  'seq',
+  'message_id',
+  'message_type',
+  'message_version',
+  'topic',
+  'msg_key',
+  'occurred_at',
+  'correlation_id',
+  'causation_id',
+  'traceparent',
+  'tracestate',
+  'headers',
+  'payload',
+  'attempts',
+] as const;
+
+/** Options of a claim, validated by the store. */
+export interface ClaimQuery {
+  readonly owner: string;
+  readonly limit: number;
+  readonly leaseMs: number;
+}
+
+/** Result of a claim: the fencing token and the claimed rows (any order). */
+export interface ClaimResult {
+  readonly token: bigint;
+  readonly rows: readonly SqlRow[];
+}
+
+/**
+ * What differs between databases. Everything else (the shape of the queries, the state
+ * machine) lives in the stores, so each adapter stays small.
+ *
+ * Time: every expression reads the database's clock; `now` is fixed per statement (per
+ * transaction on PostgreSQL), `insertNow` is the instant of the insert itself.
+ */
+export interface SqlDialect {
+  readonly name: DialectName;
+  /** Quoted, schema-qualified name of a Courier table (or sequence). */
+  table(name: CourierObject): string;
+  /** Quoted identifier (an index name, a column). */
+  quote(identifier: string): string;
+  /** The database clock, as stored in timestamp columns. */
+  readonly now: string;
+  /** The database clock at the moment of the insert (PostgreSQL: `clock_timestamp()`, not the transaction start). */
+  readonly insertNow: string;
+  /** `expression` plus `?` milliseconds (one placeholder). */
+  plusMs(expression: string): string;
+  /** Name of the two-argument maximum function (`GREATEST`, SQLite's scalar `MAX`). */
+  readonly greatest: string;
+  /** A timestamp from `?` milliseconds since the epoch (one placeholder). */
+  readonly fromEpochMs: string;
+  /** `expression` (a timestamp column or expression) as milliseconds since the epoch. */
+  epochMs(expression: string): string;
+  /** Row-locking suffix of the head-of-key SELECT (`FOR UPDATE SKIP LOCKED` where supported). */
+  readonly lockSkipLocked: string;
+  /** Whether store transactions should run at READ COMMITTED (MySQL's default is stricter). */
+  readonly readCommitted: boolean;
+  /** Idempotent DDL creating every Courier table, index, sequence and seed row of this version. */
+  schemaStatements(): string[];
+  /** Statements dropping every Courier object (migration `down`). */
+  dropStatements(): string[];
+  /**
+   * Takes the transaction-scoped per-key locks for appends of these key hashes inside
+   * `trx`, in a fixed order so that two appenders never deadlock on each other.
+   */
+  lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void>;
+  /** Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way. */
+  claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult>;
+  /** Allocates the next fencing token inside `trx` (strictly increasing, never reused). */
+  nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint>;
+  /** Inserts the inbox record inside `trx`; false when the pair is already recorded. Waits for a racing uncommitted insert. */
+  insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean>;
+  /** Counts one start of (messageId, consumer) in a short transaction of its own; returns the total. */
+  recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number>;
+  /** Deletes at most `?` (second placeholder) rows of `table` whose `column` is older than `?` ms (first placeholder) and, when given, whose state is `published`. */
+  pruneBatchSql(table: CourierObject, column: string, publishedOnly: boolean): string;
+}
+
+/** The Courier objects a dialect can name. */
+export type CourierObject = 'outbox' | 'inbox' | 'inboxStarts' | 'meta' | 'outboxLocks' | 'tokenSequence';
+
+/** Context every dialect is built with. */
+export interface DialectContext {
+  readonly names: CourierTableNames;
+}
+
+/** The claim's head-of-key candidate query, shared by every dialect (differences are parameters). */
+export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: string, lockSuffix: string): string {
+  const outbox = dialect.table('outbox');
+  return (
+    `SELECT ${columns} FROM ${outbox} o ` +
+    `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
+    // Head of key: no earlier row of the same (topic, key) still pending (due, in flight or
+    // scheduled) or halted. Keyless rows have a NULL hash, which equals nothing.
+    `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
+    `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
+  );
+}
+
+/** `o.`-qualified row columns. */
+export function qualifiedColumns(alias: string): string {
+  return ROW_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
+}

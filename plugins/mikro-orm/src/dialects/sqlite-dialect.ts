@@ -1,0 +1,154 @@
+import type { Transaction } from '@mikro-orm/core';
+import type { CourierTableNames } from '../courier-tables.js';
+import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+
+// Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
+const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/**
+ * SQLite adapter (`@mikro-orm/libsql`), for development, tests and the zero-setup example.
+ *
+ * - No per-key lock: SQLite has one writer at a time and holds the write lock from a
+ *   transaction's first write to its commit, so `AUTOINCREMENT` sequences are drawn in
+ *   commit order already.
+ * - Claim: one `UPDATE … WHERE seq IN (head-of-key candidates) RETURNING …`, after the
+ *   token counter row is bumped in the same transaction.
+ * - Times are INTEGER milliseconds since the epoch.
+ */
+export class SqliteDialect implements SqlDialect {
+  readonly name = 'sqlite' as const;
+  readonly now = NOW_MS;
+  readonly insertNow = NOW_MS;
+  readonly fromEpochMs = '?';
+  readonly greatest = 'MAX';
+  readonly lockSkipLocked = '';
+  readonly readCommitted = false;
+  readonly #names: CourierTableNames;
+
+  constructor(names: CourierTableNames) {
+    this.#names = names;
+  }
+
+  quote(identifier: string): string {
+    return `"${identifier}"`;
+  }
+
+  table(name: CourierObject): string {
+    return this.quote(this.#names[name]);
+  }
+
+  plusMs(expression: string): string {
+    return `(${expression} + ?)`;
+  }
+
+  epochMs(expression: string): string {
+    return expression;
+  }
+
+  schemaStatements(): string[] {
+    const n = this.#names;
+    const outbox = this.table('outbox');
+    const ix = (suffix: string) => this.quote(`${n.outbox}_${suffix}`);
+    return [
+      // AUTOINCREMENT: a pruned maximum is never handed out again.
+      `CREATE TABLE IF NOT EXISTS ${outbox} (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id TEXT NOT NULL UNIQUE,
+        message_type TEXT NOT NULL,
+        message_version INTEGER NOT NULL,
+        topic TEXT NOT NULL,
+        msg_key TEXT,
+        key_hash TEXT,
+        occurred_at TEXT NOT NULL,
+        correlation_id TEXT NOT NULL,
+        causation_id TEXT,
+        traceparent TEXT,
+        tracestate TEXT,
+        headers TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending',
+        available_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        failed_at INTEGER,
+        lease_owner TEXT,
+        lease_token INTEGER,
+        created_at INTEGER NOT NULL,
+        published_at INTEGER
+      )`,
+      `CREATE INDEX IF NOT EXISTS ${ix('due_ix')} ON ${outbox} (available_at, seq) WHERE state = 'pending'`,
+      `CREATE INDEX IF NOT EXISTS ${ix('key_ix')} ON ${outbox} (key_hash, seq) WHERE state IN ('pending', 'halted')`,
+      `CREATE INDEX IF NOT EXISTS ${ix('failed_ix')} ON ${outbox} (seq) WHERE state IN ('dead', 'halted')`,
+      `CREATE INDEX IF NOT EXISTS ${ix('published_ix')} ON ${outbox} (published_at) WHERE state = 'published'`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('inbox')} (
+        message_id TEXT NOT NULL,
+        consumer TEXT NOT NULL,
+        processed_at INTEGER NOT NULL,
+        PRIMARY KEY (message_id, consumer)
+      )`,
+      `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inbox}_processed_ix`)} ON ${this.table('inbox')} (processed_at)`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('inboxStarts')} (
+        message_id TEXT NOT NULL,
+        consumer TEXT NOT NULL,
+        starts INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (message_id, consumer)
+      )`,
+      `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inboxStarts}_updated_ix`)} ON ${this.table('inboxStarts')} (updated_at)`,
+      `CREATE TABLE IF NOT EXISTS ${this.table('meta')} (name TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)`,
+      `INSERT OR IGNORE INTO ${this.table('meta')} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}), ('lease_token', 0)`,
+    ];
+  }
+
+  dropStatements(): string[] {
+    return (['outbox', 'inbox', 'inboxStarts', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
+  }
+
+  async lockKeys(): Promise<void> {
+    // Nothing to do: see the class comment.
+  }
+
+  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+    return runner.transaction(async (trx) => {
+      const token = await this.nextToken(runner, trx);
+      const rows = await runner.all(
+        `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(NOW_MS)} ` +
+          `WHERE seq IN (${headsSql(this, 'o.seq', '')}) RETURNING ${ROW_COLUMNS.join(', ')}`,
+        [query.owner, token.toString(), query.leaseMs, query.limit],
+        trx,
+      );
+      return { token, rows };
+    });
+  }
+
+  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+    const rows = await runner.all(`UPDATE ${this.table('meta')} SET value = value + 1 WHERE name = 'lease_token' RETURNING value`, [], trx);
+    if (rows.length !== 1) throw new Error(`the lease token counter row is missing from ${this.table('meta')}`);
+    return toBigInt(rows[0]?.['value']);
+  }
+
+  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+    const result = await runner.run(
+      `INSERT INTO ${this.table('inbox')} (message_id, consumer, processed_at) VALUES (?, ?, ${NOW_MS}) ON CONFLICT (message_id, consumer) DO NOTHING`,
+      [messageId, consumer],
+      trx,
+    );
+    return result.affectedRows === 1;
+  }
+
+  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+    const rows = await runner.all(
+      `INSERT INTO ${this.table('inboxStarts')} (message_id, consumer, starts, updated_at) VALUES (?, ?, 1, ${NOW_MS}) ` +
+        'ON CONFLICT (message_id, consumer) DO UPDATE SET starts = starts + 1, updated_at = excluded.updated_at RETURNING starts',
+      [messageId, consumer],
+    );
+    return toNumber(rows[0]?.['starts']);
+  }
+
+  pruneBatchSql(table: CourierObject, column: string, publishedOnly: boolean): string {
+    const name = this.table(table);
+    const state = publishedOnly ? `state = 'published' AND ` : '';
+    return `DELETE FROM ${name} WHERE rowid IN (SELECT rowid FROM ${name} WHERE ${state}${column} < (${NOW_MS} - ?) ORDER BY ${column} LIMIT ?)`;
+  }
+}

@@ -1,0 +1,576 @@
+import { createHash } from 'node:crypto';
+import {
+  ConfigError,
+  decodeEnvelope,
+  noopLogger,
+  payloadBytes,
+  StorageError,
+  type ClaimedBatch,
+  type ClaimOptions,
+  type CompleteOptions,
+  type DeadOutboxRecord,
+  type Envelope,
+  type HaltedKey,
+  type ListOptions,
+  type Logger,
+  type OutboxAppend,
+  type OutboxFailure,
+  type OutboxLease,
+  type OutboxRecord,
+  type OutboxStats,
+  type OutboxStore,
+} from '@courier/core';
+import type { EntityManager, Transaction } from '@mikro-orm/core';
+import { headsSql, qualifiedColumns, type ClaimResult, type DialectName } from './dialects/sql-dialect.js';
+import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
+import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
+import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
+import { toStorageError } from './storage-errors.js';
+import { pruneInBatches, StoreCore, throwIfAborted, type MikroOrmStoreConfig } from './store-core.js';
+
+/** Arguments of {@link MikroOrmOutboxStore}. */
+export interface MikroOrmOutboxStoreConfig extends MikroOrmStoreConfig {
+  /** PostgreSQL wake-ups (LISTEN/NOTIFY); `false` turns both off. Ignored elsewhere. */
+  readonly wakeups?: PostgresWakeupConfig | false;
+  /** Where the store reports background problems (a lost LISTEN connection). Default silent. */
+  readonly logger?: Logger;
+}
+
+/** A row remembered by `append`, written at flush. */
+interface PendingRow {
+  readonly envelope: Envelope;
+  readonly keyHash: string | null;
+  readonly delayMs: number;
+  readonly notBeforeMs: number | null;
+}
+
+const INSERT_COLUMNS =
+  'message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload, state, attempts, available_at, created_at';
+// Keep each INSERT well under MySQL's default max_allowed_packet (16-64 MiB).
+const MAX_INSERT_BYTES = 4 * 1024 * 1024;
+const DEFAULT_LIST_LIMIT = 100;
+const DEFAULT_PRUNE_BATCH = 1_000;
+
+/**
+ * The outbox on MikroORM 6: one store for PostgreSQL, MySQL/MariaDB and SQLite, with the
+ * dialect SQL in small adapters.
+ *
+ * Guarantees (the `OutboxStore` contract, checked by the conformance suite):
+ * - `append(em, …)` joins `em`'s unit of work: the rows are written by the same
+ *   `em.flush()` (or the flush `em.transactional()` ends with), in the same transaction as
+ *   the entity changes, or not at all. The global EntityManager, an EntityManager of
+ *   another ORM, and one whose transaction ended are refused with a `ConfigError`.
+ * - Appends of one (topic, key) are serialised by a transaction-scoped lock taken right
+ *   before the insert, so sequence order is commit order and no row is claimable before an
+ *   earlier-committed row of its key (SQLite's single writer gives the same for free).
+ * - `claim` compares only with the database clock, returns due head-of-key rows under a
+ *   lease with a strictly increasing fencing token; concurrent claims never share a row
+ *   (`FOR UPDATE SKIP LOCKED`; SQLite has one writer). `complete`, `fail` and `release`
+ *   change only rows whose current lease token is the caller's.
+ * - Payload and headers are stored as text, byte for byte.
+ * - Database errors become `StorageError` (retriable for lost connections, deadlocks, lock
+ *   and statement timeouts, serialization failures); a missing or outdated schema is a
+ *   `StorageError` with code `SCHEMA_MISSING` that says how to create it.
+ */
+export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> implements OutboxStore<EM> {
+  /** The SQL family in use. */
+  readonly dialect: DialectName;
+  readonly #core: StoreCore;
+  readonly #unitOfWork: OutboxUnitOfWork<PendingRow>;
+  readonly #wakeups: OutboxWakeups;
+
+  constructor(config: MikroOrmOutboxStoreConfig) {
+    if (config === null || typeof config !== 'object' || config.orm === null || typeof config.orm !== 'object') {
+      throw new ConfigError(`'orm' is required: pass the application's initialised MikroORM instance`);
+    }
+    this.#core = new StoreCore(config, 'MikroOrmOutboxStore');
+    this.dialect = this.#core.dialect.name;
+    const connection = config.orm.em.getConnection('write') as unknown as { getKnex?: () => { client?: unknown } };
+    this.#wakeups = new OutboxWakeups({
+      runner: this.#core.runner,
+      channel: this.dialect === 'postgresql' ? this.#core.names.channel : undefined,
+      config: config.wakeups,
+      logger: config.logger ?? noopLogger,
+      source: this.dialect === 'postgresql' ? connection.getKnex?.().client : undefined,
+    });
+    this.#unitOfWork = new OutboxUnitOfWork<PendingRow>({
+      orm: config.orm,
+      write: (rows, trx) => this.#insert(rows, trx),
+      writeAlone: (rows) => this.#core.runner.transaction((trx) => this.#insert(rows, trx)),
+      committed: () => this.#wakeups.signal(),
+    });
+  }
+
+  /**
+   * Remembers `messages` in `tx`'s unit of work; its next flush writes them in its
+   * transaction. Validates everything first and remembers nothing on error
+   * (`SerializationError` for a malformed envelope, `ConfigError` for a bad schedule or an
+   * EntityManager that cannot carry the rows). A duplicate messageId makes the flush fail
+   * with a `StorageError` of code `DUPLICATE_MESSAGE_ID`.
+   */
+  append(tx: EM, messages: readonly OutboxAppend[]): void {
+    this.#core.assertOpen();
+    this.#unitOfWork.resolve(tx);
+    const rows: PendingRow[] = [];
+    const problems: string[] = [];
+    for (const [index, message] of messages.entries()) {
+      const envelope = decodeEnvelope(message.envelope);
+      const delayMs = message.delayMs ?? 0;
+      if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
+        problems.push(`'messages[${index}].delayMs' must be a finite number of 0 or more, got ${String(delayMs)}`);
+      }
+      let notBeforeMs: number | null = null;
+      if (message.notBefore !== undefined) {
+        notBeforeMs = message.notBefore instanceof Date ? message.notBefore.getTime() : Number.NaN;
+        if (Number.isNaN(notBeforeMs)) problems.push(`'messages[${index}].notBefore' must be a valid Date`);
+      }
+      rows.push({ envelope, keyHash: keyHash(envelope.topic, envelope.key), delayMs: Math.round(delayMs), notBeforeMs });
+    }
+    if (problems.length > 0) throw new ConfigError(problems);
+    this.#unitOfWork.add(tx, rows);
+  }
+
+  /** Claims up to `limit` due head-of-key rows (up to `perKey` contiguous rows per key) under a new lease. */
+  async claim(options: ClaimOptions): Promise<ClaimedBatch> {
+    const problems: string[] = [];
+    if (typeof options.owner !== 'string' || options.owner.length === 0 || options.owner.length > 200) {
+      problems.push(`'owner' must be a non-empty string of at most 200 characters`);
+    }
+    if (!Number.isSafeInteger(options.limit) || options.limit < 1) problems.push(`'limit' must be an integer of 1 or more`);
+    if (!(options.leaseMs > 0) || !Number.isFinite(options.leaseMs)) problems.push(`'leaseMs' must be more than 0`);
+    if (!Number.isSafeInteger(options.perKey) || options.perKey < 1) problems.push(`'perKey' must be an integer of 1 or more`);
+    if (problems.length > 0) throw new ConfigError(problems);
+    return this.#core.operation('claim', options.signal, async () => {
+      const query = { owner: options.owner, limit: options.limit, leaseMs: Math.ceil(options.leaseMs) };
+      const result = options.perKey === 1 ? await this.#core.dialect.claimHeads(this.#core.runner, query) : await this.#claimRuns(query, options.perKey);
+      const records = result.rows.map((row) => toRecord(row)).sort((a, b) => (a.sequence < b.sequence ? -1 : a.sequence > b.sequence ? 1 : 0));
+      return { lease: { owner: options.owner, token: result.token }, records };
+    });
+  }
+
+  /**
+   * Claims with ordered pipelining: heads first (locked, SKIP LOCKED), then up to
+   * `perKey - 1` rows right behind each keyed head while they are pending and due. Rows
+   * behind a head we hold are safe without their own lock: no other claim can take them
+   * while their head is pending.
+   */
+  async #claimRuns(query: { owner: string; limit: number; leaseMs: number }, perKey: number): Promise<ClaimResult> {
+    const { dialect, runner } = this.#core;
+    const outbox = dialect.table('outbox');
+    return runner.transaction(
+      async (trx) => {
+        const heads = await runner.all(headsSql(dialect, 'o.seq, o.key_hash', dialect.lockSkipLocked), [query.limit], trx);
+        const chosen: string[] = heads.map((row) => String(row['seq']));
+        const keyed = heads.filter((row) => row['key_hash'] !== null && row['key_hash'] !== undefined);
+        if (keyed.length > 0 && chosen.length < query.limit) {
+          const followers = await runner.all(
+            `SELECT seq, key_hash, state, CASE WHEN available_at <= ${dialect.now} THEN 1 ELSE 0 END AS due FROM (` +
+              `SELECT seq, key_hash, state, available_at, ROW_NUMBER() OVER (PARTITION BY key_hash ORDER BY seq) AS rn FROM ${outbox} ` +
+              `WHERE key_hash IN (?) AND state IN ('pending', 'halted')) AS runs WHERE rn > 1 AND rn <= ? ORDER BY key_hash, seq`,
+            [keyed.map((row) => String(row['key_hash'])), perKey],
+            trx,
+          );
+          const stopped = new Set<string>();
+          for (const row of followers) {
+            if (chosen.length >= query.limit) break;
+            const key = String(row['key_hash']);
+            if (stopped.has(key)) continue;
+            if (row['state'] !== 'pending' || toNumber(row['due']) !== 1) {
+              stopped.add(key);
+              continue;
+            }
+            chosen.push(String(row['seq']));
+          }
+        }
+        const token = await dialect.nextToken(runner, trx);
+        if (chosen.length === 0) return { token, rows: [] };
+        await runner.run(
+          `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
+          [query.owner, token.toString(), query.leaseMs, chosen],
+          trx,
+        );
+        const rows = await runner.all(`SELECT ${qualifiedColumns('o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
+        return { token, rows };
+      },
+      { readCommitted: dialect.readCommitted },
+    );
+  }
+
+  /**
+   * Marks rows held by `lease` published. With `beforeCommit`, the update runs in a
+   * transaction and the hook is called after it and before COMMIT; if the hook throws,
+   * nothing changes.
+   */
+  async complete(lease: OutboxLease, sequences: readonly bigint[], options: CompleteOptions = {}): Promise<number> {
+    return this.#core.operation('complete', options.signal, async () => {
+      const { dialect, runner } = this.#core;
+      if (sequences.length === 0) return 0;
+      const outbox = dialect.table('outbox');
+      // The lease stays on published rows (which relay published them, for operators);
+      // only pending rows carry a live lease, so fencing is unaffected.
+      const update = `UPDATE ${outbox} SET state = 'published', published_at = ${dialect.now} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`;
+      const params = [sequences.map(String), lease.token.toString()];
+      const hook = options.beforeCommit;
+      if (!hook) return (await runner.run(update, params)).affectedRows;
+      return runner.transaction(
+        async (trx) => {
+          const changed = (await runner.run(update, params, trx)).affectedRows;
+          const done = await runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, params, trx);
+          await hook('complete-before-commit', { messageIds: done.map((row) => String(row['message_id'])) });
+          throwIfAborted(options.signal, 'complete');
+          return changed;
+        },
+        { readCommitted: dialect.readCommitted },
+      );
+    });
+  }
+
+  /** Records failures of rows held by `lease`: counts an attempt, then reschedules (database clock), kills or halts each. */
+  async fail(lease: OutboxLease, failures: readonly OutboxFailure[], options: { signal?: AbortSignal } = {}): Promise<number> {
+    return this.#core.operation('fail', options.signal, async () => {
+      const { dialect, runner } = this.#core;
+      if (failures.length === 0) return 0;
+      const outbox = dialect.table('outbox');
+      const common = `attempts = attempts + 1, last_error = ?, failed_at = ${dialect.now}, lease_owner = NULL, lease_token = NULL`;
+      const where = `WHERE seq = ? AND state = 'pending' AND lease_token = ?`;
+      return runner.transaction(
+        async (trx) => {
+          let changed = 0;
+          for (const failure of failures) {
+            const result =
+              failure.outcome === 'retry'
+                ? await runner.run(`UPDATE ${outbox} SET ${common}, available_at = ${dialect.plusMs(dialect.now)} ${where}`, [
+                    failure.error,
+                    Math.max(0, Math.round(failure.delayMs)),
+                    failure.sequence.toString(),
+                    lease.token.toString(),
+                  ], trx)
+                : await runner.run(`UPDATE ${outbox} SET ${common}, state = ? ${where}`, [
+                    failure.error,
+                    failure.outcome === 'dead' ? 'dead' : 'halted',
+                    failure.sequence.toString(),
+                    lease.token.toString(),
+                  ], trx);
+            changed += result.affectedRows;
+          }
+          return changed;
+        },
+        { readCommitted: dialect.readCommitted },
+      );
+    });
+  }
+
+  /** Gives rows held by `lease` back without counting an attempt, due after `delayMs` (database clock). */
+  async release(lease: OutboxLease, sequences: readonly bigint[], delayMs = 0): Promise<number> {
+    const changed = await this.#core.operation('release', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      if (sequences.length === 0) return 0;
+      const result = await runner.run(
+        `UPDATE ${dialect.table('outbox')} SET available_at = ${dialect.plusMs(dialect.now)}, lease_owner = NULL, lease_token = NULL ` +
+          `WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`,
+        [Math.max(0, Math.round(delayMs)), sequences.map(String), lease.token.toString()],
+      );
+      return result.affectedRows;
+    });
+    if (changed > 0) this.#wakeups.signal();
+    return changed;
+  }
+
+  /**
+   * Calls `listener` soon after a commit appended rows (in this process immediately; from
+   * other processes through LISTEN/NOTIFY on PostgreSQL), and after `release`, `replay`
+   * and `resume` made rows claimable. Resolves with a function that stops listening.
+   * Signals may be coalesced or spurious; relays still poll as a safety net.
+   */
+  async watch(listener: () => void): Promise<() => Promise<void>> {
+    this.#core.assertOpen();
+    return this.#wakeups.watch(listener);
+  }
+
+  /** Counts: `pending` includes rows in flight; `inFlight` are pending rows under a live lease. */
+  async stats(): Promise<OutboxStats> {
+    return this.#core.operation('stats', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      const outbox = dialect.table('outbox');
+      const [pending] = await runner.all(
+        `SELECT COUNT(*) AS pending, ` +
+          `SUM(CASE WHEN lease_token IS NOT NULL AND available_at > ${dialect.now} THEN 1 ELSE 0 END) AS in_flight, ` +
+          `${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`MIN(CASE WHEN available_at <= ${dialect.now} THEN available_at END)`)} AS oldest_age ` +
+          `FROM ${outbox} WHERE state = 'pending'`,
+      );
+      const [failed] = await runner.all(
+        `SELECT SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END) AS dead, ` +
+          `COUNT(DISTINCT CASE WHEN state = 'halted' THEN key_hash END) + SUM(CASE WHEN state = 'halted' AND key_hash IS NULL THEN 1 ELSE 0 END) AS halted_keys ` +
+          `FROM ${outbox} WHERE state IN ('dead', 'halted')`,
+      );
+      return {
+        pending: toNumber(pending?.['pending']),
+        oldestPendingAgeMs: Math.max(0, toNumber(pending?.['oldest_age'])),
+        inFlight: toNumber(pending?.['in_flight']),
+        dead: toNumber(failed?.['dead']),
+        haltedKeys: toNumber(failed?.['halted_keys']),
+      };
+    });
+  }
+
+  /**
+   * Deletes published rows published at least `olderThanMs` ago (database clock), in
+   * statements of at most `batchSize` rows (default 1000) that each commit on their own,
+   * skipping rows another transaction holds; producers never wait for it.
+   */
+  async prune(olderThanMs: number, options: { batchSize?: number; signal?: AbortSignal } = {}): Promise<number> {
+    const batchSize = options.batchSize ?? DEFAULT_PRUNE_BATCH;
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError(`'batchSize' must be an integer of 1 or more`);
+    if (!Number.isFinite(olderThanMs) || olderThanMs < 0) throw new ConfigError(`'olderThanMs' must be a finite number of 0 or more`);
+    return this.#core.operation('prune', options.signal, () =>
+      pruneInBatches(this.#core, 'outbox', 'published_at', true, olderThanMs, batchSize, options.signal),
+    );
+  }
+
+  /** Lists dead rows in sequence order (keyset pagination with `after`). */
+  async listDead(options: ListOptions = {}): Promise<readonly DeadOutboxRecord[]> {
+    return this.#core.operation('listDead', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      const params: unknown[] = [];
+      let where = `o.state = 'dead'`;
+      if (options.after !== undefined) {
+        where += ' AND o.seq > ?';
+        params.push(options.after.toString());
+      }
+      if (options.topic !== undefined) {
+        where += ' AND o.topic = ?';
+        params.push(options.topic);
+      }
+      params.push(listLimit(options.limit));
+      const rows = await runner.all(
+        `SELECT ${qualifiedColumns('o')}, o.state, o.last_error, ${dialect.epochMs('o.failed_at')} AS failed_at_ms FROM ${dialect.table('outbox')} o ` +
+          `WHERE ${where} ORDER BY o.seq LIMIT ?`,
+        params,
+      );
+      return rows.map((row) => toDeadRecord(row));
+    });
+  }
+
+  /** Makes dead or halted rows pending again, due now, with the same messageId and zero attempts. */
+  async replay(sequences: readonly bigint[]): Promise<number> {
+    const changed = await this.#core.operation('replay', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      if (sequences.length === 0) return 0;
+      const result = await runner.run(
+        `UPDATE ${dialect.table('outbox')} SET ${resetColumns(dialect.now)} WHERE seq IN (?) AND state IN ('dead', 'halted')`,
+        [sequences.map(String)],
+      );
+      return result.affectedRows;
+    });
+    if (changed > 0) this.#wakeups.signal();
+    return changed;
+  }
+
+  /** Deletes dead rows; rows in any other state (halted included) are left alone. */
+  async purge(sequences: readonly bigint[]): Promise<number> {
+    return this.#core.operation('purge', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      if (sequences.length === 0) return 0;
+      const result = await runner.run(`DELETE FROM ${dialect.table('outbox')} WHERE seq IN (?) AND state = 'dead'`, [sequences.map(String)]);
+      return result.affectedRows;
+    });
+  }
+
+  /** Lists halted keys ordered by their head's sequence, with the count of pending rows held behind each head. */
+  async listHalted(options: ListOptions = {}): Promise<readonly HaltedKey[]> {
+    return this.#core.operation('listHalted', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      const outbox = dialect.table('outbox');
+      const params: unknown[] = [];
+      let where = `h.state = 'halted' AND h.key_hash IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${outbox} x WHERE x.key_hash = h.key_hash AND x.state = 'halted' AND x.seq < h.seq)`;
+      if (options.after !== undefined) {
+        where += ' AND h.seq > ?';
+        params.push(options.after.toString());
+      }
+      if (options.topic !== undefined) {
+        where += ' AND h.topic = ?';
+        params.push(options.topic);
+      }
+      params.push(listLimit(options.limit));
+      const rows = await runner.all(
+        `SELECT ${qualifiedColumns('h')}, h.state, h.last_error, ${dialect.epochMs('h.failed_at')} AS failed_at_ms, ` +
+          `(SELECT COUNT(*) FROM ${outbox} p WHERE p.key_hash = h.key_hash AND p.state = 'pending' AND p.seq > h.seq) AS held ` +
+          `FROM ${outbox} h WHERE ${where} ORDER BY h.seq LIMIT ?`,
+        params,
+      );
+      return rows.map((row) => {
+        const head = toDeadRecord(row);
+        return { topic: head.envelope.topic, key: head.envelope.key ?? '', head, held: toNumber(row['held']) };
+      });
+    });
+  }
+
+  /** Resumes a halted key: `retry` makes its halted head pending with zero attempts, `park` marks it dead. */
+  async resume(topic: string, key: string, action: 'retry' | 'park'): Promise<number> {
+    if (action !== 'retry' && action !== 'park') throw new ConfigError(`'action' must be 'retry' or 'park', got ${JSON.stringify(action)}`);
+    const changed = await this.#core.operation('resume', undefined, async () => {
+      const { dialect, runner } = this.#core;
+      const set = action === 'retry' ? resetColumns(dialect.now) : `state = 'dead'`;
+      const result = await runner.run(`UPDATE ${dialect.table('outbox')} SET ${set} WHERE key_hash = ? AND topic = ? AND msg_key = ? AND state = 'halted'`, [
+        keyHash(topic, key),
+        topic,
+        key,
+      ]);
+      return result.affectedRows;
+    });
+    if (changed > 0 && action === 'retry') this.#wakeups.signal();
+    return changed;
+  }
+
+  /** Creates the Courier tables, indexes and seed rows that are missing (idempotent). Prefer the migrations in production. */
+  async ensureSchema(): Promise<void> {
+    await this.#core.ensureSchema();
+  }
+
+  /** Throws a `StorageError` with code `SCHEMA_MISSING` (and the remedy) unless the schema is present at this release's version. */
+  async checkSchema(): Promise<void> {
+    this.#core.assertOpen();
+    await this.#core.checkSchema();
+  }
+
+  /**
+   * Refuses new calls, waits for in-flight ones, stops wake-ups (closing the LISTEN
+   * connection). Does not close the ORM. Idempotent. Rows appended to units of work that
+   * have not flushed yet are still written by their flush.
+   */
+  async close(): Promise<void> {
+    await this.#core.close();
+    await this.#wakeups.close();
+  }
+
+  /** Same as {@link MikroOrmOutboxStore.close}, for `await using`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** Test hook: the wake-up machinery. */
+  get wakeups(): OutboxWakeups {
+    return this.#wakeups;
+  }
+
+  async #insert(rows: readonly PendingRow[], trx: Transaction): Promise<void> {
+    const { dialect, runner } = this.#core;
+    try {
+      const keyHashes = rows.flatMap((row) => (row.keyHash === null ? [] : [row.keyHash]));
+      // The lock comes first: the sequence is drawn by the insert, after it, so a later
+      // appender of the same key always draws a greater one.
+      await dialect.lockKeys(runner, trx, keyHashes);
+      let chunk: PendingRow[] = [];
+      let bytes = 0;
+      for (const row of rows) {
+        const size = payloadBytes(row.envelope) + 1024;
+        if (chunk.length > 0 && bytes + size > MAX_INSERT_BYTES) {
+          await this.#insertChunk(chunk, trx);
+          chunk = [];
+          bytes = 0;
+        }
+        chunk.push(row);
+        bytes += size;
+      }
+      if (chunk.length > 0) await this.#insertChunk(chunk, trx);
+    } catch (error) {
+      throw this.#appendError(error);
+    }
+  }
+
+  async #insertChunk(rows: readonly PendingRow[], trx: Transaction): Promise<void> {
+    const { dialect, runner } = this.#core;
+    const params: unknown[] = [];
+    const tuples: string[] = [];
+    for (const row of rows) {
+      const e = row.envelope;
+      params.push(
+        e.messageId,
+        e.type,
+        e.version,
+        e.topic,
+        e.key,
+        row.keyHash,
+        e.occurredAt,
+        e.correlationId,
+        e.causationId,
+        e.traceparent,
+        e.tracestate,
+        JSON.stringify(e.headers),
+        e.payload,
+      );
+      let available = dialect.insertNow;
+      if (row.delayMs > 0) {
+        available = dialect.plusMs(dialect.insertNow);
+        params.push(row.delayMs);
+      }
+      if (row.notBeforeMs !== null) {
+        available = `${dialect.greatest}(${available}, ${dialect.fromEpochMs})`;
+        params.push(row.notBeforeMs);
+      }
+      tuples.push(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${dialect.insertNow})`);
+    }
+    await runner.run(`INSERT INTO ${dialect.table('outbox')} (${INSERT_COLUMNS}) VALUES ${tuples.join(', ')}`, params, trx);
+  }
+
+  #appendError(error: unknown): unknown {
+    const mapped = toStorageError(error, 'append', this.#core.schemaHint);
+    if (mapped.code !== 'DUPLICATE_MESSAGE_ID') return mapped;
+    // The outbox's only unique key is the messageId.
+    const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    return new StorageError(`a messageId appended in this unit of work is already in the outbox; every message needs a unique id (${detail})`, {
+      code: 'DUPLICATE_MESSAGE_ID',
+      retriable: false,
+      cause: error,
+    });
+  }
+}
+
+/** Order and lock key of (topic, key): 128 bits of SHA-256, hex; null for keyless messages. */
+export function keyHash(topic: string, key: string | null): string | null {
+  if (key === null) return null;
+  return createHash('sha256').update(topic).update('\u0000').update(key).digest('hex').slice(0, 32);
+}
+
+function resetColumns(now: string): string {
+  return `state = 'pending', attempts = 0, last_error = NULL, failed_at = NULL, available_at = ${now}, lease_owner = NULL, lease_token = NULL`;
+}
+
+function listLimit(limit: number | undefined): number {
+  const value = limit ?? DEFAULT_LIST_LIMIT;
+  if (!Number.isSafeInteger(value) || value < 1) throw new ConfigError(`'limit' must be an integer of 1 or more`);
+  return value;
+}
+
+function envelopeOf(row: SqlRow): Envelope {
+  return decodeEnvelope({
+    messageId: toNullableString(row['message_id']),
+    type: toNullableString(row['message_type']),
+    version: toNumber(row['message_version']),
+    topic: toNullableString(row['topic']),
+    occurredAt: toNullableString(row['occurred_at']),
+    key: toNullableString(row['msg_key']),
+    correlationId: toNullableString(row['correlation_id']),
+    causationId: toNullableString(row['causation_id']),
+    traceparent: toNullableString(row['traceparent']),
+    tracestate: toNullableString(row['tracestate']),
+    headers: JSON.parse(toNullableString(row['headers']) ?? '{}') as unknown,
+    payload: toNullableString(row['payload']),
+  });
+}
+
+function toRecord(row: SqlRow): OutboxRecord {
+  return { sequence: toBigInt(row['seq']), envelope: envelopeOf(row), attempts: toNumber(row['attempts']) };
+}
+
+function toDeadRecord(row: SqlRow): DeadOutboxRecord {
+  const failedAt = row['failed_at_ms'];
+  return {
+    sequence: toBigInt(row['seq']),
+    envelope: envelopeOf(row),
+    state: row['state'] === 'halted' ? 'halted' : 'dead',
+    attempts: toNumber(row['attempts']),
+    lastError: toNullableString(row['last_error']),
+    failedAt: failedAt === null || failedAt === undefined ? null : new Date(toNumber(failedAt)),
+  };
+}
