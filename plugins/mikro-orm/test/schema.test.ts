@@ -1,0 +1,121 @@
+// Schema creation, migrations, the schema version check and name configuration.
+import { ConfigError, StorageError } from '@courier/core';
+import { Migrator } from '@mikro-orm/migrations';
+import { afterEach, describe, expect, it } from 'vitest';
+import { courierMigrations } from '../src/migrations.js';
+import { MikroOrmInboxStore, MikroOrmOutboxStore, resolveTableNames } from '../src/index.js';
+import { createMikroOrmFixture, FIXTURE_DIALECTS, type MikroOrmFixture } from './support/fixture.js';
+import { claimAll, envelope, idsOf, testId } from './support/helpers.js';
+
+const open: MikroOrmFixture[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((fixture) => fixture.close()));
+});
+
+async function fixtureFor(dialect: (typeof FIXTURE_DIALECTS)[number], options: Parameters<typeof createMikroOrmFixture>[2] = {}): Promise<MikroOrmFixture> {
+  const fixture = await createMikroOrmFixture(dialect, { testId: testId() }, options);
+  open.push(fixture);
+  return fixture;
+}
+
+describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
+  it('a missing schema is a SCHEMA_MISSING StorageError that names the remedy, for store calls and flushes alike', async () => {
+    const f = await fixtureFor(dialect, { withoutSchema: true });
+    const error = await claimAll(f).then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    expect(error).toBeInstanceOf(StorageError);
+    expect(error).toMatchObject({ code: 'SCHEMA_MISSING', retriable: false });
+    expect((error as Error).message).toMatch(/ensureSchema\(\)/);
+    expect((error as Error).message).toMatch(/courierMigrations\(\{ tablePrefix: "t[0-9a-f]+_" \}\)/);
+    await expect(f.inbox.recordStart('m', 'c')).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
+    const em = f.orm.em.fork();
+    f.outbox.append(em, [{ envelope: envelope(f.tablePrefix, 'k') }]);
+    await expect(em.flush()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
+    await f.outbox.ensureSchema();
+    expect(idsOf(await claimAll(f))).toEqual([]);
+  });
+
+  it('an outdated or newer schema version is reported instead of failing later', async () => {
+    const f = await fixtureFor(dialect);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
+    const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 1/);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
+  });
+
+  it('ensureSchema is idempotent and safe to race', async () => {
+    const f = await fixtureFor(dialect);
+    await Promise.all([f.outbox.ensureSchema(), f.inbox.ensureSchema(), f.outbox.ensureSchema()]);
+    const message = envelope(f.tablePrefix, 'k');
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: message }]));
+    await f.outbox.ensureSchema();
+    expect(idsOf(await claimAll(f))).toEqual([message.messageId]);
+  });
+
+  it("courierMigrations() run by the application's own MikroORM migrator creates a working schema, and down() drops it", async () => {
+    const id = testId();
+    const tablePrefix = `${id}_`;
+    const f = await fixtureFor(dialect, {
+      withoutSchema: true,
+      orm: {
+        extensions: [Migrator],
+        migrations: { tableName: `${id}_migrations`, migrationsList: courierMigrations({ tablePrefix }), silent: true },
+      },
+    });
+    const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix });
+    await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
+    const migrator = f.orm.getMigrator();
+    const applied = await migrator.up();
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`]);
+    await outbox.checkSchema();
+    const message = envelope(tablePrefix, 'k');
+    await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
+    expect(idsOf(await outbox.claim({ owner: 'r', limit: 10, leaseMs: 10_000, perKey: 1 }))).toEqual([message.messageId]);
+    const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix });
+    expect(await inbox.run('m-1', 'c', async () => 'ran')).toEqual({ duplicate: false, value: 'ran' });
+    await migrator.down();
+    await expect(new MikroOrmOutboxStore({ orm: f.orm, tablePrefix }).checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
+    await outbox.close();
+    await inbox.close();
+  });
+});
+
+describe('names', () => {
+  it('derives every object name from the prefix and validates it', () => {
+    const names = resolveTableNames({ tablePrefix: 'app_courier_' });
+    expect(names).toMatchObject({ outbox: 'app_courier_outbox', inbox: 'app_courier_inbox', meta: 'app_courier_meta', inboxStarts: 'app_courier_inbox_starts' });
+    expect(resolveTableNames().outbox).toBe('courier_outbox');
+    expect(() => resolveTableNames({ tablePrefix: 'bad-prefix', schema: 'no.dots' })).toThrow(ConfigError);
+    try {
+      resolveTableNames({ tablePrefix: 'bad-prefix', schema: 'no.dots' });
+    } catch (error) {
+      expect((error as ConfigError).problems).toHaveLength(2);
+    }
+    expect(resolveTableNames({ schema: 'a' }).channel).not.toBe(resolveTableNames({ schema: 'b' }).channel);
+  });
+
+  it('PostgreSQL: tables can live in a schema of their own', async () => {
+    const id = testId();
+    const f = await fixtureFor('postgresql');
+    const outbox = new MikroOrmOutboxStore({ orm: f.orm, schema: id });
+    const inbox = new MikroOrmInboxStore({ orm: f.orm, schema: id });
+    await outbox.ensureSchema();
+    const rows = await f.sql(`SELECT table_name FROM information_schema.tables WHERE table_schema = ? ORDER BY table_name`, [id]);
+    expect(rows.map((row) => row['table_name'])).toEqual(['courier_inbox', 'courier_inbox_starts', 'courier_meta', 'courier_outbox']);
+    const message = envelope(id, 'k');
+    await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
+    expect(idsOf(await outbox.claim({ owner: 'r', limit: 10, leaseMs: 10_000, perKey: 1 }))).toEqual([message.messageId]);
+    expect(await inbox.run('m', 'c', async () => 1)).toEqual({ duplicate: false, value: 1 });
+    await outbox.close();
+    await inbox.close();
+    await f.sql(`DROP SCHEMA "${id}" CASCADE`);
+  });
+
+  it('SQLite refuses a schema', async () => {
+    const f = await fixtureFor('sqlite');
+    expect(() => new MikroOrmOutboxStore({ orm: f.orm, schema: 'other' })).toThrow(/not supported on SQLite/);
+  });
+});
