@@ -53,12 +53,4 @@ export default tseslint.config(
       'no-sparse-arrays': 'off',
     },
   },
-  {
-    // TEMPORARY, until its author fixes it: a dead `pending = undefined` in #untilAvailable.
-    // Remove this block then; everything else in the tree passes the rule.
-    files: ['packages/core/src/consumer.ts'],
-    rules: {
-      'no-useless-assignment': 'off',
-    },
-  },
 );

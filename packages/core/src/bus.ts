@@ -13,6 +13,7 @@ import { noopLogger, type Logger } from './logger.js';
 import type { MessageDefinition } from './message-definition.js';
 import { Consumer, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
+import { Gate } from './internal/async.js';
 import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
 import { retryPolicy } from './retry.js';
 import { Instruments, defaultTracer } from './telemetry.js';
@@ -85,6 +86,7 @@ class CourierBus<Tx> implements Bus<Tx> {
   readonly #instruments = new Instruments();
   readonly #publisher: PublisherSettings;
   readonly #plans = new Map<string, ConsumerPlan<Tx>>();
+  readonly #gate = new Gate();
   #relay: Relay<Tx> | undefined;
   #consumers: Consumer<Tx>[] = [];
   #status: BusHealth['status'] = 'stopped';
@@ -182,6 +184,7 @@ class CourierBus<Tx> implements Bus<Tx> {
               tracer: this.#tracer,
               publisher: this.#publisher,
               fault,
+              gate: this.#gate,
             },
             settings,
             plan.registrations,

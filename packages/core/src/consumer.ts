@@ -3,7 +3,7 @@ import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import type { InboxStore } from './inbox-store.js';
-import { sleep } from './internal/async.js';
+import { Gate, sleep } from './internal/async.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
@@ -12,6 +12,9 @@ import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
+
+/** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
+const ALONE_SUFFIX = '~alone';
 
 /** One message type a consumer handles. */
 export interface Registration<Tx> {
@@ -41,6 +44,8 @@ export interface ConsumerDependencies<Tx> {
   readonly tracer: Tracer;
   readonly publisher: PublisherSettings;
   readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
+  /** Shared by every consumer of a bus: suspects of a crash loop run alone. */
+  readonly gate: Gate;
 }
 
 /**
@@ -149,17 +154,47 @@ export class Consumer<Tx> {
       return this.#deadLetter(delivery, { code, message: describeError(error) });
     }
 
-    const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer));
-    if (starts === undefined) return;
-    const crashes = starts - delivery.attempt;
-    if (crashes >= this.#settings.maxCrashes) {
-      await fault('poison-head', { messageIds, consumer });
-      return this.#deadLetter(delivery, {
-        code: 'CRASH_LOOP',
-        message: `message started ${starts} times on '${consumer}' and ${crashes} runs never finished; treated as poison`,
-      });
+    // Waiting for a turn is not a start: the count is taken once this delivery may run.
+    let release = await this.#deps.gate.acquire(false, this.#abort.signal);
+    try {
+      const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer));
+      if (starts === undefined || this.#abort.signal.aborted) return;
+      const suspect = starts > delivery.attempt;
+      let aloneKey: string | undefined;
+      if (suspect) {
+        // Started before and never finished: this message may have killed its process,
+        // or only have been in flight beside the one that did. It now runs alone, and only
+        // runs alone that never finish count against it, so bystanders are not blamed.
+        release();
+        release = await this.#deps.gate.acquire(true, this.#abort.signal);
+        if (this.#abort.signal.aborted) return;
+        aloneKey = `${consumer}${ALONE_SUFFIX}`;
+        const alone = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, aloneKey!));
+        if (alone === undefined || this.#abort.signal.aborted) return;
+        // The unfinished run that made it a suspect, plus `alone - 1` unfinished runs alone.
+        const crashes = alone;
+        if (crashes >= this.#settings.maxCrashes) {
+          await fault('poison-head', { messageIds, consumer });
+          return await this.#deadLetter(delivery, {
+            code: 'CRASH_LOOP',
+            message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone); treated as poison`,
+          });
+        }
+      }
+      await fault('crash-loop', { messageIds, consumer });
+      await this.#run(delivery, registration, payload);
+      // It finished (handled or failed in a way we saw): the count of unfinished runs alone restarts.
+      if (aloneKey !== undefined && !this.#abort.signal.aborted) await inbox.forget(envelope.messageId, aloneKey).catch(() => false);
+    } finally {
+      release();
     }
-    await fault('crash-loop', { messageIds, consumer });
+  }
+
+  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown): Promise<void> {
+    const { envelope } = delivery;
+    const { consumer } = this.#settings;
+    const { fault, inbox } = this.#deps;
+    const messageIds = [envelope.messageId];
 
     const message: ReceivedMessage<unknown> = Object.freeze({
       messageId: envelope.messageId,
@@ -263,22 +298,21 @@ export class Consumer<Tx> {
     await delivery.deadLetter(reason);
   }
 
-  /** Retries `operation` while it fails with a retriable StorageError; undefined when stopped first. */
+  /** Retries `operation` while it fails with a retriable StorageError, backing off; undefined when stopped first. */
   async #untilAvailable<T>(operation: () => Promise<T>, initialError?: unknown): Promise<T | undefined> {
     let delay = this.#settings.pauseInitialMs;
-    let pending = initialError;
+    let wait = initialError !== undefined;
     for (;;) {
-      if (pending !== undefined) {
+      if (wait) {
         await sleep(delay, this.#abort.signal);
         delay = Math.min(this.#settings.pauseMaxMs, delay * 2);
-        pending = undefined;
       }
       if (this.#abort.signal.aborted) return undefined;
       try {
         return await operation();
       } catch (error) {
         if (!(error instanceof StorageError && error.retriable)) throw error;
-        pending = error;
+        wait = true;
       }
     }
   }

@@ -1,0 +1,159 @@
+import { FAULT_POINTS, type FaultPoint } from '@courier/core';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
+import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
+import { SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
+import type { ScenarioTuning } from './bus/world.js';
+
+/** Options of {@link describeBus}. */
+export interface BusSuiteOptions {
+  /**
+   * In-process crash mode. `freeze` abandons the worker mid-operation (its open
+   * transactions stay open forever), which is right for stores whose transactions hold no
+   * locks (in-memory); real databases use `throw` in-process and SIGKILL in `process`.
+   */
+  readonly inProcess?: InProcessCrashMode;
+  /** Run the process-level (SIGKILL) scenarios with this fixture module. Omit to skip them, stating why. */
+  readonly process?: ProcessFixtureOptions;
+  /** Why there is no process fixture (printed with the skip). */
+  readonly processSkipReason?: string;
+  /** Engine tuning for every scenario. */
+  readonly tuning?: Partial<ScenarioTuning>;
+  /** Stress runs: random seeds, keys, batch sizes and fault points. Default from `COURIER_STRESS_RUNS` or 2. */
+  readonly stressRuns?: number;
+}
+
+const counts = new Map<string, number>();
+
+function failWith(result: ScenarioResult, what: string): string {
+  return `${what} (seed ${result.seed}, test ${result.testId}): ${result.problems.join('; ')}`;
+}
+
+function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
+  expect(result.faultFired, `the fault at '${spec.point}' never happened (seed ${result.seed})`).toBe(true);
+  expect(result.problems, failWith(result, 'invariants')).toEqual([]);
+  expect(result.applied + result.deadLettered + result.halted).toBe(result.committed);
+  switch (spec.action) {
+    case 'poison': {
+      const letter = result.observed.consumerDead.find((dead) => dead.envelope.messageId === result.target);
+      expect(letter, `poison message ${result.target} must be dead-lettered`).toBeDefined();
+      expect(letter?.reason.code).toBe('ATTEMPTS_EXHAUSTED');
+      break;
+    }
+    case 'crash-loop': {
+      const letter = result.observed.consumerDead.find((dead) => dead.envelope.messageId === result.target);
+      expect(letter, `crash-loop message ${result.target} must be dead-lettered`).toBeDefined();
+      expect(letter?.reason.code).toBe('CRASH_LOOP');
+      expect(result.deadLettered).toBe(1);
+      break;
+    }
+    case 'duplicate':
+      expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
+      expect(result.deadLettered).toBe(0);
+      break;
+    default:
+      // Crashes, stalls and outages may duplicate deliveries but must not dead-letter:
+      // the relay allows one attempt, so a burned attempt would show here.
+      expect(result.deadLettered, failWith(result, 'nothing may be dead-lettered')).toBe(0);
+  }
+}
+
+/** Whether the in-process variant of a scenario can run on these fixtures, or why not. */
+function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: { brokerOutage: boolean; databaseOutage: boolean }): string | undefined {
+  if (spec.action === 'crash-loop' && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
+  if (spec.action === 'broker-outage' && !features.brokerOutage) return 'the transport fixture has no outage() to take the broker away';
+  if (spec.action === 'database-outage' && !features.databaseOutage) return 'the store fixture has no outage() to take the database away';
+  return undefined;
+}
+
+/**
+ * The end-to-end suite: a bus over the given store and transport, with a scenario for
+ * every fault point, run in-process and (given a fixture module) as SIGKILLed child
+ * processes, then a stress mode with random seeds that prints each seed.
+ *
+ * After every scenario the invariants hold: each committed message applied once,
+ * dead-lettered, or held on a halted key; nothing rolled back is delivered; per-key
+ * order of effects kept; counts reconcile.
+ */
+export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, options: BusSuiteOptions = {}): void {
+  const mode = options.inProcess ?? 'throw';
+  const suite = `bus(${name})`;
+  let features: { brokerOutage: boolean; databaseOutage: boolean } | undefined;
+  const probeFeatures = async () => {
+    if (features) return features;
+    const context = { testId: 'tprobe' };
+    const store = await factories.store(context);
+    const transport = await factories.transport(context);
+    features = { brokerOutage: transport.outage !== undefined, databaseOutage: store.outage !== undefined };
+    await transport.close();
+    await store.close();
+    return features;
+  };
+  const count = () => counts.set(suite, (counts.get(suite) ?? 0) + 1);
+
+  describe(suite, () => {
+    afterAll(() => {
+      console.log(`[conformance] ${suite}: ${counts.get(suite) ?? 0} cases ran`);
+    });
+
+    it('has a scenario for every fault point', () => {
+      count();
+      const missing = FAULT_POINTS.filter((point: FaultPoint) => SCENARIOS[point]?.point !== point);
+      expect(missing).toEqual([]);
+    });
+
+    describe(`in-process (${mode})`, () => {
+      for (const point of FAULT_POINTS) {
+        const spec = SCENARIOS[point];
+        it(`${point}: ${spec.description}`, async (context) => {
+          const skip = inProcessSkip(spec, mode, await probeFeatures());
+          if (skip) return context.skip(skip);
+          count();
+          const seed = Math.floor(Math.random() * 2 ** 31);
+          const result = await runInProcessScenario(factories, spec, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          assertScenario(spec, result);
+        }, 90_000);
+      }
+    });
+
+    describe('process-level (SIGKILL)', () => {
+      for (const point of FAULT_POINTS) {
+        const spec = SCENARIOS[point];
+        const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
+        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, async () => {
+          count();
+          const seed = Math.floor(Math.random() * 2 ** 31);
+          const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
+          assertScenario(spec.action === 'stall' || spec.action === 'poison' || spec.action === 'crash-loop' ? spec : { ...spec, action: 'crash' }, result);
+        }, 180_000);
+      }
+    });
+
+    describe('stress', () => {
+      const runs = options.stressRuns ?? Number(process.env['COURIER_STRESS_RUNS'] ?? 2);
+      const fixedSeed = process.env['COURIER_STRESS_SEED'];
+      for (let run = 0; run < runs; run += 1) {
+        it(`random scenario #${run + 1}`, async (context) => {
+          const seed = fixedSeed !== undefined ? Number(fixedSeed) + run : Math.floor(Math.random() * 2 ** 31);
+          let state = seed;
+          const next = () => {
+            state = (state * 1103515245 + 12345) % 2 ** 31;
+            return state / 2 ** 31;
+          };
+          const candidates = FAULT_POINTS.filter((point) => !inProcessSkip(SCENARIOS[point], mode, features ?? { brokerOutage: false, databaseOutage: false }));
+          await probeFeatures();
+          const point = candidates[Math.floor(next() * candidates.length)]!;
+          const spec = SCENARIOS[point];
+          if (inProcessSkip(spec, mode, await probeFeatures())) return context.skip('the drawn scenario cannot run on these fixtures');
+          count();
+          const tuning: Partial<ScenarioTuning> = { ...options.tuning, batchSize: 1 + Math.floor(next() * 20), concurrency: 1 + Math.floor(next() * 8) };
+          const plan = { messages: 20 + Math.floor(next() * 40), keys: 1 + Math.floor(next() * 8), perTransaction: 1 + Math.floor(next() * 5) };
+          console.log(`[conformance] ${suite} stress #${run + 1}: seed ${seed} point '${point}' (replay with COURIER_STRESS_SEED=${seed - run})`);
+          const result = await runInProcessScenario(factories, spec, mode, { seed, tuning, plan });
+          assertScenario(spec, result);
+        }, 120_000);
+      }
+    });
+  });
+}

@@ -1,0 +1,58 @@
+// A worker process for the process-level scenarios: builds the fixtures from the module
+// named in its configuration, runs a relay and a consumer, and kills itself (SIGKILL)
+// or stops itself (SIGSTOP, for the stale-relay stall) at the armed fault point.
+import { pathToFileURL } from 'node:url';
+import type { FaultHook, FaultPoint } from '@courier/core';
+import type { ProcessFixtureModule } from '../fixtures.js';
+import { createWorkerBus, createWorld, type ScenarioTuning } from './world.js';
+
+/** Configuration passed to a worker process in `COURIER_CONFORMANCE_WORKER` (JSON). */
+export interface WorkerConfig {
+  readonly module: string;
+  readonly testId: string;
+  readonly tuning: ScenarioTuning;
+  readonly fault: { readonly point: FaultPoint; readonly action: 'kill' | 'stall'; readonly target?: string } | null;
+}
+
+const raw = process.env['COURIER_CONFORMANCE_WORKER'];
+if (!raw) {
+  console.error('COURIER_CONFORMANCE_WORKER is not set: this script is started by the conformance suite');
+  process.exit(2);
+}
+const config = JSON.parse(raw) as WorkerConfig;
+const fixtureModule = (await import(pathToFileURL(config.module).href)) as ProcessFixtureModule<unknown>;
+const { store, transport } = await fixtureModule.createFixture({ testId: config.testId });
+const world = createWorld(config.testId);
+const fault = config.fault;
+let stalled = false;
+const faults: FaultHook | undefined = fault
+  ? async (point, at) => {
+      if (point !== fault.point) return;
+      if (fault.target !== undefined && !at.messageIds.includes(fault.target)) return;
+      if (fault.action === 'stall') {
+        if (stalled) return;
+        stalled = true;
+        process.stdout.write('stall\n');
+        process.kill(process.pid, 'SIGSTOP');
+        return;
+      }
+      process.stdout.write(`kill ${point}\n`);
+      process.kill(process.pid, 'SIGKILL');
+      await new Promise<never>(() => {});
+    }
+  : undefined;
+const bus = createWorkerBus(world, store, transport.transport, config.tuning, faults ? { faults } : {});
+await bus.start();
+process.stdout.write('ready\n');
+
+let stopping = false;
+process.on('SIGTERM', () => {
+  if (stopping) return;
+  stopping = true;
+  void (async () => {
+    await bus.stop({ timeoutMs: 2_000 });
+    await transport.close();
+    await store.close();
+    process.exit(0);
+  })();
+});

@@ -1,0 +1,163 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createBus } from '@courier/core';
+import type { ProcessFixtureModule } from '../fixtures.js';
+import { Ledger } from './invariants.js';
+import type { WorkerConfig } from './process-worker.js';
+import { uniqueId } from '../support/unique-id.js';
+import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
+import type { ScenarioSpec } from './scenarios.js';
+import { seededRandom } from './seeded-random.js';
+import { createWorld, DEFAULT_TUNING, produce, type ScenarioTuning, type TrafficPlan } from './world.js';
+
+/** Where the child processes get their fixtures, and how to start Node for them. */
+export interface ProcessFixtureOptions {
+  /** Absolute path of a module exporting `createFixture` (see {@link ProcessFixtureModule}). */
+  readonly module: string;
+  /**
+   * Extra Node arguments for the child, e.g. `['--import', 'tsx']` when the module is
+   * TypeScript. Default: `['--import', 'tsx']` if the module ends in `.ts`.
+   */
+  readonly execArgv?: readonly string[];
+}
+
+interface Child {
+  readonly process: ChildProcess;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  readonly output: string[];
+  readonly sawLine: (line: string) => Promise<void>;
+}
+
+function workerScript(): string {
+  const here = import.meta.url;
+  const candidate = new URL(here.endsWith('.ts') ? './process-worker.ts' : './process-worker.js', here);
+  return fileURLToPath(candidate);
+}
+
+function startChild(options: ProcessFixtureOptions, config: WorkerConfig): Child {
+  const script = workerScript();
+  const execArgv = options.execArgv ?? (options.module.endsWith('.ts') || script.endsWith('.ts') ? ['--import', 'tsx'] : []);
+  const child = spawn(process.execPath, [...execArgv, script], {
+    env: { ...process.env, COURIER_CONFORMANCE_WORKER: JSON.stringify(config) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const output: string[] = [];
+  const waiters: { line: string; resolve: () => void }[] = [];
+  let buffer = '';
+  const onData = (chunk: Buffer) => {
+    buffer += chunk.toString('utf8');
+    let newline = buffer.indexOf('\n');
+    while (newline >= 0) {
+      const line = buffer.slice(0, newline);
+      buffer = buffer.slice(newline + 1);
+      output.push(line);
+      for (const waiter of [...waiters]) {
+        if (line.startsWith(waiter.line)) {
+          waiters.splice(waiters.indexOf(waiter), 1);
+          waiter.resolve();
+        }
+      }
+      newline = buffer.indexOf('\n');
+    }
+  };
+  child.stdout?.on('data', onData);
+  child.stderr?.on('data', (chunk: Buffer) => output.push(`stderr: ${chunk.toString('utf8').trimEnd()}`));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+  });
+  return {
+    process: child,
+    exited,
+    output,
+    sawLine: (line) =>
+      output.some((seen) => seen.startsWith(line)) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ line, resolve })),
+  };
+}
+
+async function stopChild(child: Child): Promise<void> {
+  if (child.process.exitCode !== null || child.process.signalCode !== null) return;
+  child.process.kill('SIGCONT');
+  child.process.kill('SIGTERM');
+  const result = await Promise.race([child.exited, new Promise<null>((resolve) => setTimeout(() => resolve(null), 5_000))]);
+  if (result === null) {
+    child.process.kill('SIGKILL');
+    await child.exited;
+  }
+}
+
+/**
+ * Runs one scenario with real processes: the parent commits the traffic through its own
+ * fixture, a child worker is SIGKILLed at the fault point (or SIGSTOPped past its lease
+ * for the stale-relay stall), fresh children take over, and the invariants are checked
+ * against what survived in the database and broker.
+ */
+export async function runProcessScenario<Tx>(
+  spec: ScenarioSpec,
+  fixtureOptions: ProcessFixtureOptions,
+  options: ScenarioRunOptions,
+): Promise<ScenarioResult> {
+  if (!existsSync(fixtureOptions.module)) throw new Error(`process fixture module '${fixtureOptions.module}' does not exist`);
+  const testId = uniqueId();
+  const fixtureModule = (await import(pathToFileURL(fixtureOptions.module).href)) as ProcessFixtureModule<Tx>;
+  const { store, transport } = await fixtureModule.createFixture({ testId });
+  const children: Child[] = [];
+  const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
+  try {
+    const world = createWorld(testId);
+    const ledger = new Ledger();
+    const random = seededRandom(options.seed);
+    const poisonSeq = spec.action === 'poison' ? 5 : undefined;
+    const plan: TrafficPlan = {
+      messages: 24,
+      keys: 4,
+      perTransaction: 3,
+      rolledBackTransactions: 2,
+      ...options.plan,
+      ...(poisonSeq !== undefined ? { poison: new Set([poisonSeq]) } : {}),
+    };
+    const producer = createBus({ outbox: store.outbox, transport: transport.transport });
+    const ids = await produce(world, store, producer, ledger, plan, random);
+    const target = spec.action === 'poison' ? ids[poisonSeq!] : spec.action === 'crash-loop' ? ids[Math.floor(ids.length / 2)] : undefined;
+    const launch = (fault: WorkerConfig['fault']): Child => {
+      const child = startChild(fixtureOptions, { module: fixtureOptions.module, testId, tuning, fault });
+      children.push(child);
+      return child;
+    };
+    const describeChildren = () => children.map((child, index) => `worker ${index}: ${child.output.slice(-6).join(' | ')}`).join('\n');
+    const expectKilled = async (child: Child) => {
+      const result = await Promise.race([child.exited, new Promise<null>((resolve) => setTimeout(() => resolve(null), 30_000))]);
+      if (result === null) throw new Error(`fault point '${spec.point}' was never reached in 30 s\n${describeChildren()}`);
+      if (result.signal !== 'SIGKILL') throw new Error(`worker exited with ${result.code ?? result.signal} instead of being killed\n${describeChildren()}`);
+    };
+
+    if (spec.action === 'stall') {
+      const stale = launch({ point: spec.point, action: 'stall' });
+      launch(null);
+      const outcome = await Promise.race([stale.sawLine('stall').then(() => 'stalled'), stale.exited.then(() => 'exited')]);
+      if (outcome !== 'stalled') throw new Error(`the stale worker exited before stalling\n${describeChildren()}`);
+      await new Promise((resolve) => setTimeout(resolve, tuning.leaseMs * 1.6));
+      stale.process.kill('SIGCONT');
+    } else if (spec.action === 'crash-loop') {
+      // Every worker that starts the target dies, until the inbox's start count marks it poison.
+      for (let round = 0; round < tuning.maxCrashes; round += 1) {
+        await expectKilled(launch({ point: spec.point, action: 'kill', target: target! }));
+      }
+      launch({ point: spec.point, action: 'kill', target: target! });
+    } else {
+      await expectKilled(launch({ point: spec.point, action: 'kill', ...(target !== undefined ? { target } : {}) }));
+      launch(null);
+    }
+
+    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? 60_000).catch(
+      (error: unknown) => {
+        throw new Error(`${String(error)}\n${describeChildren()}`);
+      },
+    );
+    return { ...report, seed: options.seed, testId, observed, target, workersStarted: children.length, relayPauses: 0, faultFired: true };
+  } finally {
+    await Promise.all(children.map((child) => stopChild(child)));
+    await transport.close().catch(() => undefined);
+    await store.close().catch(() => undefined);
+  }
+}

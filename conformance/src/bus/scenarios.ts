@@ -1,0 +1,97 @@
+import type { FaultPoint } from '@courier/core';
+
+/**
+ * How a scenario's fault acts at its point:
+ * - `crash`: the worker dies there (in-process: frozen and cut off, or the error thrown;
+ *   process-level: SIGKILL); a fresh worker takes over.
+ * - `stall`: the worker stops longer than its lease, then carries on (a stale relay).
+ * - `duplicate`: two copies of one message reach the consumer at the same moment.
+ * - `broker-outage` / `database-outage`: the broker or database goes away briefly.
+ * - `crash-loop`: one message kills every worker that starts it.
+ * - `poison`: a message whose handler always fails; the crash hits as it is parked.
+ */
+export type ScenarioAction = 'crash' | 'stall' | 'duplicate' | 'broker-outage' | 'database-outage' | 'crash-loop' | 'poison';
+
+/** One scenario of the bus suite. */
+export interface ScenarioSpec {
+  readonly point: FaultPoint;
+  readonly action: ScenarioAction;
+  readonly description: string;
+}
+
+/**
+ * A scenario for every fault point. The mapped type makes a missing name a compile
+ * error, and the suite also checks it at run time.
+ */
+export const SCENARIOS: { readonly [P in FaultPoint]: ScenarioSpec & { readonly point: P } } = {
+  'after-publish-before-complete': {
+    point: 'after-publish-before-complete',
+    action: 'crash',
+    description: 'relay dies after the broker confirmed and before the rows were marked published',
+  },
+  'complete-before-commit': {
+    point: 'complete-before-commit',
+    action: 'crash',
+    description: 'relay dies inside complete, before its transaction commits',
+  },
+  'confirm-lost': {
+    point: 'confirm-lost',
+    action: 'crash',
+    description: 'the broker has the batch but the relay never learns it',
+  },
+  'mid-batch': {
+    point: 'mid-batch',
+    action: 'crash',
+    description: 'relay dies with part of a batch recorded',
+  },
+  'stale-relay': {
+    point: 'stale-relay',
+    action: 'stall',
+    description: 'a relay stalls past its lease while another takes its batch over',
+  },
+  'before-handler-commit': {
+    point: 'before-handler-commit',
+    action: 'crash',
+    description: 'consumer dies after the handler ran, before its transaction committed',
+  },
+  'after-handler-commit-before-ack': {
+    point: 'after-handler-commit-before-ack',
+    action: 'crash',
+    description: 'consumer dies after committing effects, before acknowledging',
+  },
+  'concurrent-duplicate-delivery': {
+    point: 'concurrent-duplicate-delivery',
+    action: 'duplicate',
+    description: 'two copies of one message are handled at the same moment',
+  },
+  'poison-head': {
+    point: 'poison-head',
+    action: 'poison',
+    description: 'a message that always fails is parked, and the worker dies as it parks it',
+  },
+  'crash-loop': {
+    point: 'crash-loop',
+    action: 'crash-loop',
+    description: 'a message kills every worker that starts it',
+  },
+  'broker-restart': {
+    point: 'broker-restart',
+    action: 'broker-outage',
+    description: 'the broker goes away and comes back while the relay publishes',
+  },
+  'database-restart': {
+    point: 'database-restart',
+    action: 'database-outage',
+    description: 'the database goes away and comes back while the relay claims',
+  },
+};
+
+/** Error the in-process `throw` mode raises at a fault point. */
+export class InjectedFault extends Error {
+  override readonly name = 'InjectedFault';
+  readonly retriable = true;
+
+  constructor(point: FaultPoint) {
+    super(`fault injected at '${point}'`);
+  }
+}

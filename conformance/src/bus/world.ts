@@ -1,0 +1,163 @@
+import {
+  createBus,
+  defineMessage,
+  type Bus,
+  type BusConfig,
+  type FaultHook,
+  type Logger,
+  type MessageDefinition,
+  type Transport,
+} from '@courier/core';
+import type { StoreFixture } from '../fixtures.js';
+import type { Ledger } from './invariants.js';
+
+/** Payload of the suite's work message. */
+export interface WorkPayload {
+  readonly key: string | null;
+  readonly seq: number;
+  /** The handler always throws for this message (it must end dead-lettered). */
+  readonly poison?: boolean;
+}
+
+/** Names private to one test, so scenarios run concurrently on one broker and database. */
+export interface World {
+  readonly testId: string;
+  readonly consumer: string;
+  readonly work: MessageDefinition<WorkPayload, WorkPayload>;
+}
+
+/** Builds the names of one test's world. */
+export function createWorld(testId: string): World {
+  return {
+    testId,
+    consumer: `${testId}.consumer`,
+    work: defineMessage('conformance.Work', { version: 1, topic: `${testId}.work` }) as MessageDefinition<WorkPayload, WorkPayload>,
+  };
+}
+
+/** Engine settings for scenarios: short leases and backoffs so crashes resolve in seconds. */
+export interface ScenarioTuning {
+  readonly leaseMs: number;
+  readonly batchSize: number;
+  readonly maxAttempts: number;
+  readonly maxCrashes: number;
+  readonly concurrency: number;
+  readonly ordered: boolean;
+}
+
+/** Defaults for {@link ScenarioTuning}. */
+export const DEFAULT_TUNING: ScenarioTuning = {
+  leaseMs: 1_500,
+  batchSize: 10,
+  maxAttempts: 3,
+  maxCrashes: 2,
+  concurrency: 4,
+  ordered: true,
+};
+
+/**
+ * Creates a worker bus (relay and consumer) over the given store and transport
+ * connection, with the suite's handler registered: it records one effect per message
+ * in the handler's unit of work and throws for poison messages.
+ */
+export function createWorkerBus<Tx>(
+  world: World,
+  store: StoreFixture<Tx>,
+  transport: Transport,
+  tuning: ScenarioTuning,
+  extra: { faults?: FaultHook; logger?: Logger } = {},
+): Bus<Tx> {
+  const config: BusConfig<Tx> = {
+    outbox: store.outbox,
+    inbox: store.inbox,
+    transport,
+    retry: { maxAttempts: tuning.maxAttempts, initialDelayMs: 20, maxDelayMs: 100, jitter: 0.5 },
+    relay: {
+      batchSize: tuning.batchSize,
+      leaseMs: tuning.leaseMs,
+      pollIntervalMs: 50,
+      // One attempt: if an outage burned an attempt, the message would be dead-lettered
+      // and the invariant check would catch it.
+      retry: { maxAttempts: 1 },
+      pause: { initialDelayMs: 20, maxDelayMs: 250 },
+    },
+    ...(extra.faults ? { faults: extra.faults } : {}),
+    ...(extra.logger ? { logger: extra.logger } : {}),
+  };
+  const bus = createBus(config);
+  bus.subscribe(
+    world.consumer,
+    world.work,
+    async (message, ctx) => {
+      if (message.payload.poison) throw new Error(`poison message ${message.messageId} fails by design`);
+      await store.recordEffect(ctx.tx, message.messageId);
+    },
+    { ordered: tuning.ordered, concurrency: tuning.concurrency, maxCrashes: tuning.maxCrashes },
+  );
+  return bus;
+}
+
+/** Shape of the traffic a scenario commits. */
+export interface TrafficPlan {
+  readonly messages: number;
+  readonly keys: number;
+  /** Largest number of messages per producer transaction. */
+  readonly perTransaction: number;
+  readonly rolledBackTransactions: number;
+  /** Sequence numbers (0-based over all messages) that are poison. */
+  readonly poison?: ReadonlySet<number>;
+}
+
+/**
+ * Commits the planned traffic through the outbox, one producer transaction after
+ * another, recording in the ledger what committed and what was rolled back. Every
+ * fourth message is keyless. Returns the ids in commit order.
+ */
+export async function produce<Tx>(
+  world: World,
+  store: StoreFixture<Tx>,
+  publisher: Pick<Bus<Tx>, 'outbox'>,
+  ledger: Ledger,
+  plan: TrafficPlan,
+  random: () => number,
+): Promise<string[]> {
+  const ids: string[] = [];
+  let seq = 0;
+  let rollbacks = plan.rolledBackTransactions;
+  while (seq < plan.messages) {
+    const size = Math.min(plan.messages - seq, 1 + Math.floor(random() * plan.perTransaction));
+    const staged: { id: string; key: string | null; seq: number }[] = [];
+    await store.transaction(async (tx) => {
+      for (let index = 0; index < size; index += 1) {
+        const current = seq + index;
+        const key = current % 4 === 3 ? null : `k${Math.floor(random() * plan.keys)}`;
+        const payload: WorkPayload = { key, seq: current, ...(plan.poison?.has(current) ? { poison: true } : {}) };
+        const id = publisher.outbox(tx).publish(world.work, payload, key === null ? {} : { key });
+        staged.push({ id, key, seq: current });
+      }
+    });
+    for (const entry of staged) {
+      ledger.commit(entry.id, entry.key, entry.seq);
+      ids.push(entry.id);
+    }
+    seq += size;
+    if (rollbacks > 0 && random() < 0.5) {
+      rollbacks -= 1;
+      const doomed: string[] = [];
+      await store
+        .transaction(async (tx) => {
+          doomed.push(publisher.outbox(tx).publish(world.work, { key: 'k0', seq: -1 }, { key: 'k0' }));
+          throw new RolledBack();
+        })
+        .catch((error: unknown) => {
+          if (!(error instanceof RolledBack)) throw error;
+        });
+      for (const id of doomed) ledger.rolledBack.add(id);
+    }
+  }
+  return ids;
+}
+
+class RolledBack extends Error {
+  override readonly name = 'RolledBack';
+}
