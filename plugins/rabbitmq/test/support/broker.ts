@@ -67,13 +67,14 @@ export async function rabbitmqctl(...args: string[]): Promise<string> {
 
 /** Closes, from the broker's side, every connection whose client-provided name starts with `namePrefix`. */
 export async function closeConnectionsNamed(namePrefix: string): Promise<number> {
-  const out = await rabbitmqctl('list_connections', '--formatter', 'json', 'pid', 'client_properties');
-  const rows = JSON.parse(out) as { pid: string; client_properties: unknown[] }[];
+  // The tab-separated form prints pids as close_connection wants them (<rabbit@host.N.M.0>);
+  // the JSON form does not.
+  const out = await rabbitmqctl('list_connections', '-q', '--no-table-headers', 'pid', 'client_properties');
   let closed = 0;
-  for (const row of rows) {
-    const name = row.client_properties.find((p) => Array.isArray(p) && p[0] === 'connection_name') as [string, string, string] | undefined;
-    if (name && name[2].startsWith(namePrefix)) {
-      await rabbitmqctl('close_connection', row.pid, 'closed by a courier test');
+  for (const line of out.split('\n')) {
+    const pid = /^(<[^>]+>)\t/.exec(line)?.[1];
+    if (pid && line.includes(`{"connection_name","${namePrefix}`)) {
+      await rabbitmqctl('close_connection', pid, 'closed by a courier test');
       closed++;
     }
   }

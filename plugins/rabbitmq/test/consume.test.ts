@@ -1,0 +1,206 @@
+import { TransportError, type Delivery, type Envelope } from '@courier/core';
+import type { ChannelModel, GetMessage } from 'amqplib';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { COURIER_HEADERS, RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
+import { BROKER_URL, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
+import { envelope } from './support/envelopes.js';
+import { destroySocket } from './support/fixture.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function setup(config: Partial<RabbitMqTransportConfig> = {}) {
+  const prefix = `courier-${testId()}`;
+  const connections: ChannelModel[] = [];
+  const transport = new RabbitMqTransport({
+    prefix,
+    delayTiersMs: TEST_TIERS_MS,
+    reconnect: { initialDelayMs: 50, maxDelayMs: 500 },
+    ...config,
+    connection: async () => {
+      const connection = await openConnection(prefix);
+      connections.push(connection);
+      return connection;
+    },
+  });
+  cleanups.push(async () => {
+    await transport.close({ signal: AbortSignal.timeout(2_000) });
+    await deleteTopology(prefix, ['c']);
+  });
+  return { prefix, transport, connections, names: transport.names('c') };
+}
+
+/** Takes every message in `queue` without removing it (the channel closes, which requeues them). */
+async function peek(queue: string): Promise<GetMessage[]> {
+  const connection = await openConnection('peek');
+  const channel = await connection.createChannel();
+  const found: GetMessage[] = [];
+  for (let m = await channel.get(queue); m; m = await channel.get(queue)) found.push(m);
+  await connection.close();
+  return found;
+}
+
+describe('RabbitMqTransport consuming', () => {
+  it('retries through the delay-tier queue with the attempt in courier-attempt', async () => {
+    // random 0 always takes the upper neighbour: 500 ms lies between the 200 and 600 ms tiers.
+    const { transport } = setup({ random: () => 0 });
+    const seen: { attempt: number; at: number }[] = [];
+    let retriedAt = 0;
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 2 }, async (d) => {
+      seen.push({ attempt: d.attempt, at: Date.now() });
+      if (d.attempt < 3) {
+        retriedAt = Date.now();
+        await d.retry(500, { code: 'AGAIN', message: 'not yet' });
+      } else await d.ack();
+    });
+    await transport.publish([envelope('t')]);
+    await eventually(() => expect(seen.map((s) => s.attempt)).toEqual([1, 2, 3]), 10_000);
+    // The 600 ms tier's queue TTL, not the requested 500 ms, decides when it comes back.
+    expect(seen[2]!.at - retriedAt).toBeGreaterThanOrEqual(550);
+    expect(transport.stats().retried).toBe(2);
+  });
+
+  it('dead-letters with the reason cut to fit a frame, the attempt and the original routing', async () => {
+    const { prefix, transport, names } = setup({ maxErrorBytes: 1_000 });
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async (d) => {
+      if (d.attempt === 1) await d.retry(0, { code: 'AGAIN', message: 'once more' });
+      else await d.deadLetter({ code: 'BROKEN', message: `ü${'x'.repeat(50_000)}` });
+    });
+    const sent = envelope('t', { key: 'k' });
+    await transport.publish([sent]);
+    const [dead] = await eventually(async () => {
+      const list = await peek(names.deadLetterQueue);
+      expect(list).toHaveLength(1);
+      return list;
+    });
+    const headers = dead!.properties.headers!;
+    expect(headers[COURIER_HEADERS.deadCode]).toBe('BROKEN');
+    expect(Buffer.byteLength(String(headers[COURIER_HEADERS.deadReason]))).toBeLessThanOrEqual(1_000);
+    expect(String(headers[COURIER_HEADERS.deadReason])).toMatch(/^üx+…$/);
+    expect(headers[COURIER_HEADERS.attempt]).toBe(2);
+    // The copy went through a tier queue, yet records where it was first published.
+    expect(headers[COURIER_HEADERS.originalExchange]).toBe(`${prefix}.topics`);
+    expect(headers[COURIER_HEADERS.originalRoutingKey]).toBe('t');
+    expect(headers['x-death']).toBeUndefined();
+    const [letter] = await transport.deadLetters.list('c');
+    expect(letter).toMatchObject({ id: sent.messageId, consumer: 'c', attempt: 2, reason: { code: 'BROKEN' } });
+    expect(letter!.envelope).toEqual(sent);
+  });
+
+  it('parks an undecodable message in the dead-letter queue without calling the handler', async () => {
+    const { prefix, transport, names } = setup();
+    let handled = 0;
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async (d) => {
+      handled++;
+      await d.ack();
+    });
+    const connection = await openConnection('raw');
+    const channel = await connection.createConfirmChannel();
+    channel.publish(`${prefix}.topics`, 't', Buffer.from('not an envelope'), { messageId: 'raw-1' });
+    await channel.waitForConfirms();
+    await connection.close();
+    const [dead] = await eventually(async () => {
+      const list = await peek(names.deadLetterQueue);
+      expect(list).toHaveLength(1);
+      return list;
+    });
+    expect(dead!.properties.headers![COURIER_HEADERS.deadCode]).toBe('ENVELOPE_INVALID');
+    expect(handled).toBe(0);
+    expect(await transport.deadLetters.list('c')).toEqual([]);
+    expect(await transport.deadLetters.purge('c', ['raw-1'])).toBe(1);
+  });
+
+  it('retries in place on an ordered endpoint: the key waits, other keys flow', async () => {
+    const { transport } = setup();
+    const order: string[] = [];
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: true, concurrency: 2 }, async (d) => {
+      if (d.envelope.payload === '"a1"' && d.attempt === 1) return d.retry(300, { code: 'AGAIN', message: 'wait' });
+      order.push(`${d.envelope.payload}@${d.attempt}`);
+      await d.ack();
+    });
+    await transport.publish([
+      envelope('t', { key: 'a', payload: '"a1"' }),
+      envelope('t', { key: 'a', payload: '"a2"' }),
+      envelope('t', { key: 'b', payload: '"b1"' }),
+      envelope('t', { key: 'b', payload: '"b2"' }),
+    ]);
+    await eventually(() => expect(order).toHaveLength(4));
+    expect(order.filter((o) => o.startsWith('"a'))).toEqual(['"a1"@2', '"a2"@1']);
+    // Key b did not wait for key a's retry.
+    expect(order.indexOf('"b2"@1')).toBeLessThan(order.indexOf('"a1"@2'));
+  });
+
+  it('throws a retriable TransportError when a delivery is settled after its connection died, and the broker redelivers', async () => {
+    const { transport, connections } = setup();
+    const deliveries: Delivery[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    cleanups.push(async () => release());
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 4 }, async (d) => {
+      deliveries.push(d);
+      // The first handler stays busy (a frozen worker); the redelivery is acknowledged.
+      if (deliveries.length === 1) await held;
+      else await d.ack();
+    });
+    const sent = envelope('t');
+    await transport.publish([sent]);
+    await eventually(() => expect(deliveries).toHaveLength(1));
+    destroySocket(connections[0]!);
+    await eventually(() => expect(transport.connected).toBe(false));
+    const error = await deliveries[0]!.ack().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransportError);
+    expect((error as TransportError).retriable).toBe(true);
+    await eventually(() => expect(deliveries.map((d) => d.envelope.messageId)).toEqual([sent.messageId, sent.messageId]));
+  });
+});
+
+describe('RabbitMqTransport surviving the broker', () => {
+  it('reconnects after its socket dies, re-declares, and resumes consuming', async () => {
+    const { transport, connections } = setup();
+    const got: string[] = [];
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async (d) => {
+      got.push(d.envelope.messageId);
+      await d.ack();
+    });
+    destroySocket(connections[0]!);
+    await eventually(() => expect(transport.stats().reconnects).toBe(1));
+    const after = envelope('t');
+    await eventually(async () => expect(await transport.publish([after])).toMatchObject([{ ok: true }]));
+    await eventually(() => expect(got).toContain(after.messageId));
+    expect(transport.stats().disconnects).toBe(1);
+  });
+
+  it('reconnects after the broker closes the connection (rabbitmqctl close_connection)', async () => {
+    const { prefix, transport } = setup();
+    const got: string[] = [];
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async (d) => {
+      got.push(d.envelope.messageId);
+      await d.ack();
+    });
+    const { closeConnectionsNamed } = await import('./support/broker.js');
+    expect(await closeConnectionsNamed(prefix)).toBe(1);
+    await eventually(() => expect(transport.stats().reconnects).toBe(1), 15_000);
+    const after = envelope('t');
+    await eventually(async () => expect(await transport.publish([after])).toMatchObject([{ ok: true }]));
+    await eventually(() => expect(got).toContain(after.messageId));
+  });
+
+  it('fails only the unconfirmed messages of a batch cut by a connection loss, as retriable connectivity failures', async () => {
+    const { transport, connections } = setup({ confirmWindow: 64 });
+    await transport.provision({ consumer: 'c', topics: ['t'], ordered: false });
+    const batch: Envelope[] = Array.from({ length: 5_000 }, () => envelope('t'));
+    const publishing = transport.publish(batch);
+    await sleep(5);
+    destroySocket(connections[0]!);
+    const results = await publishing;
+    expect(results.map((r) => r.messageId)).toEqual(batch.map((e) => e.messageId));
+    const failed = results.filter((r) => !r.ok);
+    expect(failed.length).toBeGreaterThan(0);
+    for (const result of failed) expect(!result.ok && [result.error.code, result.error.retriable]).toEqual(['TRANSPORT', true]);
+  });
+});
