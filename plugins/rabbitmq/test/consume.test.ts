@@ -3,7 +3,7 @@ import type { ChannelModel, GetMessage } from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { COURIER_HEADERS, RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
-import { BROKER_URL, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
+import { closeConnectionsNamed, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
 import { envelope } from './support/envelopes.js';
 import { destroySocket } from './support/fixture.js';
 
@@ -182,7 +182,6 @@ describe('RabbitMqTransport surviving the broker', () => {
       got.push(d.envelope.messageId);
       await d.ack();
     });
-    const { closeConnectionsNamed } = await import('./support/broker.js');
     expect(await closeConnectionsNamed(prefix)).toBe(1);
     await eventually(() => expect(transport.stats().reconnects).toBe(1), 15_000);
     const after = envelope('t');
