@@ -143,12 +143,37 @@ describe('RabbitMqTransport publishing', () => {
     expect(seen).toEqual(batch.map((e) => e.payload));
   });
 
+  it('fails the messages not yet sent when the signal aborts, each in its result', async () => {
+    const { transport } = setup();
+    await transport.provision({ consumer: 'c', topics: ['t'], ordered: false });
+    const controller = new AbortController();
+    controller.abort();
+    const results = await transport.publish([envelope('t'), envelope('t')], { signal: controller.signal });
+    expect(results.map((r) => (r.ok ? 'ok' : r.error.code))).toEqual(['ABORTED', 'ABORTED']);
+  });
+
+  it('keeps messages published after provision() for a consumer that starts later', async () => {
+    const { transport } = setup();
+    await transport.provision({ consumer: 'c', topics: ['early'], ordered: false });
+    const sent = envelope('early');
+    expect(await transport.publish([sent])).toMatchObject([{ ok: true }]);
+    const got: string[] = [];
+    await transport.subscribe({ consumer: 'c', topics: ['early'], ordered: false, concurrency: 1 }, async (d) => {
+      got.push(d.envelope.messageId);
+      await d.ack();
+    });
+    await eventually(() => expect(got).toEqual([sent.messageId]));
+  });
+
   it('rejects with a retriable TransportError when the broker is unreachable', async () => {
     const transport = new RabbitMqTransport({ connection: 'amqp://guest:guest@127.0.0.1:1', connectTimeoutMs: 2_000 });
     cleanups.push(() => transport.close());
     const error = await transport.publish([envelope('t')]).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TransportError);
     expect((error as TransportError).retriable).toBe(true);
+    const refused = await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async () => {}).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(TransportError);
+    expect((refused as TransportError).retriable).toBe(true);
   });
 
   it('answers a closed transport with ClosedError, and close is idempotent', async () => {
