@@ -163,23 +163,40 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
         const chosen: string[] = heads.map((row) => String(row['seq']));
         const keyed = heads.filter((row) => row['key_hash'] !== null && row['key_hash'] !== undefined);
         if (keyed.length > 0 && chosen.length < query.limit) {
+          // One ordered, LIMITed index range per head (key_hash, then seq): no sort, no
+          // visit of the key's published history.
+          const parts = keyed.map(
+            (_, index) =>
+              `SELECT * FROM (SELECT seq, key_hash, CASE WHEN available_at <= ${dialect.now} THEN 1 ELSE 0 END AS due FROM ${outbox} ` +
+              `WHERE key_hash = ? AND state = 'pending' AND seq > ? ORDER BY seq LIMIT ?) AS run${index}`,
+          );
           const followers = await runner.all(
-            `SELECT seq, key_hash, state, CASE WHEN available_at <= ${dialect.now} THEN 1 ELSE 0 END AS due FROM (` +
-              `SELECT seq, key_hash, state, available_at, ROW_NUMBER() OVER (PARTITION BY key_hash ORDER BY seq) AS rn FROM ${outbox} ` +
-              `WHERE key_hash IN (?) AND state IN ('pending', 'halted')) AS runs WHERE rn > 1 AND rn <= ? ORDER BY key_hash, seq`,
-            [keyed.map((row) => String(row['key_hash'])), perKey],
+            parts.join(' UNION ALL '),
+            keyed.flatMap((row) => [String(row['key_hash']), String(row['seq']), perKey - 1]),
             trx,
           );
-          const stopped = new Set<string>();
-          for (const row of followers) {
-            if (chosen.length >= query.limit) break;
+          // A halted row behind the head (halted while pipelined) ends the run there.
+          const halted = await runner.all(`SELECT key_hash, seq FROM ${outbox} WHERE key_hash IN (?) AND state = 'halted'`, [keyed.map((row) => String(row['key_hash']))], trx);
+          const firstHalted = new Map<string, bigint>();
+          for (const row of halted) {
             const key = String(row['key_hash']);
-            if (stopped.has(key)) continue;
-            if (row['state'] !== 'pending' || toNumber(row['due']) !== 1) {
-              stopped.add(key);
+            const seq = toBigInt(row['seq']);
+            const known = firstHalted.get(key);
+            if (known === undefined || seq < known) firstHalted.set(key, seq);
+          }
+          const ordered = followers
+            .map((row) => ({ key: String(row['key_hash']), seq: toBigInt(row['seq']), due: toNumber(row['due']) === 1 }))
+            .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0));
+          const stopped = new Set<string>();
+          for (const row of ordered) {
+            if (chosen.length >= query.limit) break;
+            if (stopped.has(row.key)) continue;
+            const halt = firstHalted.get(row.key);
+            if (!row.due || (halt !== undefined && row.seq > halt)) {
+              stopped.add(row.key);
               continue;
             }
-            chosen.push(String(row['seq']));
+            chosen.push(row.seq.toString());
           }
         }
         const token = await dialect.nextToken(runner, trx);
