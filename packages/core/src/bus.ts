@@ -149,7 +149,15 @@ class CourierBus<Tx> implements Bus<Tx> {
 
   start(options: StartOptions = {}): Promise<void> {
     if (this.#stopping) return Promise.reject(new ClosedError('bus'));
-    this.#starting ??= this.#start(options.relay ?? true, options.consumers ?? true);
+    if (!this.#starting) {
+      const starting = this.#start(options.relay ?? true, options.consumers ?? true);
+      this.#starting = starting;
+      // A failed start may be tried again (say, with consumers: false). Cleared here, not in
+      // #start: a check that throws before #start's first await would run before the assignment.
+      void starting.catch(() => {
+        if (this.#starting === starting) this.#starting = undefined;
+      });
+    }
     return this.#starting;
   }
 
@@ -158,7 +166,6 @@ class CourierBus<Tx> implements Bus<Tx> {
     const fault = faultCaller(this.#config.faults);
     if (runConsumers && this.#plans.size > 0 && !this.#config.inbox) {
       this.#status = 'stopped';
-      this.#starting = undefined;
       throw new ConfigError(`consumers need an 'inbox' store in createBus(...)`);
     }
     try {
@@ -212,7 +219,6 @@ class CourierBus<Tx> implements Bus<Tx> {
       this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name) });
     } catch (error) {
       await this.#shutdown(0);
-      this.#starting = undefined;
       this.#status = 'stopped';
       throw error;
     }
