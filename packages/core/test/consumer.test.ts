@@ -1,0 +1,332 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { UnrecoverableError, defineMessage, type Envelope, type InMemoryTransaction, type ReceivedMessage } from '@courier/core';
+import { eventually, harness, spyTransport, type Settlement } from './support/harness.js';
+
+const Placed = defineMessage('orders.OrderPlaced', { version: 1, schema: z.object({ orderId: z.string() }) });
+const Cancelled = defineMessage('orders.OrderCancelled', { version: 1 });
+
+/** Records an effect in the handler's unit of work: it exists only if that unit of work commits. */
+function recordEffect(effects: string[], tx: InMemoryTransaction, effect: string): void {
+  tx.onCommit(() => effects.push(effect));
+}
+
+/** A deferred the handler can wait on, with a bounded wait so a broken test fails instead of hanging. */
+function latch() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return {
+    open,
+    wait: () => Promise.race([opened, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('latch not opened in time')), 5_000).unref())]),
+  };
+}
+
+describe('consumer: decode, upcast, validate', () => {
+  it('upcasts a v1 message through 1→2→3 and validates it before the v3 handler sees it', async () => {
+    await using h = harness();
+    const V1 = defineMessage('people.Registered', { version: 1 });
+    const V3 = defineMessage('people.Registered', {
+      version: 3,
+      schema: z.object({ first: z.string(), last: z.string(), email: z.string() }),
+      upcasters: {
+        1: (p) => {
+          const [first, last] = (p as { name: string }).name.split(' ');
+          return { first, last };
+        },
+        2: (p) => ({ ...(p as object), email: 'none' }),
+      },
+    });
+    const seen: ReceivedMessage<unknown>[] = [];
+    h.bus.subscribe('crm', V3, async (message) => {
+      seen.push(message);
+    });
+    await h.bus.start();
+    let id = '';
+    await h.commit((tx) => {
+      id = h.bus.outbox(tx).publish(V1, { name: 'Ada Lovelace' });
+    });
+    await eventually(() => expect(seen).toHaveLength(1));
+    expect(seen[0]).toMatchObject({ messageId: id, type: 'people.Registered', version: 1, payload: { first: 'Ada', last: 'Lovelace', email: 'none' } });
+    expect(Object.isFrozen(seen[0])).toBe(true);
+  });
+
+  it('dead-letters an unknown type (UNKNOWN_MESSAGE_TYPE) and a newer version (UNSUPPORTED_VERSION) at once, without running a handler', async () => {
+    await using h = harness();
+    const Newer = defineMessage('orders.OrderPlaced', { version: 2, upcasters: { 1: (p) => p } });
+    let calls = 0;
+    h.bus.subscribe('billing', Placed, async () => {
+      calls += 1;
+    });
+    await h.bus.start();
+    let unknown = '';
+    let newer = '';
+    let fine = '';
+    await h.commit((tx) => {
+      unknown = h.bus.outbox(tx).publish(Cancelled, { orderId: 'o-1' });
+      newer = h.bus.outbox(tx).publish(Newer, { orderId: 'o-2' });
+      fine = h.bus.outbox(tx).publish(Placed, { orderId: 'o-3' });
+    });
+    const dead = await eventually(async () => {
+      const letters = await h.connection.deadLetters.list('billing');
+      expect(letters).toHaveLength(2);
+      return letters;
+    });
+    const byId = new Map(dead.map((letter) => [letter.envelope.messageId, letter]));
+    expect(byId.get(unknown)).toMatchObject({ attempt: 1, reason: { code: 'UNKNOWN_MESSAGE_TYPE', message: expect.stringContaining("'orders.OrderCancelled'") } });
+    expect(byId.get(newer)).toMatchObject({ attempt: 1, reason: { code: 'UNSUPPORTED_VERSION', message: expect.stringContaining('version 2 is newer') } });
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(1));
+    expect(calls).toBe(1);
+    expect(byId.has(fine)).toBe(false);
+    expect(h.bus.health().counters).toMatchObject({ deadLettered: 2, retries: 0 });
+  });
+
+  it('dead-letters a payload its schema rejects as PAYLOAD_INVALID naming the field', async () => {
+    await using h = harness();
+    const Loose = defineMessage('orders.OrderPlaced', { version: 1 });
+    let calls = 0;
+    h.bus.subscribe('billing', Placed, async () => {
+      calls += 1;
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Loose, { orderId: 42 });
+    });
+    const [letter] = await eventually(async () => {
+      const letters = await h.connection.deadLetters.list('billing');
+      expect(letters).toHaveLength(1);
+      return letters;
+    });
+    expect(letter).toMatchObject({ attempt: 1, reason: { code: 'PAYLOAD_INVALID', message: expect.stringContaining("'payload.orderId'") } });
+    expect(calls).toBe(0);
+  });
+});
+
+describe('consumer: retries and dead letters', () => {
+  it('dead-letters an UnrecoverableError at once, on attempt 1, with nothing of the handler committed', async () => {
+    await using h = harness();
+    const effects: string[] = [];
+    let calls = 0;
+    h.bus.subscribe('billing', Placed, async (message, ctx) => {
+      calls += 1;
+      recordEffect(effects, ctx.tx, message.messageId);
+      throw new UnrecoverableError('card permanently declined');
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    const [letter] = await eventually(async () => {
+      const letters = await h.connection.deadLetters.list('billing');
+      expect(letters).toHaveLength(1);
+      return letters;
+    });
+    expect(letter).toMatchObject({ attempt: 1, reason: { code: 'UNRECOVERABLE', message: expect.stringContaining('card permanently declined') } });
+    expect(calls).toBe(1);
+    expect(effects).toEqual([]);
+    expect(h.bus.health().counters).toMatchObject({ retries: 0, deadLettered: 1, processed: 0 });
+  });
+
+  it('unordered: a handler failing twice is redelivered with attempt + 1 and applied once', async () => {
+    const transports: ReturnType<typeof spyTransport>[] = [];
+    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
+    const effects: string[] = [];
+    const attempts: number[] = [];
+    h.bus.subscribe('billing', Placed, async (message, ctx) => {
+      attempts.push(ctx.attempt);
+      recordEffect(effects, ctx.tx, message.payload.orderId);
+      if (ctx.attempt < 3) throw new Error(`flaky ${ctx.attempt}`);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(1));
+    expect(attempts).toEqual([1, 2, 3]);
+    expect(effects).toEqual(['o-1']);
+    expect(transports[0]!.settlements.map((s: Settlement) => `${s.how}@${s.attempt}`)).toEqual(['retry@1', 'retry@2', 'ack@3']);
+    expect(h.bus.health().counters).toMatchObject({ retries: 2, deadLettered: 0, duplicates: 0 });
+  });
+
+  it('ordered: retries in place; a later message of the key waits while another key flows', async () => {
+    const transports: ReturnType<typeof spyTransport>[] = [];
+    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
+    const events: string[] = [];
+    const effects: string[] = [];
+    const otherKeyDone = latch();
+    h.bus.subscribe(
+      'shipping',
+      Placed,
+      async (message, ctx) => {
+        const { orderId } = message.payload;
+        events.push(`start ${orderId}@${ctx.attempt}`);
+        recordEffect(effects, ctx.tx, orderId);
+        if (orderId === 'a-1' && ctx.attempt === 1) throw new Error('first try fails');
+        if (orderId === 'a-1' && ctx.attempt === 2) {
+          // The other key must get through while this key is stuck retrying.
+          await otherKeyDone.wait();
+          throw new Error('second try fails');
+        }
+        if (orderId === 'b-1') ctx.tx.afterCommit(() => otherKeyDone.open());
+      },
+      { ordered: true, concurrency: 4 },
+    );
+    await h.bus.start();
+    await h.commit((tx) => {
+      const outbox = h.bus.outbox(tx);
+      outbox.publish(Placed, { orderId: 'a-1' }, { key: 'A' });
+      outbox.publish(Placed, { orderId: 'a-2' }, { key: 'A' });
+      outbox.publish(Placed, { orderId: 'b-1' }, { key: 'B' });
+    });
+    await eventually(() => expect(effects).toHaveLength(3));
+    const keyA = events.filter((event) => event.includes('a-'));
+    expect(keyA).toEqual(['start a-1@1', 'start a-1@2', 'start a-1@3', 'start a-2@1']);
+    expect(events.indexOf('start b-1@1')).toBeLessThan(events.indexOf('start a-1@3'));
+    expect(effects.indexOf('a-1')).toBeLessThan(effects.indexOf('a-2'));
+    // In place: the broker saw no retry settle, one ack per message.
+    await eventually(() => expect(transports[0]!.settlements.map((s) => s.how)).toEqual(['ack', 'ack', 'ack']));
+    expect(h.bus.health().counters).toMatchObject({ retries: 2, processed: 3 });
+  });
+
+  it('dead-letters with ATTEMPTS_EXHAUSTED after maxAttempts, with the last error', async () => {
+    await using h = harness({ bus: { retry: { maxAttempts: 3, initialDelayMs: 1, maxDelayMs: 5, jitter: 0 } } });
+    const attempts: number[] = [];
+    h.bus.subscribe('billing', Placed, async (_message, ctx) => {
+      attempts.push(ctx.attempt);
+      throw new Error(`boom ${ctx.attempt}`);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    const [letter] = await eventually(async () => {
+      const letters = await h.connection.deadLetters.list('billing');
+      expect(letters).toHaveLength(1);
+      return letters;
+    });
+    expect(attempts).toEqual([1, 2, 3]);
+    expect(letter).toMatchObject({ attempt: 3, reason: { code: 'ATTEMPTS_EXHAUSTED', message: expect.stringMatching(/3 attempts; last: .*boom 3/) } });
+    expect(h.bus.health().counters).toMatchObject({ retries: 2, deadLettered: 1 });
+  });
+
+  it('ordered subscriptions dead-letter with ATTEMPTS_EXHAUSTED too, and the key moves on', async () => {
+    await using h = harness();
+    const handled: string[] = [];
+    h.bus.subscribe(
+      'shipping',
+      Placed,
+      async (message, ctx) => {
+        if (message.payload.orderId === 'bad') throw new Error(`boom ${ctx.attempt}`);
+        handled.push(message.payload.orderId);
+      },
+      { ordered: true, retry: { maxAttempts: 2, initialDelayMs: 1, maxDelayMs: 1 } },
+    );
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'bad' }, { key: 'k' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'next' }, { key: 'k' });
+    });
+    await eventually(() => expect(handled).toEqual(['next']));
+    const [letter] = await h.connection.deadLetters.list('shipping');
+    expect(letter?.reason).toMatchObject({ code: 'ATTEMPTS_EXHAUSTED', message: expect.stringMatching(/^2 attempts; last: .*boom 2/) });
+  });
+});
+
+describe('consumer: the handler unit of work', () => {
+  it('ctx.publish writes in the handler transaction, rolled back when it throws, with correlation and causation set', async () => {
+    await using h = harness();
+    const Captured = defineMessage('payments.PaymentCaptured', { version: 1 });
+    const received: Envelope[] = [];
+    h.bus.subscribe('billing', Placed, async (message, ctx) => {
+      ctx.publish(Captured, { orderId: message.payload.orderId, attempt: ctx.attempt });
+      if (ctx.attempt === 1) throw new Error('fails after publishing');
+    });
+    h.bus.subscribe('audit', Captured, async (_message, ctx) => {
+      received.push(ctx.envelope);
+    });
+    await h.bus.start();
+    let placedId = '';
+    await h.commit((tx) => {
+      placedId = h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' }, { correlationId: 'conversation-7' });
+    });
+    await eventually(() => expect(received).toHaveLength(1));
+    expect(received[0]).toMatchObject({ correlationId: 'conversation-7', causationId: placedId, payload: '{"orderId":"o-1","attempt":2}' });
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, dead: 0 }));
+    // The placed message and one captured message: the first attempt's publish was rolled back.
+    expect(h.bus.health().counters.published).toBe(2);
+  });
+
+  it('options given to ctx.publish override the inherited correlation and causation', async () => {
+    await using h = harness();
+    const Captured = defineMessage('payments.PaymentCaptured', { version: 1 });
+    const received: Envelope[] = [];
+    h.bus.subscribe('billing', Placed, async (_message, ctx) => {
+      ctx.publish(Captured, {}, { correlationId: 'mine', causationId: 'cause' });
+    });
+    h.bus.subscribe('audit', Captured, async (_message, ctx) => {
+      received.push(ctx.envelope);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(received).toHaveLength(1));
+    expect(received[0]).toMatchObject({ correlationId: 'mine', causationId: 'cause' });
+  });
+
+  it('counts a second delivery of the same message as a duplicate and does not run the handler again', async () => {
+    await using h = harness();
+    const effects: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message, ctx) => {
+      recordEffect(effects, ctx.tx, message.messageId);
+    });
+    await h.bus.start();
+    const envelope: Envelope = {
+      messageId: 'twice',
+      type: Placed.type,
+      version: 1,
+      topic: Placed.topic,
+      occurredAt: new Date().toISOString(),
+      key: null,
+      correlationId: 'twice',
+      causationId: null,
+      traceparent: null,
+      tracestate: null,
+      headers: {},
+      payload: '{"orderId":"o-1"}',
+    };
+    // At-least-once delivery: the broker may hand over the same message twice.
+    const results = await h.connection.publish([envelope, envelope]);
+    expect(results.every((result) => result.ok)).toBe(true);
+    await eventually(() => expect(h.bus.health().counters).toMatchObject({ processed: 1, duplicates: 1 }));
+    expect(effects).toEqual(['twice']);
+  });
+
+  it('honours per-subscription concurrency', async () => {
+    await using h = harness();
+    let active = 0;
+    let max = 0;
+    let started = 0;
+    const total = 12;
+    h.bus.subscribe(
+      'billing',
+      Placed,
+      async () => {
+        active += 1;
+        started += 1;
+        max = Math.max(max, active);
+        // Hold until the limit is reached (or every message has started), so the measure is meaningful.
+        await eventually(() => expect(active >= 3 || started === total).toBe(true), 2_000).catch(() => undefined);
+        active -= 1;
+      },
+      { concurrency: 3 },
+    );
+    await h.bus.start();
+    await h.commit((tx) => {
+      for (let index = 0; index < total; index += 1) h.bus.outbox(tx).publish(Placed, { orderId: `o-${index}` });
+    });
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(total));
+    expect(max).toBe(3);
+  });
+});
