@@ -3,8 +3,9 @@
 # installs pnpm and the dependencies if needed, prepares the services, then runs the
 # example's `start` script. Arguments go to the example (e.g. its setup choice).
 #
-# The in-memory and SQLite setups need no server: with the first argument `in-memory` or
-# `sqlite` (or COURIER_SERVICES=skip) no service is touched. Otherwise the services are
+# The in-memory and SQLite setups need no server: with the setup `in-memory` or `sqlite`
+# (first argument, `--setup`, or COURIER_EXAMPLE_SETUP), or COURIER_SERVICES=skip, no
+# service is touched. Otherwise (postgres-rabbitmq, the default) the services are
 # prepared when the machine has them, and a failure there is only a warning: the example
 # itself says what it needs.
 set -euo pipefail
@@ -20,7 +21,19 @@ fi
 if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
   courier_install
-  case "${1:-}" in
+  # The setup comes first (`sqlite`), or as `--setup sqlite` / `--setup=sqlite`, or from
+  # COURIER_EXAMPLE_SETUP; only postgres-rabbitmq (the default) needs the servers.
+  setup="${COURIER_EXAMPLE_SETUP:-}"
+  case "${1:-}" in in-memory | memory | sqlite | postgres-rabbitmq) setup="$1" ;; esac
+  previous=""
+  for arg in "$@"; do
+    case "$previous:$arg" in
+      --setup:*) setup="$arg" ;;
+      *:--setup=*) setup="${arg#--setup=}" ;;
+    esac
+    previous="$arg"
+  done
+  case "$setup" in
     in-memory | memory | sqlite) export COURIER_SERVICES=skip ;;
   esac
   courier_step "prepare services"

@@ -1,0 +1,107 @@
+import { parseArgs } from 'node:util';
+
+/** The setups the demo runs on. */
+export const SETUPS = ['in-memory', 'sqlite', 'postgres-rabbitmq'] as const;
+export type SetupName = (typeof SETUPS)[number];
+
+/** The setup used when neither `--setup` nor COURIER_EXAMPLE_SETUP chooses one. */
+export const DEFAULT_SETUP: SetupName = 'postgres-rabbitmq';
+
+/** What one run of the demo does. */
+export interface ExampleOptions {
+  readonly setup: SetupName;
+  /** Orders to place. */
+  readonly orders: number;
+  /** Kill and restart the worker processes at random while it runs (postgres-rabbitmq). */
+  readonly chaos: boolean;
+  /** How long to wait for the counts to settle before reconciling anyway. */
+  readonly timeoutMs: number;
+  /** Keep the run's database schema / SQLite file and broker queues for inspection. */
+  readonly keep: boolean;
+  /** Print Courier's info and debug logs and every repeated warning. */
+  readonly verbose: boolean;
+  readonly pgUrl: string;
+  readonly rabbitMqUrl: string;
+}
+
+/** A worker process's role in the postgres-rabbitmq setup (internal `--worker` flag). */
+export type WorkerRole = 'orders' | 'payments';
+
+export const USAGE = `usage: pnpm --filter @courier/example-orders-payments start [setup] [options]
+
+  setup             in-memory | sqlite | postgres-rabbitmq   (or --setup <name>, or COURIER_EXAMPLE_SETUP;
+                    default ${DEFAULT_SETUP})
+  --orders <n>      orders to place (default 200)
+  --chaos           postgres-rabbitmq only: SIGKILL and restart the worker processes at random while it runs
+  --timeout <s>     seconds to wait for the counts to settle (default 120)
+  --keep            keep the run's database schema / SQLite file and RabbitMQ queues
+  --verbose         print Courier's info logs and every repeated warning
+  --help
+
+environment: COURIER_PG_URL (default postgres://courier:courier@127.0.0.1:5432/courier_test),
+             COURIER_RABBITMQ_URL (default amqp://guest:guest@127.0.0.1:5672)`;
+
+/** Thrown for bad command-line input; the message is shown with the usage. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/** The parsed command line: a run, a worker, or a request for help. */
+export type Command =
+  | { readonly kind: 'run'; readonly options: ExampleOptions }
+  | { readonly kind: 'worker'; readonly role: WorkerRole; readonly config: string }
+  | { readonly kind: 'help' };
+
+/** Parses `argv` (without node and the script) and the environment. */
+export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Command {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv.filter((arg) => arg !== '--'),
+      allowPositionals: true,
+      options: {
+        setup: { type: 'string' },
+        orders: { type: 'string' },
+        chaos: { type: 'boolean', default: false },
+        timeout: { type: 'string' },
+        keep: { type: 'boolean', default: false },
+        verbose: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+        worker: { type: 'string' },
+        'worker-config': { type: 'string' },
+      },
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return { kind: 'help' };
+  if (values.worker !== undefined) {
+    if (values.worker !== 'orders' && values.worker !== 'payments') throw new UsageError(`--worker must be 'orders' or 'payments'`);
+    return { kind: 'worker', role: values.worker, config: values['worker-config'] ?? '{}' };
+  }
+  if (positionals.length > 1) throw new UsageError(`unexpected arguments: ${positionals.slice(1).join(' ')}`);
+  const problems: string[] = [];
+  const setupText = values.setup ?? positionals[0] ?? env['COURIER_EXAMPLE_SETUP'] ?? DEFAULT_SETUP;
+  const setup = setupText === 'memory' ? 'in-memory' : setupText;
+  if (!(SETUPS as readonly string[]).includes(setup)) problems.push(`setup must be one of ${SETUPS.join(', ')}, got '${setupText}'`);
+  const orders = Number(values.orders ?? 200);
+  if (!Number.isSafeInteger(orders) || orders < 1 || orders > 100_000) problems.push(`--orders must be an integer from 1 to 100000`);
+  const timeout = Number(values.timeout ?? 120);
+  if (!(timeout > 0) || !Number.isFinite(timeout)) problems.push(`--timeout must be a positive number of seconds`);
+  if (values.chaos && setup !== 'postgres-rabbitmq') problems.push(`--chaos needs the postgres-rabbitmq setup (it kills worker processes; the ${setup} setup runs in one process)`);
+  if (problems.length > 0) throw new UsageError(problems.join('; '));
+  return {
+    kind: 'run',
+    options: {
+      setup: setup as SetupName,
+      orders,
+      chaos: values.chaos,
+      timeoutMs: Math.round(timeout * 1000),
+      keep: values.keep,
+      verbose: values.verbose,
+      pgUrl: env['COURIER_PG_URL'] ?? 'postgres://courier:courier@127.0.0.1:5432/courier_test',
+      rabbitMqUrl: env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672',
+    },
+  };
+}

@@ -1,0 +1,86 @@
+import type { TransportDeadLetters } from '@courier/core';
+import type { OrderRow, PaymentRow } from './shop-storage.js';
+
+/** The two services of the demo. */
+export type ServiceName = 'orders' | 'payments';
+
+/** Outbox rows of one service by state (`pending` includes rows in flight). */
+export interface OutboxCounts {
+  readonly total: number;
+  readonly pending: number;
+  readonly published: number;
+  readonly dead: number;
+}
+
+/** A dead-lettered delivery, as read from the transport's dead-letter place. */
+export interface DeadLetterInfo {
+  readonly messageId: string;
+  readonly type: string;
+  readonly orderId: string | null;
+  readonly code: string;
+}
+
+/** An outbox row's identity and lineage. */
+export interface OutboxMessage {
+  readonly messageId: string;
+  readonly type: string;
+  readonly correlationId: string;
+  readonly causationId: string | null;
+}
+
+/**
+ * Everything the reconciliation looks at, read from where the truth lives: the
+ * business tables, the outbox and inbox tables and the broker — not from in-process
+ * counters (except where a setup has nowhere else to read from, marked `null`).
+ */
+export interface Snapshot {
+  readonly orders: readonly OrderRow[];
+  readonly payments: readonly PaymentRow[];
+  readonly outbox: Readonly<Record<ServiceName, OutboxCounts>>;
+  /** Every outbox row of each service, when the store can be read directly (SQL setups). */
+  readonly outboxMessages: Readonly<Record<ServiceName, readonly OutboxMessage[]>> | null;
+  /** Inbox records of each service's consumer, or null when the store cannot be read directly. */
+  readonly processed: Readonly<Record<ServiceName, number | null>>;
+  /** Redeliveries each service's inbox suppressed, as recorded in the database (DuplicateRecordingInbox). */
+  readonly duplicates: Readonly<Record<ServiceName, number>>;
+  /** Dead letters of each service's consumer. */
+  readonly deadLetters: Readonly<Record<ServiceName, readonly DeadLetterInfo[]>>;
+  /** Messages waiting in the broker's consumer and retry queues, or null when unknown. */
+  readonly queued: number | null;
+}
+
+/** Reads the dead letters of `consumer` and extracts the order each concerns. */
+export async function readDeadLetters(deadLetters: TransportDeadLetters, consumer: string): Promise<DeadLetterInfo[]> {
+  const letters = await deadLetters.list(consumer, { limit: 100_000 });
+  return letters.map((letter) => ({
+    messageId: letter.envelope.messageId,
+    type: letter.envelope.type,
+    orderId: orderIdOf(letter.envelope.payload),
+    code: letter.reason.code,
+  }));
+}
+
+function orderIdOf(payload: string): string | null {
+  try {
+    const value: unknown = JSON.parse(payload);
+    if (value !== null && typeof value === 'object' && 'orderId' in value && typeof value.orderId === 'string') return value.orderId;
+  } catch {
+    // An undecodable payload has no order to attribute it to.
+  }
+  return null;
+}
+
+/**
+ * True once the run has come to rest: every expected order committed, every outbox
+ * drained, every order either paid or its OrderPlaced dead-lettered, every payment
+ * applied to its order, and nothing left waiting in the broker.
+ */
+export function isSettled(snapshot: Snapshot, expectedOrders: number): boolean {
+  if (snapshot.orders.length < expectedOrders) return false;
+  if (snapshot.outbox.orders.pending > 0 || snapshot.outbox.payments.pending > 0) return false;
+  if (snapshot.queued !== null && snapshot.queued > 0) return false;
+  const dead = new Set(snapshot.deadLetters.payments.map((letter) => letter.orderId));
+  if (!snapshot.orders.every((order) => order.paidCount > 0 || dead.has(order.orderId))) return false;
+  const applied = snapshot.orders.reduce((sum, order) => sum + order.paidCount, 0);
+  return applied + snapshot.deadLetters.orders.length >= snapshot.payments.length;
+}

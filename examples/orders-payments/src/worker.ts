@@ -1,0 +1,83 @@
+import { createBus, describeError, type Bus } from '@courier/core';
+import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
+import type { EntityManager } from '@mikro-orm/core';
+import { catalog } from './catalog.js';
+import { ConciseLogger } from './concise-logger.js';
+import { openPostgresOrm, TABLE_PREFIXES } from './databases.js';
+import { rabbitMqTransport, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
+import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
+import { MikroOrmShop } from './mikro-orm-shop.js';
+import type { WorkerRole } from './options.js';
+import { placeOrders, subscribeOrders } from './orders-service.js';
+import { subscribePayments } from './payments-service.js';
+import { DEMO_RELAY } from './run-result.js';
+
+function send(message: WorkerMessage): void {
+  // The runner may be gone (or killing us); a lost progress report does not matter.
+  if (process.connected) process.send?.(message, undefined, {}, () => undefined);
+}
+
+/**
+ * One service as a process of its own (postgres-rabbitmq setup), with its own bus:
+ * - `orders`: places the run's orders (those not committed yet: it may be a restart),
+ *   relays OrderPlaced, and consumes PaymentCaptured;
+ * - `payments`: consumes OrderPlaced and relays PaymentCaptured.
+ * Reports its counters to the runner every second; on `stop` it drains and exits 0.
+ * If the runner goes away it exits too.
+ */
+export async function runWorker(role: WorkerRole, configText: string): Promise<number> {
+  const config = JSON.parse(configText) as WorkerConfig;
+  const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
+  const orm = await openPostgresOrm(config.pgUrl, config.schema, 8);
+  const transport = rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
+  const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema: config.schema };
+  const outbox = new MikroOrmOutboxStore({ ...tables, logger });
+  const inbox = new MikroOrmInboxStore(tables);
+  const shop = new MikroOrmShop(orm);
+  const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
+  if (role === 'orders') subscribeOrders(bus, shop, { maxCrashes: config.maxCrashes });
+  else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
+
+  const abort = new AbortController();
+  let stopping: Promise<void> | undefined;
+  let placing: Promise<unknown> = Promise.resolve();
+  const stop = (): Promise<void> =>
+    (stopping ??= (async () => {
+      abort.abort();
+      clearInterval(reporter);
+      await placing.catch(() => undefined);
+      await bus.stop({ timeoutMs: 5_000 });
+      send({ kind: 'stopped', counters: bus.health().counters });
+      await transport.close();
+      await Promise.all([outbox.close(), inbox.close()]);
+      await orm.close();
+    })());
+  const reporter = setInterval(() => send({ kind: 'progress', counters: bus.health().counters }), 1_000);
+  process.on('disconnect', () => process.exit(1));
+  // Ctrl-C reaches the whole process group; the runner decides when workers stop.
+  process.on('SIGINT', () => undefined);
+
+  const stopped = new Promise<void>((resolve, reject) => {
+    process.on('message', (message: RunnerMessage) => {
+      if (message.kind === 'stop') stop().then(resolve, reject);
+    });
+  });
+  await bus.start();
+  send({ kind: 'ready' });
+  if (role === 'orders') {
+    placing = placeOrders(bus, shop, catalog(config.orders), { signal: abort.signal }).then(
+      (placed) => send({ kind: 'placed', placed }),
+      (error: unknown) => {
+        if (!abort.signal.aborted) logger.error('placing orders failed', { error: describeError(error) });
+        throw error;
+      },
+    );
+    // A failure to place is fatal for this process: the runner restarts it, and the
+    // restart places what is missing.
+    placing.catch(() => {
+      if (!abort.signal.aborted) process.exit(3);
+    });
+  }
+  await stopped;
+  return 0;
+}
