@@ -465,11 +465,6 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     await this.close();
   }
 
-  /** Test hook: the wake-up machinery. */
-  get wakeups(): OutboxWakeups {
-    return this.#wakeups;
-  }
-
   async #insert(rows: readonly PendingRow[], trx: Transaction): Promise<void> {
     const { dialect, runner } = this.#core;
     try {

@@ -229,16 +229,6 @@ export class OutboxWakeups {
       await this.#source.destroyRawConnection(connection).catch(() => undefined);
     }
   }
-
-  /** Test hook: whether a LISTEN connection is currently open. */
-  get listening(): boolean {
-    return this.#connection !== undefined;
-  }
-
-  /** Test hook: the open LISTEN connection, to simulate its loss. */
-  get listenConnection(): unknown {
-    return this.#connection;
-  }
 }
 
 function isRawConnectionSource(value: unknown): value is RawConnectionSource {
