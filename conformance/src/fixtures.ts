@@ -1,3 +1,4 @@
+import type { ChildProcess } from 'node:child_process';
 import type { Envelope, InboxStore, OutboxStore, Transport } from '@courier/core';
 
 /** What every fixture factory receives: a unique id per test, from which names derive. */
@@ -46,6 +47,13 @@ export interface TransportFixture {
    * held must be redelivered to other connections.
    */
   kill(transport: Transport): Promise<void>;
+  /**
+   * For brokers that live in the test process (see `createIpcBrokerTransportFixture`):
+   * serves the broker to a worker process spawned with an IPC channel. Optional.
+   */
+  hostWorker?(child: ChildProcess): void;
+  /** Environment variables a worker process needs to reach the broker. Optional. */
+  workerEnv?(): Record<string, string>;
   /** Makes the broker unavailable then available again (broker restart scenario). Optional. */
   readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
   /**

@@ -27,3 +27,4 @@ export { SCENARIOS, InjectedFault } from './bus/scenarios.js';
 export type { ScenarioTuning, TrafficPlan, WorkPayload, World } from './bus/world.js';
 export { DEFAULT_TUNING, createWorkerBus, createWorld, produce } from './bus/world.js';
 export { seededRandom } from './bus/seeded-random.js';
+export { IpcBrokerTransport, createIpcBrokerTransportFixture, hostBrokerFor, isScenarioWorker } from './bus/ipc-broker.js';

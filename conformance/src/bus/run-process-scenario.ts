@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createBus } from '@courier/core';
-import type { ProcessFixtureModule } from '../fixtures.js';
+import type { ProcessFixtureModule, TransportFixture } from '../fixtures.js';
 import { Ledger } from './invariants.js';
 import type { WorkerConfig } from './process-worker.js';
 import { uniqueId } from '../support/unique-id.js';
@@ -16,8 +17,9 @@ export interface ProcessFixtureOptions {
   /** Absolute path of a module exporting `createFixture` (see {@link ProcessFixtureModule}). */
   readonly module: string;
   /**
-   * Extra Node arguments for the child, e.g. `['--import', 'tsx']` when the module is
-   * TypeScript. Default: `['--import', 'tsx']` if the module ends in `.ts`.
+   * Extra Node arguments for the child, e.g. `['--conditions=my-source']`. When the module
+   * or the worker script is TypeScript, the tsx loader (a dependency of this package) is
+   * added in front, resolved from here so the caller need not depend on it.
    */
   readonly execArgv?: readonly string[];
 }
@@ -29,19 +31,25 @@ interface Child {
   readonly sawLine: (line: string) => Promise<void>;
 }
 
+function tsxLoader(): string {
+  return pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+}
+
 function workerScript(): string {
   const here = import.meta.url;
   const candidate = new URL(here.endsWith('.ts') ? './process-worker.ts' : './process-worker.js', here);
   return fileURLToPath(candidate);
 }
 
-function startChild(options: ProcessFixtureOptions, config: WorkerConfig): Child {
+function startChild(options: ProcessFixtureOptions, config: WorkerConfig, transport: TransportFixture): Child {
   const script = workerScript();
-  const execArgv = options.execArgv ?? (options.module.endsWith('.ts') || script.endsWith('.ts') ? ['--import', 'tsx'] : []);
+  const typescript = options.module.endsWith('.ts') || script.endsWith('.ts');
+  const execArgv = [...(typescript ? ['--import', tsxLoader()] : []), ...(options.execArgv ?? [])];
   const child = spawn(process.execPath, [...execArgv, script], {
-    env: { ...process.env, COURIER_CONFORMANCE_WORKER: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...transport.workerEnv?.(), COURIER_CONFORMANCE_WORKER: JSON.stringify(config) },
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
+  transport.hostWorker?.(child);
   const output: string[] = [];
   const waiters: { line: string; resolve: () => void }[] = [];
   let buffer = '';
@@ -120,7 +128,7 @@ export async function runProcessScenario<Tx>(
     const ids = await produce(world, store, producer, ledger, plan, random);
     const target = spec.action === 'poison' ? ids[poisonSeq!] : spec.action === 'crash-loop' ? ids[Math.floor(ids.length / 2)] : undefined;
     const launch = (fault: WorkerConfig['fault']): Child => {
-      const child = startChild(fixtureOptions, { module: fixtureOptions.module, testId, tuning, fault });
+      const child = startChild(fixtureOptions, { module: fixtureOptions.module, testId, tuning, fault }, transport);
       children.push(child);
       return child;
     };

@@ -1,4 +1,5 @@
 import {
+  consoleLogger,
   createBus,
   defineMessage,
   type Bus,
@@ -67,6 +68,9 @@ export function createWorkerBus<Tx>(
   tuning: ScenarioTuning,
   extra: { faults?: FaultHook; logger?: Logger } = {},
 ): Bus<Tx> {
+  // COURIER_CONFORMANCE_LOG=debug|info|warn shows the workers' logs when a scenario needs explaining.
+  const level = process.env['COURIER_CONFORMANCE_LOG'];
+  const logger = extra.logger ?? (level === 'debug' || level === 'info' || level === 'warn' ? consoleLogger(level) : undefined);
   const config: BusConfig<Tx> = {
     outbox: store.outbox,
     inbox: store.inbox,
@@ -82,7 +86,7 @@ export function createWorkerBus<Tx>(
       pause: { initialDelayMs: 20, maxDelayMs: 250 },
     },
     ...(extra.faults ? { faults: extra.faults } : {}),
-    ...(extra.logger ? { logger: extra.logger } : {}),
+    ...(logger ? { logger } : {}),
   };
   const bus = createBus(config);
   bus.subscribe(

@@ -64,32 +64,43 @@ export async function withTimeout<T>(promise: Promise<T>, ms: number): Promise<{
 export class Gate {
   #shared = 0;
   #exclusive = false;
-  #queue: { exclusive: boolean; grant: () => void }[] = [];
+  #queue: { exclusive: boolean; grant: (release: () => void) => void }[] = [];
 
-  async acquire(exclusive: boolean, signal?: AbortSignal): Promise<() => void> {
-    if (this.#canGrant(exclusive) && this.#queue.length === 0) return this.#grant(exclusive);
-    await new Promise<void>((resolve) => {
-      const entry = { exclusive, grant: () => resolve() };
+  /** Resolves with the release function once held; an aborted wait resolves with a no-op. */
+  acquire(exclusive: boolean, signal?: AbortSignal): Promise<() => void> {
+    if (this.#queue.length === 0 && this.#canGrant(exclusive)) return Promise.resolve(this.#take(exclusive));
+    if (signal?.aborted) return Promise.resolve(() => {});
+    return new Promise((resolve) => {
+      const onAbort = () => {
+        const index = this.#queue.indexOf(entry);
+        if (index < 0) return;
+        this.#queue.splice(index, 1);
+        resolve(() => {});
+        this.#drain();
+      };
+      // The listener must go once granted: signals live as long as their consumer.
+      const entry = {
+        exclusive,
+        grant: (release: () => void) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(release);
+        },
+      };
       if (exclusive) {
         const firstShared = this.#queue.findIndex((waiting) => !waiting.exclusive);
         if (firstShared < 0) this.#queue.push(entry);
         else this.#queue.splice(firstShared, 0, entry);
       } else this.#queue.push(entry);
-      signal?.addEventListener('abort', () => {
-        const index = this.#queue.indexOf(entry);
-        if (index >= 0) this.#queue.splice(index, 1);
-        resolve();
-      }, { once: true });
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
-    if (signal?.aborted) return () => {};
-    return this.#grant(exclusive);
   }
 
   #canGrant(exclusive: boolean): boolean {
     return exclusive ? !this.#exclusive && this.#shared === 0 : !this.#exclusive;
   }
 
-  #grant(exclusive: boolean): () => void {
+  /** Records a holder and returns its (idempotent) release. */
+  #take(exclusive: boolean): () => void {
     if (exclusive) this.#exclusive = true;
     else this.#shared += 1;
     let released = false;
@@ -105,9 +116,7 @@ export class Gate {
   #drain(): void {
     while (this.#queue.length > 0 && this.#canGrant(this.#queue[0]!.exclusive)) {
       const next = this.#queue.shift()!;
-      if (next.exclusive) this.#exclusive = true;
-      else this.#shared += 1;
-      next.grant();
+      next.grant(this.#take(next.exclusive));
       if (next.exclusive) return;
     }
   }
