@@ -5,7 +5,11 @@ import type { CourierError } from './errors.js';
 export interface TransportCapabilities {
   /** Deliveries of one (topic, key) reach an ordered subscription in publish order, one at a time. */
   readonly orderingByKey: boolean;
-  /** Several unconfirmed messages of one key keep their order (so the relay may pipeline them). */
+  /**
+   * Several messages of one key may go in one `publish` call: they reach consumers in call
+   * order, and once one of them is refused, none after it of the same key in that call is
+   * delivered. Only then may the relay pipeline a key; otherwise it sends one at a time.
+   */
   readonly orderedPipelining: boolean;
   /** `retry(delayMs)` waits the exact delay (false: rounded to a delay tier). */
   readonly nativeDelay: boolean;

@@ -142,13 +142,9 @@ describe('relay', () => {
     expect(await h.outbox.listHalted()).toEqual([]);
   });
 
-  // KNOWN BUG (reported, not fixed): with ordered pipelining the relay sends a key's later
-  // messages in the same publish call as its head. When the broker refuses the head alone
-  // (a per-message nack; RabbitMQ and the in-memory broker both do this), the later ones are
-  // already on the broker: they overtake the head, and the relay's release of them only adds
-  // a second copy after it. With 'halt' the rest of the key is not held. `it.fails` turns red
-  // once this is fixed; make it `it` then.
-  it.fails("KNOWN BUG: with ordered pipelining, a refused head's later messages still reach consumers first", async () => {
+  // Ordered pipelining sends a key's later messages in the same publish call as its head;
+  // the capability promises that a refused head stops them, so they cannot overtake it.
+  it("with ordered pipelining, a refused head's later messages never reach consumers first", async () => {
     await using h = harness({ bus: { relay: { poison: 'halt', retry: { maxAttempts: 1 } } } });
     expect(h.connection.capabilities.orderedPipelining).toBe(true);
     const seen = collect(h);

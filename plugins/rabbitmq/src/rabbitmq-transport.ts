@@ -87,8 +87,9 @@ const MAX_MESSAGE_BYTES_LIMIT = 512 * 1024 * 1024; // RabbitMQ's hard ceiling fo
  *   for every message; a nack, a return (no queue bound for the topic), a timeout or a
  *   connection lost before the confirm fails exactly the messages concerned. It rejects
  *   with a retriable `TransportError` only when no connection is open.
- * - Order: messages published on the one channel reach a queue in publish order, so the
- *   order of several unconfirmed messages of a key is kept (`orderedPipelining`).
+ * - Order: messages published on the one channel reach a queue in publish order, but a
+ *   refused message does not stop the later ones of its key, so `orderedPipelining` is
+ *   false and the relay keeps one unconfirmed message per key.
  * - Topology (see the README): one durable direct exchange `<prefix>.topics` routed by
  *   topic; per consumer a quorum queue `<prefix>.q.<consumer>`, its delay-tier queues and
  *   its dead-letter queue, declared on `subscribe` (or {@link provision}).
@@ -172,7 +173,9 @@ export class RabbitMqTransport implements Transport {
     this.#random = config.random ?? Math.random;
     this.capabilities = Object.freeze({
       orderingByKey: true,
-      orderedPipelining: true,
+      // Publish order is kept on the one channel, but a nack or return of one message does
+      // not stop the later messages of its key: pipelining a key could let them overtake it.
+      orderedPipelining: false,
       nativeDelay: false,
       nativeDeadLetter: true,
       maxMessageBytes,

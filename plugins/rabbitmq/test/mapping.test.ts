@@ -150,7 +150,7 @@ describe('config', () => {
     const transport = new RabbitMqTransport({ connection: 'amqp://localhost', maxMessageBytes: 1024 });
     expect(transport.capabilities).toEqual({
       orderingByKey: true,
-      orderedPipelining: true,
+      orderedPipelining: false,
       nativeDelay: false,
       nativeDeadLetter: true,
       maxMessageBytes: 1024,

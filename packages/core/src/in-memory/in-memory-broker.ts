@@ -503,7 +503,22 @@ class Connection implements InMemoryConnection {
     this.#assertOpen('publish');
     if (signal?.aborted) throw new CourierError('ABORTED', `'publish' was aborted`, { cause: signal.reason });
     this.#broker.assertAvailable('publish');
-    return messages.map((envelope) => this.#broker.publishOne(envelope));
+    // Ordered pipelining's promise: once a message of a key is refused, no later message
+    // of that key in the same call is delivered (it would overtake the refused one).
+    const refusedKeys = new Set<string>();
+    return messages.map((envelope) => {
+      const key = envelope?.key === null || envelope?.key === undefined ? null : `${envelope.topic}\u0000${envelope.key}`;
+      if (key !== null && refusedKeys.has(key)) {
+        return {
+          messageId: String(envelope.messageId),
+          ok: false as const,
+          error: new TransportError(`an earlier message of key '${envelope.key}' in this call was refused`, { code: 'PUBLISH_REJECTED', retriable: true }),
+        };
+      }
+      const result = this.#broker.publishOne(envelope);
+      if (!result.ok && key !== null) refusedKeys.add(key);
+      return result;
+    });
   }
 
   async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
