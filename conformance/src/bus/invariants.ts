@@ -67,7 +67,10 @@ export function checkInvariants(ledger: Ledger, observed: Observed, options: { o
     const isHalted = halted.has(id);
     const states = (times > 0 ? 1 : 0) + (deadTimes > 0 ? 1 : 0) + (isHalted ? 1 : 0);
     if (times > 1) problems.push(`message ${id} was applied ${times} times`);
-    if (deadTimes > 1) problems.push(`message ${id} was dead-lettered ${deadTimes} times`);
+    if (deadTimes > 1) {
+      const reasons = observed.consumerDead.filter((letter) => letter.envelope.messageId === id).map((letter) => `${letter.reason.code} at attempt ${letter.attempt}`);
+      problems.push(`message ${id} was dead-lettered ${deadTimes} times (${reasons.join(', ') || 'in the outbox'})`);
+    }
     if (states === 0) problems.push(`message ${id} was lost: not applied, not dead-lettered, not halted`);
     if (states > 1) problems.push(`message ${id} is in ${states} end states at once`);
     if (times > 0) appliedCount += 1;

@@ -70,6 +70,12 @@ function startChild(options: ProcessFixtureOptions, config: WorkerConfig, transp
     }
   };
   child.stdout?.on('data', onData);
+  if (process.env['COURIER_CONFORMANCE_LOG']) {
+    // Worker logs, prefixed by pid, when a scenario needs explaining.
+    const echo = (chunk: Buffer) => process.stderr.write(`[worker ${child.pid}] ${chunk.toString('utf8')}`);
+    child.stdout?.on('data', echo);
+    child.stderr?.on('data', echo);
+  }
   child.stderr?.on('data', (chunk: Buffer) => output.push(`stderr: ${chunk.toString('utf8').trimEnd()}`));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
