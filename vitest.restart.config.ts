@@ -8,7 +8,7 @@ export default defineConfig({
   ssr: { resolve: { conditions: sourceConditions } },
   test: {
     name: 'restart',
-    include: ['{packages,plugins,conformance,examples}/*/test/restart/**/*.test.ts', 'conformance/test/restart/**/*.test.ts'],
+    include: ['{packages,plugins,conformance,examples}/*/test/restart/**/*.test.ts', 'conformance/test/restart/**/*.test.ts', 'e2e/test/restart/**/*.test.ts'],
     fileParallelism: false,
     testTimeout: 180_000,
     hookTimeout: 120_000,

@@ -1,0 +1,14 @@
+// The end-to-end fixtures reuse the plugins' own conformance fixtures: PostgreSQL through
+// MikroORM, and RabbitMQ, each with names private to the test id.
+import type { FixtureContext, StoreFixture, TransportFixture } from '@courier/conformance';
+import type { EntityManager } from '@mikro-orm/core';
+import { createPostgresFixture } from '../../../plugins/mikro-orm/test/support/fixture.js';
+import { createRabbitMqFixture } from '../../../plugins/rabbitmq/test/support/fixture.js';
+
+export { createPostgresFixture, createRabbitMqFixture };
+
+/** A PostgreSQL store fixture. */
+export const postgresStore = (context: FixtureContext): Promise<StoreFixture<EntityManager>> => createPostgresFixture(context);
+
+/** A RabbitMQ transport fixture whose outage cuts only its own connections (safe beside other tests). */
+export const rabbitMqTransport = (context: FixtureContext): Promise<TransportFixture> => createRabbitMqFixture(context, { outage: 'network' });
