@@ -1,0 +1,74 @@
+// 1. Producer: Courier's outbox publish vs the same MikroORM business write with a
+// hand-written outbox insert (and raw node-postgres as a second line).
+import { InMemoryBroker, createBus } from '@courier/core';
+import type { EntityManager } from '@mikro-orm/core';
+import { closedLoop, handWrittenInsert, pgPool, rawPgProducerTx } from '../ceilings.js';
+import { openDb, OrderPlaced, orderPayload, outboxValues } from '../setup.js';
+import { interleaved, type Scenario } from './context.js';
+
+export const WRITERS = 8;
+
+export const producerScenario: Scenario = {
+  id: 1,
+  name: 'producer commits (PostgreSQL)',
+  services: ['postgresql'],
+  async run({ quick, prefix, report, shared }) {
+    const db = await openDb('postgresql', { prefix, poolMax: WRITERS + 2 });
+    const pool = pgPool(WRITERS);
+    const broker = new InMemoryBroker();
+    const transport = broker.connect();
+    // The producer side only: no relay runs, so the transport is never used.
+    const bus = createBus<EntityManager>({ outbox: db.outbox, transport });
+    let serial = 0;
+    const nextId = () => `o-${(serial += 1)}`;
+    const order = (em: EntityManager, id: string) => em.persist(em.create(db.Order, { id, customerId: `c-${id.slice(-6)}`, totalCents: 12_345, createdAt: new Date() }));
+    const insert = handWrittenInsert(db);
+    const seconds = quick ? 1 : 4;
+    const modes = ['business write only', 'hand-written outbox (MikroORM)', 'hand-written outbox (raw pg)', 'Courier outbox publish'] as const;
+    try {
+      const rates = await interleaved(modes, quick ? 1 : 3, (mode) =>
+        closedLoop(WRITERS, seconds, async () => {
+          const id = nextId();
+          switch (mode) {
+            case 'business write only':
+              await db.orm.em.fork().transactional(async (em) => {
+                order(em, id);
+              });
+              return;
+            case 'hand-written outbox (MikroORM)':
+              await db.orm.em.fork().transactional(async (em) => {
+                order(em, id);
+                await em.getConnection().execute(insert, outboxValues(id), 'run', em.getTransactionContext());
+              });
+              return;
+            case 'hand-written outbox (raw pg)':
+              await rawPgProducerTx(pool, db, id);
+              return;
+            case 'Courier outbox publish':
+              await db.orm.em.fork().transactional(async (em) => {
+                order(em, id);
+                bus.outbox(em).publish(OrderPlaced, orderPayload(id), { key: id });
+              });
+              return;
+          }
+        }),
+      );
+      const unit = `commits/s (${WRITERS} writers)`;
+      report.measure('business write only', rates['business write only'], unit, { note: 'no outbox row' });
+      report.measure('hand-written outbox (MikroORM)', rates['hand-written outbox (MikroORM)'], unit);
+      report.measure('hand-written outbox (raw pg)', rates['hand-written outbox (raw pg)'], unit);
+      const courier = report.measure('Courier outbox publish', rates['Courier outbox publish'], unit, { vs: 'hand-written outbox (MikroORM)' });
+      report.measure('Courier outbox publish vs raw pg', rates['Courier outbox publish'], unit, { vs: 'hand-written outbox (raw pg)' });
+      report.target('producer ≥ 0.90 × hand-written MikroORM outbox', `${courier.ratio?.toFixed(2)}`, (courier.ratio ?? 0) >= 0.9);
+      report.note(
+        `${WRITERS} writers, each a closed loop of one transaction (one order row + one outbox row, keyed by order id); ` +
+          `${quick ? 1 : 3} interleaved rounds of ${seconds} s, medians. Courier adds a per-key advisory lock before its insert and a coalesced NOTIFY after commit.`,
+      );
+      shared.set('producerRate', rates['Courier outbox publish']);
+    } finally {
+      await pool.end();
+      await transport.close();
+      await db.close();
+    }
+  },
+};

@@ -1,0 +1,312 @@
+// Databases, stores, transport and queues of one bench run: every run has its own table
+// prefix and queue prefix, and drops what it created.
+import { randomBytes } from 'node:crypto';
+import { createBus, defineMessage, newMessageId, type Bus, type Envelope, type PublishResult, type Transport } from '@courier/core';
+import { MikroOrmInboxStore, MikroOrmOutboxStore, keyHash, resolveTableNames, type CourierTableNames } from '@courier/mikro-orm';
+import { RabbitMqTransport, toAmqpMessage } from '@courier/rabbitmq';
+import { EntitySchema, type EntityManager, type MikroORM, type Options } from '@mikro-orm/core';
+import { connect, type ChannelModel } from 'amqplib';
+import { URLS } from './services.js';
+
+export type Dialect = 'postgresql' | 'mariadb';
+
+/** The message every scenario publishes: an order with a small JSON payload (~120 bytes). */
+export const OrderPlaced = defineMessage('bench.OrderPlaced', { version: 1 });
+export const TOPIC = OrderPlaced.topic;
+
+/** A fresh id for this run's tables and queues. */
+export function runId(): string {
+  return `bench_${randomBytes(4).toString('hex')}`;
+}
+
+export function orderPayload(orderId: string): { orderId: string; customerId: string; totalCents: number; currency: string } {
+  return { orderId, customerId: `c-${orderId.slice(-6)}`, totalCents: 12_345, currency: 'EUR' };
+}
+
+/** The business entity of the producer: one row per order. */
+export interface BenchOrder {
+  id: string;
+  customerId: string;
+  totalCents: number;
+  createdAt: Date;
+}
+
+/** One database with Courier's tables under a prefix of its own, and a business table. */
+export interface BenchDb {
+  readonly dialect: Dialect;
+  readonly orm: MikroORM;
+  readonly names: CourierTableNames;
+  readonly outbox: MikroOrmOutboxStore;
+  readonly inbox: MikroOrmInboxStore;
+  /** Entity class of `<prefix>orders`. */
+  readonly Order: new () => BenchOrder;
+  /** Quoted name of a table (`outbox`, `orders`, …) of this run. */
+  table(name: 'outbox' | 'inbox' | 'orders'): string;
+  /** Raw SQL on the ORM's connection (`?` placeholders), outside any unit of work. */
+  sql(query: string, params?: readonly unknown[]): Promise<Record<string, unknown>[]>;
+  /** Drops this run's tables and closes the ORM. */
+  close(): Promise<void>;
+}
+
+export interface OpenDbOptions {
+  readonly prefix: string;
+  readonly poolMax?: number;
+  /** PostgreSQL LISTEN/NOTIFY wake-ups; the store's default (on) unless false. */
+  readonly wakeups?: boolean;
+}
+
+/** Opens MikroORM on `dialect`, creates Courier's schema with `<prefix>_` and the orders table. */
+export async function openDb(dialect: Dialect, options: OpenDbOptions): Promise<BenchDb> {
+  const tablePrefix = `${options.prefix}_`;
+  const ordersTable = `${tablePrefix}orders`;
+  // A class per ORM: MikroORM keeps metadata on the class.
+  class Order implements BenchOrder {
+    id!: string;
+    customerId!: string;
+    totalCents!: number;
+    createdAt: Date = new Date();
+  }
+  const schema = new EntitySchema<Order>({
+    class: Order,
+    tableName: ordersTable,
+    properties: {
+      id: { type: 'string', length: 64, primary: true },
+      customerId: { type: 'string', length: 64, fieldName: 'customer_id' },
+      totalCents: { type: 'integer', fieldName: 'total_cents' },
+      createdAt: { type: 'datetime', fieldName: 'created_at' },
+    },
+  });
+  const common = { entities: [schema], debug: false, discovery: { warnWhenNoEntities: false }, pool: { min: 0, max: options.poolMax ?? 16 } };
+  let orm: MikroORM;
+  if (dialect === 'postgresql') {
+    const { MikroORM: PgOrm } = await import('@mikro-orm/postgresql');
+    orm = await PgOrm.init({ clientUrl: URLS.postgresql, ...common } as Options);
+  } else {
+    const { MikroORM: MariaDbOrm } = await import('@mikro-orm/mariadb');
+    orm = await MariaDbOrm.init({ clientUrl: URLS.mariadb, ...common } as Options);
+  }
+  const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
+  const connection = orm.em.getConnection('write');
+  const sql = async (query: string, params: readonly unknown[] = []) => (await connection.execute(query, [...params], 'all')) as Record<string, unknown>[];
+  const names = resolveTableNames({ tablePrefix });
+  const outbox = new MikroOrmOutboxStore({ orm, tablePrefix, ...(options.wakeups === false ? { wakeups: false } : {}) });
+  const inbox = new MikroOrmInboxStore({ orm, tablePrefix });
+  try {
+    await outbox.ensureSchema();
+    await sql(
+      dialect === 'postgresql'
+        ? `CREATE TABLE ${quote(ordersTable)} (id varchar(64) PRIMARY KEY, customer_id varchar(64) NOT NULL, total_cents integer NOT NULL, created_at timestamptz NOT NULL)`
+        : `CREATE TABLE ${quote(ordersTable)} (id VARCHAR(64) PRIMARY KEY, customer_id VARCHAR(64) NOT NULL, total_cents INT NOT NULL, created_at DATETIME(3) NOT NULL) ENGINE=InnoDB`,
+    );
+  } catch (error) {
+    await orm.close(true).catch(() => undefined);
+    throw error;
+  }
+  return {
+    dialect,
+    orm,
+    names,
+    outbox,
+    inbox,
+    Order,
+    table: (name) => quote(name === 'orders' ? ordersTable : name === 'outbox' ? names.outbox : names.inbox),
+    sql,
+    async close() {
+      await outbox.close().catch(() => undefined);
+      await inbox.close().catch(() => undefined);
+      const tables = [names.outbox, names.inbox, names.inboxStarts, names.meta, ordersTable, ...(dialect === 'mariadb' ? [names.outboxLocks] : [])];
+      for (const table of tables) await sql(`DROP TABLE IF EXISTS ${quote(table)}`).catch(() => undefined);
+      if (dialect === 'postgresql') await sql(`DROP SEQUENCE IF EXISTS ${quote(names.tokenSequence)}`).catch(() => undefined);
+      await orm.close(true);
+    },
+  };
+}
+
+/** Column list of a hand-written outbox insert (the same columns Courier writes). */
+export const OUTBOX_COLUMNS =
+  'message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload, state, attempts, available_at, created_at';
+
+/** Values of a hand-written outbox row for order `orderId` (same shape and size as Courier's). */
+export function outboxValues(orderId: string): unknown[] {
+  const messageId = newMessageId();
+  return [messageId, OrderPlaced.type, 1, TOPIC, orderId, keyHash(TOPIC, orderId), new Date().toISOString(), messageId, null, null, null, '{}', JSON.stringify(orderPayload(orderId))];
+}
+
+/**
+ * Seeds `count` pending outbox rows in one INSERT … SELECT (PostgreSQL generate_series,
+ * MariaDB's sequence engine), not through Courier: distinct keys (`order-<n>`) or, with
+ * `keys`, `n % keys` keys in sequence order. Then ANALYZE.
+ */
+export async function seedBacklog(db: BenchDb, count: number, options: { keys?: number; from?: number } = {}): Promise<void> {
+  const from = options.from ?? 1;
+  const to = from + count - 1;
+  const payload = `'{"orderId":"' || k || '","customerId":"c-1","totalCents":12345,"currency":"EUR"}'`;
+  if (db.dialect === 'postgresql') {
+    const key = options.keys ? `'order-' || (i % ${options.keys})` : `'order-' || i`;
+    await db.sql(
+      `INSERT INTO ${db.table('outbox')} (${OUTBOX_COLUMNS}) ` +
+        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', k, substr(encode(sha256(convert_to('${TOPIC}', 'UTF8') || '\\x00'::bytea || convert_to(k, 'UTF8')), 'hex'), 1, 32), ` +
+        `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), m, NULL, NULL, NULL, '{}', ${payload}, 'pending', 0, now(), now() ` +
+        `FROM (SELECT i, ${key} AS k, 'seed-' || md5(random()::text || i) AS m FROM generate_series(${from}, ${to}) AS i) AS s ORDER BY i`,
+    );
+    await db.sql(`ANALYZE ${db.table('outbox')}`);
+  } else {
+    const key = options.keys ? `CONCAT('order-', seq % ${options.keys})` : `CONCAT('order-', seq)`;
+    await db.sql(
+      `INSERT INTO ${db.table('outbox')} (${OUTBOX_COLUMNS}) ` +
+        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', k, LEFT(SHA2(CONCAT('${TOPIC}', CHAR(0), k), 256), 32), ` +
+        `CONCAT(LEFT(DATE_FORMAT(UTC_TIMESTAMP(3), '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z'), m, NULL, NULL, NULL, '{}', CONCAT('{"orderId":"', k, '","customerId":"c-1","totalCents":12345,"currency":"EUR"}'), 'pending', 0, NOW(3), NOW(3) ` +
+        `FROM (SELECT seq, ${key} AS k, CONCAT('seed-', MD5(CONCAT(RAND(), seq))) AS m FROM seq_${from}_to_${to}) AS s ORDER BY seq`,
+    );
+    await db.sql(`ANALYZE TABLE ${db.table('outbox')}`);
+  }
+}
+
+/** Pending rows left (cheap: the partial / composite pending index). */
+export async function anyPending(db: BenchDb): Promise<boolean> {
+  const rows = await db.sql(`SELECT 1 AS one FROM ${db.table('outbox')} WHERE state = 'pending' LIMIT 1`);
+  return rows.length > 0;
+}
+
+/** A transport wrapper that timestamps the relay's confirms (when `publish` resolves for a batch). */
+export class TimedTransport implements Transport {
+  readonly #inner: RabbitMqTransport;
+  readonly #onConfirmed: (messageIds: readonly string[], at: number) => void;
+  confirmed = 0;
+
+  constructor(inner: RabbitMqTransport, onConfirmed: (messageIds: readonly string[], at: number) => void = () => {}) {
+    this.#inner = inner;
+    this.#onConfirmed = onConfirmed;
+  }
+
+  get capabilities() {
+    return this.#inner.capabilities;
+  }
+
+  get deadLetters() {
+    return this.#inner.deadLetters;
+  }
+
+  async publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]> {
+    const results = await this.#inner.publish(messages, options);
+    const at = performance.now();
+    const ok = results.filter((result) => result.ok).map((result) => result.messageId);
+    this.confirmed += ok.length;
+    this.#onConfirmed(ok, at);
+    return results;
+  }
+
+  subscribe(...args: Parameters<Transport['subscribe']>): ReturnType<Transport['subscribe']> {
+    return this.#inner.subscribe(...args);
+  }
+
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
+
+/** RabbitMQ resources of one run: the transport's prefix, a sink queue, and cleanup. */
+export class BenchBroker {
+  readonly prefix: string;
+  readonly exchange: string;
+  readonly sinkQueue: string;
+  readonly #consumers = new Set<string>();
+  #admin: ChannelModel | undefined;
+
+  constructor(prefix: string) {
+    this.prefix = prefix.replace(/_/g, '-');
+    this.exchange = `${this.prefix}.topics`;
+    this.sinkQueue = `${this.prefix}.sink`;
+  }
+
+  transport(): RabbitMqTransport {
+    return new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix });
+  }
+
+  /** Remembers a consumer whose queues `close` must delete. */
+  track(consumer: string): void {
+    this.#consumers.add(consumer);
+  }
+
+  /**
+   * A durable quorum queue bound to the topic, capped at 1,000 messages (drop-head), so a
+   * drain of a million messages does not fill the broker: the raw loop and the relay
+   * publish into the same kind of queue, persistent, with confirms.
+   */
+  async declareSink(): Promise<void> {
+    const channel = await (await this.#connection()).createChannel();
+    await channel.assertExchange(this.exchange, 'direct', { durable: true });
+    await channel.assertQueue(this.sinkQueue, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-max-length': 1_000 } });
+    await channel.bindQueue(this.sinkQueue, this.exchange, TOPIC);
+    await channel.close();
+  }
+
+  async #connection(): Promise<ChannelModel> {
+    this.#admin ??= await connect(URLS.rabbitmq);
+    return this.#admin;
+  }
+
+  /** A plain amqplib connection for raw loops. */
+  connect(): Promise<ChannelModel> {
+    return connect(URLS.rabbitmq);
+  }
+
+  /** Deletes every queue and the exchange this run declared. */
+  async close(): Promise<void> {
+    const connection = await this.#connection();
+    const probe = new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix });
+    const queues = [this.sinkQueue];
+    for (const consumer of this.#consumers) {
+      const names = probe.names(consumer);
+      queues.push(names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name));
+    }
+    for (const queue of queues) {
+      const channel = await connection.createChannel();
+      await channel.deleteQueue(queue).catch(() => undefined);
+      await channel.close().catch(() => undefined);
+    }
+    const channel = await connection.createChannel();
+    await channel.deleteExchange(this.exchange).catch(() => undefined);
+    await channel.close().catch(() => undefined);
+    await connection.close();
+    this.#admin = undefined;
+  }
+}
+
+/** Builds the envelopes the raw loops publish: the same mapping and bytes as the transport's. */
+export function amqpOrder(orderId: string): ReturnType<typeof toAmqpMessage> {
+  const messageId = newMessageId();
+  const envelope: Envelope = {
+    messageId,
+    type: OrderPlaced.type,
+    version: 1,
+    topic: TOPIC,
+    occurredAt: new Date().toISOString(),
+    key: orderId,
+    correlationId: messageId,
+    causationId: null,
+    traceparent: null,
+    tracestate: null,
+    headers: {},
+    payload: JSON.stringify(orderPayload(orderId)),
+  };
+  return toAmqpMessage(envelope);
+}
+
+/** A bus on `db` and `transport` with the relay settings the scenarios share. */
+export function benchBus(db: BenchDb, transport: Transport, relay: { batchSize?: number; pollIntervalMs?: number } = {}): Bus<EntityManager> {
+  return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { batchSize: relay.batchSize ?? 100, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
+}
+
+/** Resolves when `done()` is true, checking every `everyMs`; throws after `timeoutMs`. */
+export async function until(done: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 5): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await done())) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
