@@ -78,7 +78,7 @@ export type Handler<D, Tx> = (message: ReceivedMessage<DecodedOf<D>>, context: H
 
 /** Per-subscription options. */
 export interface SubscribeOptions {
-  /** Most messages handled at once by this process. Default 1 for ordered, 8 otherwise. */
+  /** Most messages handled at once by this process. Default 8; an ordered subscription still handles one message per key at a time. */
   readonly concurrency?: number;
   /** Keep per-key order: retries in place and block only their key. Default false. */
   readonly ordered?: boolean;
