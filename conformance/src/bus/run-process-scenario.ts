@@ -146,10 +146,16 @@ export async function runProcessScenario<Tx>(
     };
 
     if (spec.action === 'stall') {
+      // The stale worker goes first so that it, not its successor, claims the backlog;
+      // the successor starts once it has stalled and takes its batch over.
       const stale = launch({ point: spec.point, action: 'stall' });
+      const outcome = await Promise.race([
+        stale.sawLine('stall').then(() => 'stalled'),
+        stale.exited.then(() => 'exited'),
+        new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), 30_000)),
+      ]);
+      if (outcome !== 'stalled') throw new Error(`the stale worker ${outcome === 'exited' ? 'exited' : 'did not stall within 30 s'}\n${describeChildren()}`);
       launch(null);
-      const outcome = await Promise.race([stale.sawLine('stall').then(() => 'stalled'), stale.exited.then(() => 'exited')]);
-      if (outcome !== 'stalled') throw new Error(`the stale worker exited before stalling\n${describeChildren()}`);
       await new Promise((resolve) => setTimeout(resolve, tuning.leaseMs * 1.6));
       stale.process.kill('SIGCONT');
     } else if (spec.action === 'crash-loop') {
