@@ -21,6 +21,17 @@ import type { PublishResult, Transport } from './transport.js';
  */
 export const CONNECTIVITY_CODES: ReadonlySet<string> = new Set(['TRANSPORT', 'PUBLISH_TIMEOUT', 'CLOSED']);
 
+/**
+ * Claim → publish → complete cycles one relay runs at once. While one batch waits for its
+ * confirms, others are claimed and sent, so the broker's confirm latency and the
+ * database's round trips overlap instead of adding up. Safe because the claims of one
+ * relay are as disjoint as those of several relays (SKIP LOCKED, leases), and a key's
+ * next row is not claimable while its head is in flight. One loop answers wake-ups; the
+ * others join only while there is more than it can take (a full batch, or a wake-up
+ * while it is busy), so an idle relay does not multiply empty claims.
+ */
+export const RELAY_LOOPS = 4;
+
 /** Everything the relay needs from its bus. */
 export interface RelayDependencies<Tx> {
   readonly store: OutboxStore<Tx>;
@@ -97,6 +108,9 @@ export class Relay<Tx> {
   readonly #deps: RelayDependencies<Tx>;
   readonly #settings: RelaySettings;
   readonly #waker = new Waker();
+  /** Wakes the helper loops (all but the first). */
+  readonly #helpers = new Waker();
+  #primaryBusy = false;
   #abort = new AbortController();
   #loop: Promise<void> | undefined;
   #unwatch: (() => Promise<void>) | undefined;
@@ -116,18 +130,20 @@ export class Relay<Tx> {
     this.#abort = new AbortController();
     if (this.#deps.store.watch) {
       try {
-        this.#unwatch = await this.#deps.store.watch(() => this.#waker.notify());
+        this.#unwatch = await this.#deps.store.watch(() => this.wake());
       } catch (error) {
         // Wake-ups are an optimisation: polling still delivers everything.
         this.#deps.logger.warn('outbox wake-up signal unavailable; polling', { error: describeError(error) });
       }
     }
-    this.#loop = this.#run();
+    const loops = Array.from({ length: RELAY_LOOPS }, (_, index) => this.#run(index === 0));
+    this.#loop = Promise.all(loops).then(() => undefined);
   }
 
   /** Wakes the relay at once (e.g. after an in-process commit). */
   wake(): void {
     this.#waker.notify();
+    if (this.#primaryBusy) this.#helpers.notify();
   }
 
   /**
@@ -155,8 +171,9 @@ export class Relay<Tx> {
     };
   }
 
-  async #run(): Promise<void> {
+  async #run(primary: boolean): Promise<void> {
     const signal = this.#abort.signal;
+    if (primary) this.#primaryBusy = true;
     while (!signal.aborted) {
       try {
         await this.#deps.fault('database-restart', { messageIds: [] });
@@ -168,9 +185,13 @@ export class Relay<Tx> {
           signal,
         });
         this.#lastClaimAt = Date.now();
+        // A full batch means more may be due: the helper loops claim too.
+        if (batch.records.length >= this.#settings.batchSize) this.#helpers.notify();
         if (batch.records.length === 0) {
           if (this.#paused) this.#resume();
-          await this.#waker.wait(this.#settings.pollIntervalMs, signal);
+          if (primary) this.#primaryBusy = false;
+          await (primary ? this.#waker : this.#helpers).wait(this.#settings.pollIntervalMs, signal);
+          if (primary) this.#primaryBusy = true;
           continue;
         }
         const transportOk = await this.#process(batch, signal);
@@ -248,7 +269,10 @@ export class Relay<Tx> {
     });
 
     if (confirmed.length > 0) {
-      const completed = await store.complete(lease, confirmed, { beforeCommit: (point, context) => fault(point, context), signal });
+      // The hook makes the store complete in a transaction of several statements; without
+      // fault injection a single UPDATE is enough (and ~4× fewer round trips).
+      const options = fault === NO_FAULTS ? { signal } : { beforeCommit: (point: FaultPoint, context: FaultContext) => fault(point, context), signal };
+      const completed = await store.complete(lease, confirmed, options);
       instruments.published.add(completed);
       if (completed < confirmed.length) {
         this.#deps.logger.warn('relay was fenced: another relay holds part of this batch', {
@@ -316,9 +340,12 @@ export class Relay<Tx> {
   }
 }
 
+/** The fault caller of a bus without a fault hook (production). */
+const NO_FAULTS = (): Promise<void> => Promise.resolve();
+
 /** Wraps an optional fault hook so the engine can always await it. */
 export function faultCaller(hook: FaultHook | undefined): (point: FaultPoint, context: FaultContext) => Promise<void> {
-  if (!hook) return () => Promise.resolve();
+  if (!hook) return NO_FAULTS;
   return async (point, context) => {
     await hook(point, context);
   };
