@@ -49,6 +49,8 @@ export const COURIER_HEADERS = {
   deadReason: 'courier-dead-reason',
   deadAt: 'courier-dead-at',
   retryCode: 'courier-retry-code',
+  /** Set by `deadLetters.replay`: tells a replayed dead letter from a duplicate of it. */
+  replayedAt: 'courier-replayed-at',
   originalExchange: 'courier-original-exchange',
   originalRoutingKey: 'courier-original-routing-key',
   protoHeader: 'courier-proto-header',

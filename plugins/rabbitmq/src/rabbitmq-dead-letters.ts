@@ -24,9 +24,10 @@ export interface DeadLetterLink {
  *   queue is declared with a high delivery limit so browsing never drops one).
  * - `replay` and `purge` scan at most `maxScan` messages (default 10,000) per call.
  * - Ids are messageIds; two dead copies of one message are both matched.
- * - `replay` republishes to the consumer's queue with a confirm, attempt reset to 1, and
- *   acknowledges the dead copy only afterwards (a failure between leaves a duplicate,
- *   which the inbox absorbs, never a loss).
+ * - `replay` republishes to the consumer's queue with a confirm, attempt reset to 1,
+ *   marked `courier-replayed-at` (subscriptions acknowledge unmarked copies of a message
+ *   they dead-lettered: relay duplicates), and acknowledges the dead copy only afterwards
+ *   (a failure between leaves a duplicate, which the inbox absorbs, never a loss).
  */
 export class RabbitMqDeadLetters implements TransportDeadLetters {
   readonly #link: DeadLetterLink;
@@ -58,6 +59,9 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
         if (isBrokerHeader(name) || DEAD_ONLY.has(name)) continue;
         headers[name] = value;
       }
+      // Subscriptions acknowledge later copies of a message they dead-lettered (relay
+      // duplicates) unless marked as replayed.
+      headers[COURIER_HEADERS.replayedAt] = new Date().toISOString();
       const options = copyProperties(message.properties as unknown as Record<string, unknown>, headers);
       await this.#link.publishToQueue(names.queue, message.content, options);
       replayed++;

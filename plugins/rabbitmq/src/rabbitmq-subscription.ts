@@ -48,6 +48,8 @@ interface Job extends Lane {
 
 const RESTART_MIN_MS = 200;
 const RESTART_MAX_MS = 10_000;
+/** How many dead-lettered messageIds a subscription remembers to recognise their duplicates. */
+const REMEMBERED_DEAD_LETTERS = 10_000;
 
 /**
  * One endpoint consuming from its quorum queue on a channel of its own.
@@ -61,6 +63,10 @@ const RESTART_MAX_MS = 10_000;
  * - Unordered endpoints: `retry` publishes a copy to a delay-tier queue with a confirm
  *   and only then acknowledges the original; `deadLetter` does the same with the
  *   dead-letter queue. A failure between the two leaves a duplicate, never a loss.
+ * - A message is dead-lettered once per subscription: a later copy of a messageId it
+ *   dead-lettered (one of its last 10,000) is acknowledged without being handed over,
+ *   unless `deadLetters.replay` sent it. Such copies come from the at-least-once relay,
+ *   and the inbox, which recognises copies of handled messages, records no dead letters.
  * - A settle on a channel that has closed throws a retriable `TransportError`: the broker
  *   redelivers the message, which the inbox recognises.
  * - After a channel or connection loss it re-declares its topology and resumes.
@@ -82,6 +88,8 @@ export class RabbitMqSubscription implements Subscription {
   readonly #lanes = new Map<string, Job>();
   readonly #waiting = new Set<Job>();
   readonly #running = new Set<Promise<void>>();
+  /** MessageIds this subscription moved to the dead-letter queue, oldest first. */
+  readonly #deadLettered = new Set<string>();
 
   constructor(link: SubscriptionLink, endpoint: Endpoint, handler: DeliveryHandler, names: RabbitMqNames, prefetch: number) {
     this.#link = link;
@@ -235,6 +243,18 @@ export class RabbitMqSubscription implements Subscription {
 
   async #run(job: Job): Promise<void> {
     if (!job.channel.open) return this.#release(job);
+    if (this.#isDeadLetteredCopy(job)) {
+      // A relay that died between the broker's confirm and marking its rows published
+      // sends them again, so the queue can hold a second copy, which on an ordered
+      // endpoint reaches this same consumer. Handed over, it would be dead-lettered again:
+      // the crash-loop count only grows, and the inbox records nothing for a dead letter.
+      this.#link.logger.info('copy of a message already dead-lettered acknowledged', {
+        consumer: this.#endpoint.consumer,
+        messageId: String(job.message.properties.messageId),
+      });
+      job.channel.channel.ack(job.message);
+      return this.#release(job);
+    }
     if (job.envelope === null) {
       try {
         job.envelope = fromAmqpMessage(job.message);
@@ -302,6 +322,25 @@ export class RabbitMqSubscription implements Subscription {
     }
     this.#link.count(what);
     this.ack(job);
+    if (what === 'deadLettered') this.#rememberDeadLetter(job);
+  }
+
+  #rememberDeadLetter(job: Job): void {
+    const id: unknown = job.message.properties.messageId;
+    if (typeof id !== 'string' || id === '') return;
+    this.#deadLettered.delete(id);
+    this.#deadLettered.add(id);
+    if (this.#deadLettered.size > REMEMBERED_DEAD_LETTERS) this.#deadLettered.delete(this.#deadLettered.values().next().value!);
+  }
+
+  /** True for a copy of a message this subscription dead-lettered that is not a replay of the dead letter. */
+  #isDeadLetteredCopy(job: Job): boolean {
+    const id: unknown = job.message.properties.messageId;
+    if (typeof id !== 'string' || !this.#deadLettered.has(id)) return false;
+    if (job.message.properties.headers?.[COURIER_HEADERS.replayedAt] === undefined) return true;
+    // An operator replayed it: it runs again, and may be dead-lettered again.
+    this.#deadLettered.delete(id);
+    return false;
   }
 
   /** @internal Headers for a copy: the original's, without the broker's death records, plus `extra`. */

@@ -133,6 +133,87 @@ describe('RabbitMqTransport consuming', () => {
     expect(order.indexOf('"b2"@1')).toBeLessThan(order.indexOf('"a1"@2'));
   });
 
+  it('dead-letters a message once on an ordered endpoint when the queue holds two copies of it', async () => {
+    // A relay killed between the broker's confirm and marking its rows published sends the
+    // batch again, so the queue holds two copies of one message. The worker that takes
+    // them dies holding both; the standby gets both together and dead-letters the first.
+    const { prefix, transport: survivor, names } = setup();
+    const dyingConnections: ChannelModel[] = [];
+    let killed = false;
+    const dying = new RabbitMqTransport({
+      prefix,
+      delayTiersMs: TEST_TIERS_MS,
+      reconnect: { initialDelayMs: 50, maxDelayMs: 500 },
+      connection: async () => {
+        if (killed) throw new Error('this process was killed');
+        const connection = await openConnection(`${prefix}-dying`);
+        dyingConnections.push(connection);
+        return connection;
+      },
+    });
+    let release!: () => void;
+    const frozen = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    cleanups.push(async () => {
+      release();
+      await dying.close({ signal: AbortSignal.timeout(2_000) });
+    });
+    const endpoint = { consumer: 'c', topics: ['t'], ordered: true, concurrency: 2 };
+    await dying.subscribe(endpoint, () => frozen);
+    const handled: string[] = [];
+    await survivor.subscribe(endpoint, async (d) => {
+      handled.push(d.envelope.messageId);
+      // Both copies are held by this process before the first is settled.
+      await eventually(() => expect(survivor.stats().deliveries).toBe(2));
+      await d.deadLetter({ code: 'CRASH_LOOP', message: 'killed every worker that started it' });
+    });
+    const sent = envelope('t', { key: 'k' });
+    await dying.publish([sent]);
+    await dying.publish([sent]);
+    await eventually(() => expect(dying.stats().deliveries).toBe(2));
+    killed = true;
+    for (const connection of dyingConnections) destroySocket(connection);
+    await eventually(() => expect(survivor.stats().deadLettered).toBeGreaterThanOrEqual(1));
+    // Closing hands back whatever is still unacknowledged, so the queue shows it.
+    await survivor.close();
+    expect(handled).toEqual([sent.messageId]);
+    expect((await peek(names.deadLetterQueue)).map((m) => m.properties.messageId)).toEqual([sent.messageId]);
+    // With no consumer left every message in the queue is ready (basic.get is refused on a
+    // single-active-consumer queue, so count instead of peeking).
+    const connection = await openConnection('count');
+    const { messageCount } = await (await connection.createChannel()).checkQueue(names.queue);
+    await connection.close();
+    expect(messageCount).toBe(0);
+  });
+
+  it('acknowledges a later copy of a message it dead-lettered, and hands over a replay of it', async () => {
+    const { transport } = setup();
+    const handled: string[] = [];
+    let replaying = false;
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: true, concurrency: 2 }, async (d) => {
+      handled.push(d.envelope.messageId);
+      if (d.envelope.payload === '"poison"' && !replaying) await d.deadLetter({ code: 'CRASH_LOOP', message: 'poison' });
+      else await d.ack();
+    });
+    const sent = envelope('t', { key: 'k', payload: '"poison"' });
+    await transport.publish([sent]);
+    await eventually(() => expect(transport.stats().deadLettered).toBe(1));
+    // The relay sends it again (it died before marking it published); the next message of
+    // its key shows when the copy has been dealt with.
+    const next = envelope('t', { key: 'k' });
+    await transport.publish([sent]);
+    await transport.publish([next]);
+    await eventually(() => expect(handled).toContain(next.messageId));
+    expect(handled).toEqual([sent.messageId, next.messageId]);
+    expect((await transport.deadLetters.list('c')).map((letter) => letter.id)).toEqual([sent.messageId]);
+
+    replaying = true;
+    expect(await transport.deadLetters.replay('c', [sent.messageId])).toBe(1);
+    await eventually(() => expect(handled).toEqual([sent.messageId, next.messageId, sent.messageId]));
+    await eventually(async () => expect(await transport.deadLetters.list('c')).toEqual([]));
+  });
+
   it('throws a retriable TransportError when a delivery is settled after its connection died, and the broker redelivers', async () => {
     const { transport, connections } = setup();
     const deliveries: Delivery[] = [];
