@@ -59,6 +59,7 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
   const broker = new BenchBroker(prefix);
   try {
     await broker.declareSink();
+    await rawPublishLoop(broker, Math.min(count, 2_000)); // warm-up: connection, queue, JIT
     const rawBefore = await rawPublishLoop(broker, count);
     const drain = await relayDrain(db, broker, count);
     const rawAfter = await rawPublishLoop(broker, count);
@@ -73,7 +74,7 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     const storeClaim = await storeClaimLoop(db);
     report.measure('Courier store claim + complete, batch 100', storeClaim, 'rows/s', { vs: 'raw SQL claim + complete loop, batch 100' });
     const courier = report.measure(`Courier relay drain of ${count.toLocaleString('en-US')}`, drain.rate, 'msg/s', { vs: 'raw amqplib publish loop, window 256' });
-    report.target('relay drain ≥ 0.70 × raw publish loop', `${courier.ratio?.toFixed(2)}`, (courier.ratio ?? 0) >= 0.7);
+    report.target('relay drain ≥ 0.70 × raw publish loop', `${courier.ratio?.toFixed(3)}`, (courier.ratio ?? 0) >= 0.7);
     report.note(
       `${count.toLocaleString('en-US')} seeded rows (distinct keys, ~190-byte envelopes), relay batch ${BATCH}, one relay, to a durable quorum queue capped at 1,000 (drop-head) ` +
         `so the broker never fills; persistent messages, publisher confirms (transport window 256).`,
@@ -125,7 +126,7 @@ export const backlogScenario: Scenario = {
       const label = `relay drain of ${small.toLocaleString('en-US')}`;
       report.measure(label, smallRate, 'msg/s', { note });
       const measured = report.measure(`relay drain of ${big.toLocaleString('en-US')}`, bigRun.rate, 'msg/s', { vs: label, note: `seeded in ${bigRun.seedSeconds.toFixed(1)} s by one INSERT … SELECT` });
-      report.target(`${big.toLocaleString('en-US')}-row backlog ≥ 0.80 × ${small.toLocaleString('en-US')}-row`, `${measured.ratio?.toFixed(2)}`, (measured.ratio ?? 0) >= 0.8);
+      report.target(`${big.toLocaleString('en-US')}-row backlog ≥ 0.80 × ${small.toLocaleString('en-US')}-row`, `${measured.ratio?.toFixed(3)}`, (measured.ratio ?? 0) >= 0.8);
     } finally {
       await broker.close();
       await db.close();
