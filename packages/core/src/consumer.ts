@@ -15,6 +15,11 @@ import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } fr
 
 /** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
 const ALONE_SUFFIX = '~alone';
+/** Suffix of the inbox record that says a message was dead-lettered for a consumer. */
+const DEAD_SUFFIX = '~dead';
+
+/** Thrown inside an inbox unit of work to read without writing: the work rolls back. */
+class ReadOnly extends Error {}
 
 /** One message type a consumer handles. */
 export interface Registration<Tx> {
@@ -160,6 +165,16 @@ export class Consumer<Tx> {
       const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer));
       if (starts === undefined || this.#abort.signal.aborted) return;
       const suspect = starts > delivery.attempt;
+      if (delivery.replayed) {
+        // An operator's replay of a dead letter: it runs again, from a clean slate.
+        await inbox.forget(envelope.messageId, `${consumer}${DEAD_SUFFIX}`);
+      } else if (suspect && (await this.#wasDeadLettered(envelope.messageId))) {
+        // A copy of a message already dead-lettered here (the relay publishes at least
+        // once): its end state is the dead letter, so this copy is only acknowledged.
+        this.#deps.instruments.duplicates.add(1, { consumer });
+        this.#deps.logger.info('copy of a dead-lettered message acknowledged', { consumer, messageId: envelope.messageId });
+        return await delivery.ack();
+      }
       let aloneKey: string | undefined;
       if (suspect) {
         // Started before and never finished: this message may have killed its process,
@@ -296,6 +311,34 @@ export class Consumer<Tx> {
       error: reason.message,
     });
     await delivery.deadLetter(reason);
+    // Only after the dead letter is safe: a crash in between leaves a second dead copy at
+    // worst, never a message acknowledged without being parked.
+    const { messageId } = delivery.envelope;
+    const { consumer } = this.#settings;
+    try {
+      await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
+      // A crash loop's count of runs alone starts again if an operator replays it.
+      if (reason.code === 'CRASH_LOOP') await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
+    } catch (error) {
+      this.#deps.logger.warn('could not record a dead letter in the inbox; a later copy may be dead-lettered again', {
+        consumer,
+        messageId,
+        error: describeError(error),
+      });
+    }
+  }
+
+  /** Whether this consumer dead-lettered the message before (a read through a unit of work that rolls back). */
+  async #wasDeadLettered(messageId: string): Promise<boolean> {
+    try {
+      const result = await this.#deps.inbox.run(messageId, `${this.#settings.consumer}${DEAD_SUFFIX}`, async () => {
+        throw new ReadOnly();
+      });
+      return result.duplicate;
+    } catch (error) {
+      if (error instanceof ReadOnly) return false;
+      throw error;
+    }
   }
 
   /** Retries `operation` while it fails with a retriable StorageError, backing off; undefined when stopped first. */

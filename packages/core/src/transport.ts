@@ -49,6 +49,13 @@ export interface Delivery {
   readonly envelope: Envelope;
   /** 1 for the first delivery, plus one per `retry` settle (broker redeliveries after a crash do not count). */
   readonly attempt: number;
+  /**
+   * True when an operator replayed this message from the dead letters. The consumer then
+   * runs it again even though it was dead-lettered before; copies that are not replays
+   * (a relay's at-least-once duplicate) are acknowledged without running. Optional: a
+   * transport that cannot tell leaves it unset, and replays are then treated as duplicates.
+   */
+  readonly replayed?: boolean;
   /** Removes the message for this consumer. */
   ack(): Promise<void>;
   /** Redelivers the message to this consumer after about `delayMs`, with `attempt + 1`, without blocking others. */

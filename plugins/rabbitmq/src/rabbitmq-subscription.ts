@@ -405,6 +405,7 @@ export class RabbitMqSubscription implements Subscription {
 class RabbitMqDelivery implements Delivery {
   readonly envelope: Envelope;
   readonly attempt: number;
+  readonly replayed: boolean;
   readonly #subscription: RabbitMqSubscription;
   readonly #job: Job;
   #settled = false;
@@ -415,6 +416,7 @@ class RabbitMqDelivery implements Delivery {
     this.#job = job;
     this.envelope = envelope;
     this.attempt = job.attempt;
+    this.replayed = job.message.properties.headers?.[COURIER_HEADERS.replayedAt] !== undefined;
   }
 
   get settled(): boolean {

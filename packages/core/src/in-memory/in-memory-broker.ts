@@ -42,6 +42,8 @@ export interface InMemoryConnection {
 
 interface Entry {
   readonly envelope: Envelope;
+  /** Put back by `deadLetters.replay`. */
+  readonly replayed?: boolean;
   attempt: number;
   availableAt: number;
   holder: Consumer | null;
@@ -391,6 +393,7 @@ class Consumer implements Subscription {
     const delivery: Delivery = {
       envelope: entry.envelope,
       attempt: entry.attempt,
+      replayed: entry.replayed === true,
       ack: () => settle(remove),
       retry: (delayMs: number) =>
         settle(() => {
@@ -474,7 +477,7 @@ class Connection implements InMemoryConnection {
           const letter = group.dead.get(id);
           if (!letter) continue;
           group.dead.delete(id);
-          group.queue.push({ envelope: letter.envelope, attempt: 1, availableAt: 0, holder: null });
+          group.queue.push({ envelope: letter.envelope, replayed: true, attempt: 1, availableAt: 0, holder: null });
           count += 1;
         }
         if (count > 0) this.#broker.scheduleDispatch(group);
