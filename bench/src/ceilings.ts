@@ -106,10 +106,17 @@ export async function closedLoop(writers: number, seconds: number, work: (writer
   let running = true;
   let counting = false;
   let count = 0;
+  let failure: { error: unknown } | undefined;
   const loops = Array.from({ length: writers }, async (_, writer) => {
-    for (let round = 0; running; round += 1) {
-      await work(writer, round);
-      if (counting) count += 1;
+    try {
+      for (let round = 0; running; round += 1) {
+        await work(writer, round);
+        if (counting) count += 1;
+      }
+    } catch (error) {
+      // Stop every loop and fail the measurement (not the process) once they have ended.
+      failure ??= { error };
+      running = false;
     }
   });
   await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, seconds * 250)));
@@ -120,6 +127,7 @@ export async function closedLoop(writers: number, seconds: number, work: (writer
   const elapsed = (performance.now() - started) / 1000;
   running = false;
   await Promise.all(loops);
+  if (failure) throw failure.error;
   return count / elapsed;
 }
 
