@@ -28,3 +28,5 @@ export type { ScenarioTuning, TrafficPlan, WorkPayload, World } from './bus/worl
 export { DEFAULT_TUNING, createWorkerBus, createWorld, produce } from './bus/world.js';
 export { seededRandom } from './bus/seeded-random.js';
 export { IpcBrokerTransport, createIpcBrokerTransportFixture, hostBrokerFor, isScenarioWorker } from './bus/ipc-broker.js';
+export type { CommittedTraffic } from './bus/world.js';
+export { commitScenarioTraffic } from './bus/world.js';

@@ -2,15 +2,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { createBus } from '@courier/core';
 import type { ProcessFixtureModule, TransportFixture } from '../fixtures.js';
-import { Ledger } from './invariants.js';
 import type { WorkerConfig } from './process-worker.js';
 import { uniqueId } from '../support/unique-id.js';
 import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
 import type { ScenarioSpec } from './scenarios.js';
-import { seededRandom } from './seeded-random.js';
-import { createWorld, DEFAULT_TUNING, produce, type ScenarioTuning, type TrafficPlan } from './world.js';
+import { commitScenarioTraffic, DEFAULT_TUNING, type ScenarioTuning } from './world.js';
 
 /** Where the child processes get their fixtures, and how to start Node for them. */
 export interface ProcessFixtureOptions {
@@ -118,21 +115,7 @@ export async function runProcessScenario<Tx>(
   const children: Child[] = [];
   const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
   try {
-    const world = createWorld(testId);
-    const ledger = new Ledger();
-    const random = seededRandom(options.seed);
-    const poisonSeq = spec.action === 'poison' ? 5 : undefined;
-    const plan: TrafficPlan = {
-      messages: 24,
-      keys: 4,
-      perTransaction: 3,
-      rolledBackTransactions: 2,
-      ...options.plan,
-      ...(poisonSeq !== undefined ? { poison: new Set([poisonSeq]) } : {}),
-    };
-    const producer = createBus({ outbox: store.outbox, transport: transport.transport });
-    const ids = await produce(world, store, producer, ledger, plan, random);
-    const target = spec.action === 'poison' ? ids[poisonSeq!] : spec.action === 'crash-loop' ? ids[Math.floor(ids.length / 2)] : undefined;
+    const { world, ledger, target } = await commitScenarioTraffic(testId, spec.action, store, transport.transport, options.seed, options.plan);
     const launch = (fault: WorkerConfig['fault']): Child => {
       const child = startChild(fixtureOptions, { module: fixtureOptions.module, testId, tuning, fault }, transport);
       children.push(child);

@@ -1,11 +1,10 @@
-import { createBus, newMessageId, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
+import { newMessageId, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
 import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from '../fixtures.js';
-import { checkInvariants, Ledger, type InvariantReport, type Observed } from './invariants.js';
+import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
 import { eventually } from '../support/eventually.js';
 import { uniqueId } from '../support/unique-id.js';
-import { seededRandom } from './seeded-random.js';
-import { createWorkerBus, createWorld, DEFAULT_TUNING, produce, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
+import { commitScenarioTraffic, createWorkerBus, DEFAULT_TUNING, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
 /** How a worker "crashes" in-process. `freeze` needs a store whose open transactions hold no locks. */
 export type InProcessCrashMode = 'freeze' | 'throw';
@@ -97,23 +96,8 @@ export async function runInProcessScenario<Tx>(
     transport = await factories.transport(context);
     const fixture = transport;
     const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
-    const world = createWorld(testId);
-    const ledger = new Ledger();
-    const random = seededRandom(options.seed);
-    const poisonSeq = spec.action === 'poison' ? 5 : undefined;
-    const plan: TrafficPlan = {
-      messages: 24,
-      keys: 4,
-      perTransaction: 3,
-      rolledBackTransactions: 2,
-      ...options.plan,
-      ...(poisonSeq !== undefined ? { poison: new Set([poisonSeq]) } : {}),
-    };
-    const producer = createBus({ outbox: store.outbox, transport: fixture.transport });
-    const ids = await produce(world, store, producer, ledger, plan, random);
-    let target: string | undefined;
-    if (spec.action === 'poison') target = ids[poisonSeq!];
-    if (spec.action === 'crash-loop') target = ids[Math.floor(ids.length / 2)];
+    const { world, ledger, plan, target: chosen } = await commitScenarioTraffic(testId, spec.action, store, fixture.transport, options.seed, options.plan);
+    let target = chosen;
 
     let armed = true;
     let crashLoops = 0;

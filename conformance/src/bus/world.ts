@@ -10,7 +10,9 @@ import {
   type Transport,
 } from '@courier/core';
 import type { StoreFixture } from '../fixtures.js';
-import type { Ledger } from './invariants.js';
+import { Ledger } from './invariants.js';
+import type { ScenarioAction } from './scenarios.js';
+import { seededRandom } from './seeded-random.js';
 
 /** Payload of the suite's work message. */
 export interface WorkPayload {
@@ -164,4 +166,44 @@ export async function produce<Tx>(
 
 class RolledBack extends Error {
   override readonly name = 'RolledBack';
+}
+
+/** What {@link commitScenarioTraffic} committed. */
+export interface CommittedTraffic {
+  readonly world: World;
+  readonly ledger: Ledger;
+  readonly plan: TrafficPlan;
+  /** Committed message ids in commit order. */
+  readonly ids: readonly string[];
+  /** The message the scenario singles out: the poison one, or the crash-loop victim. */
+  readonly target: string | undefined;
+}
+
+/**
+ * Commits a scenario's traffic (through a bus that is never started) and picks its
+ * target, the same way in-process and process-level runs do.
+ */
+export async function commitScenarioTraffic<Tx>(
+  testId: string,
+  action: ScenarioAction,
+  store: StoreFixture<Tx>,
+  transport: Transport,
+  seed: number,
+  overrides: Partial<TrafficPlan> = {},
+): Promise<CommittedTraffic> {
+  const world = createWorld(testId);
+  const ledger = new Ledger();
+  const poisonSeq = action === 'poison' ? 5 : undefined;
+  const plan: TrafficPlan = {
+    messages: 24,
+    keys: 4,
+    perTransaction: 3,
+    rolledBackTransactions: 2,
+    ...overrides,
+    ...(poisonSeq !== undefined ? { poison: new Set([poisonSeq]) } : {}),
+  };
+  const producer = createBus({ outbox: store.outbox, transport });
+  const ids = await produce(world, store, producer, ledger, plan, seededRandom(seed));
+  const target = poisonSeq !== undefined ? ids[poisonSeq] : action === 'crash-loop' ? ids[Math.floor(ids.length / 2)] : undefined;
+  return { world, ledger, plan, ids, target };
 }
