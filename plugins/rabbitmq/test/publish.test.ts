@@ -1,27 +1,8 @@
 import { ClosedError, SerializationError, TransportError, type Delivery, type Envelope } from '@courier/core';
-import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
 import { BROKER_URL, deleteTopology, eventually, openConnection, rabbitmqctl, TEST_TIERS_MS, testId } from './support/broker.js';
-
-function envelope(topic: string, overrides: Partial<Envelope> = {}): Envelope {
-  const messageId = randomUUID();
-  return {
-    messageId,
-    type: 'test.Published',
-    version: 1,
-    topic,
-    occurredAt: new Date().toISOString(),
-    key: null,
-    correlationId: messageId,
-    causationId: null,
-    traceparent: null,
-    tracestate: null,
-    headers: {},
-    payload: '{"n":1}',
-    ...overrides,
-  };
-}
+import { envelope } from './support/envelopes.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
