@@ -90,6 +90,13 @@ _cs_pg_prepare() {
   else
     _cs_log "PostgreSQL answers"
   fi
+  if [ "${COURIER_FRESH_DATABASES:-}" = 1 ]; then
+    # Every test creates tables of its own; a long-lived machine would pile them up run
+    # after run. CI starts from an empty database instead.
+    _cs_log "PostgreSQL: dropping courier_test for a fresh start (COURIER_FRESH_DATABASES=1)"
+    _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE IF EXISTS courier_test WITH (FORCE)' </dev/null >&2 ||
+      { _cs_fail "could not drop the PostgreSQL database courier_test"; return 1; }
+  fi
   _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres >&2 <<'SQL' ||
 DO $$
 BEGIN
@@ -136,6 +143,11 @@ _cs_maria_prepare() {
       { _cs_fail "MariaDB did not answer on 127.0.0.1:3306 within ${COURIER_SERVICE_TIMEOUT:-120}s; see /var/log/mysql/error.log"; return 1; }
   else
     _cs_log "MariaDB answers"
+  fi
+  if [ "${COURIER_FRESH_DATABASES:-}" = 1 ]; then
+    _cs_log "MariaDB: dropping courier_test for a fresh start (COURIER_FRESH_DATABASES=1)"
+    _cs_root mariadb -u root --protocol=socket -e 'DROP DATABASE IF EXISTS courier_test' </dev/null >&2 ||
+      { _cs_fail "could not drop the MariaDB database courier_test"; return 1; }
   fi
   # The root account authenticates through the socket (unix_socket), so run as root.
   _cs_root mariadb -u root --protocol=socket >&2 <<'SQL' ||
