@@ -259,8 +259,7 @@ export class Consumer<Tx> {
         if (error instanceof StorageError && error.retriable) {
           // The inbox store itself is unwell, not the message: wait, count nothing.
           this.#deps.logger.warn('inbox unavailable; delivery waits', { consumer, messageId: envelope.messageId, error: describeError(error) });
-          const ok = await this.#untilAvailable(() => Promise.resolve(true), error);
-          if (!ok) return;
+          await sleep(this.#settings.pauseInitialMs, this.#abort.signal);
           continue;
         }
         const reason: DeadLetterReason = { code: error instanceof CourierError ? error.code : 'HANDLER_FAILED', message: describeError(error) };
@@ -342,9 +341,9 @@ export class Consumer<Tx> {
   }
 
   /** Retries `operation` while it fails with a retriable StorageError, backing off; undefined when stopped first. */
-  async #untilAvailable<T>(operation: () => Promise<T>, initialError?: unknown): Promise<T | undefined> {
+  async #untilAvailable<T>(operation: () => Promise<T>): Promise<T | undefined> {
     let delay = this.#settings.pauseInitialMs;
-    let wait = initialError !== undefined;
+    let wait = false;
     for (;;) {
       if (wait) {
         await sleep(delay, this.#abort.signal);
