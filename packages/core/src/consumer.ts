@@ -3,7 +3,7 @@ import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import type { InboxStore } from './inbox-store.js';
-import { Gate, sleep } from './internal/async.js';
+import { Gate, sleep, withTimeout } from './internal/async.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
@@ -117,7 +117,8 @@ export class Consumer<Tx> {
     // Handlers still running past the deadline are told to give up; their deliveries
     // stay unsettled and the broker redelivers them.
     this.#abort.abort();
-    await Promise.race([closing, sleep(Math.max(0, deadline - Date.now()))]);
+    // A timer left running here would keep the process alive after `stop` resolved.
+    await withTimeout(closing, Math.max(0, deadline - Date.now()));
   }
 
   async #handle(delivery: Delivery): Promise<void> {

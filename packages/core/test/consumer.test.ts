@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { UnrecoverableError, defineMessage, type Envelope, type InMemoryTransaction, type ReceivedMessage } from '@courier/core';
 import { eventually, harness, spyTransport, type Settlement } from './support/harness.js';
@@ -328,5 +328,38 @@ describe('consumer: the handler unit of work', () => {
     });
     await eventually(() => expect(h.bus.health().counters.processed).toBe(total));
     expect(max).toBe(3);
+  });
+});
+
+describe('consumer: stop', () => {
+  it('leaves no timer running once stop() resolves, so the process can exit at once', async () => {
+    await using h = harness();
+    h.bus.subscribe('billing', Placed, async () => undefined);
+    // The relay has its own stop; only the consumer is under test here.
+    await h.bus.start({ relay: false, consumers: true });
+    const timeoutMs = 600_000;
+    const setTimer = globalThis.setTimeout;
+    const clearTimer = globalThis.clearTimeout;
+    const long = new Set<unknown>();
+    const cleared = new Set<unknown>();
+    const setSpy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((callback: () => void, ms?: number, ...rest: unknown[]) => {
+      const timer = setTimer(callback, ms, ...rest);
+      // Timers as long as the stop deadline are the ones that would hold the process.
+      if ((ms ?? 0) >= timeoutMs / 2) long.add(timer);
+      return timer;
+    }) as typeof setTimeout);
+    const clearSpy = vi.spyOn(globalThis, 'clearTimeout').mockImplementation((timer) => {
+      cleared.add(timer);
+      clearTimer(timer);
+    });
+    try {
+      await h.bus.stop({ timeoutMs });
+    } finally {
+      setSpy.mockRestore();
+      clearSpy.mockRestore();
+    }
+    const pending = [...long].filter((timer) => !cleared.has(timer));
+    for (const timer of pending) clearTimer(timer as NodeJS.Timeout);
+    expect(pending).toHaveLength(0);
   });
 });
