@@ -355,8 +355,8 @@ describe('consumer: stop', () => {
     const clearTimer = globalThis.clearTimeout;
     const long = new Set<unknown>();
     const cleared = new Set<unknown>();
-    const setSpy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((callback: () => void, ms?: number, ...rest: unknown[]) => {
-      const timer = setTimer(callback, ms, ...rest);
+    const setSpy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((callback: () => void, ms?: number) => {
+      const timer = setTimer(callback, ms);
       // Timers as long as the stop deadline are the ones that would hold the process.
       if ((ms ?? 0) >= timeoutMs / 2) long.add(timer);
       return timer;

@@ -97,7 +97,7 @@ describe.each(['postgresql', 'mariadb', 'mysql-driver'] as const)('a handler who
       envelope: { messageId: bad.messageId },
       reason: { code: 'ATTEMPTS_EXHAUSTED', message: expect.stringMatching(new RegExp(`^${MAX_ATTEMPTS} attempts; last: .*(statement timeout|max_statement_time)`)) },
     });
-    await eventually(async () => expect((await fixture.readEffects()).sort()).toEqual(['next', 'other']), { timeoutMs: 15_000 });
+    await eventually(async () => expect([...(await fixture.readEffects())].sort()).toEqual(['next', 'other']), { timeoutMs: 15_000 });
     expect(runs.filter((run) => !run.startsWith('other'))).toEqual(['bad@1', 'bad@2', 'bad@3', 'next@1']);
     expect(bus.health().counters).toMatchObject({ retries: MAX_ATTEMPTS - 1, deadLettered: 1, processed: 2 });
   });
