@@ -258,6 +258,37 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    name: 'retry on an ordered endpoint keeps the message in front of its key, frees its handler slot, and lets other keys flow',
+    async run(env) {
+      if (!env.transport.capabilities.orderingByKey) return env.skip('transport declares orderingByKey: false');
+      const { timeoutMs } = env.options;
+      // Long enough that, on a loaded machine, the other key is surely delivered within it.
+      const delayMs = Math.max(env.options.retryDelayMs, 2_000);
+      const first = message(env, 'k');
+      const second = message(env, 'k');
+      const other = message(env, 'other');
+      const names = new Map([
+        [first.messageId, 'first'],
+        [second.messageId, 'second'],
+        [other.messageId, 'other'],
+      ]);
+      // Concurrency 1: if the retried delivery kept its slot during the delay, nothing could run.
+      const inbox = await collect(env, { consumer: env.consumer('ordered-retry'), ordered: true, concurrency: 1 }, async (delivery) => {
+        if (delivery.envelope.messageId === first.messageId && delivery.attempt === 1) {
+          await delivery.retry(delayMs, { code: 'CONFORMANCE_RETRY', message: 'keep my place' });
+          return;
+        }
+        await delivery.ack();
+      });
+      await publishOk(env.transport, [first, second, other]);
+      const seen = () => inbox.received.map((item) => `${names.get(item.delivery.envelope.messageId)}@${item.delivery.attempt}`);
+      await eventually(() => expect(seen()).toEqual(expect.arrayContaining(['first@2', 'second@1', 'other@1'])), { timeoutMs: timeoutMs + delayMs });
+      const ofKey = seen().filter((name) => !name.startsWith('other'));
+      expect(ofKey).toEqual(['first@1', 'first@2', 'second@1']);
+      expect(seen().indexOf('other@1')).toBeLessThan(seen().indexOf('first@2'));
+    },
+  },
+  {
     name: 'deadLetter keeps the reason and the attempt; dead letters replay and purge',
     async run(env) {
       const deadLetters = env.transport.deadLetters;

@@ -80,7 +80,11 @@ export type Handler<D, Tx> = (message: ReceivedMessage<DecodedOf<D>>, context: H
 export interface SubscribeOptions {
   /** Most messages handled at once by this process. Default 8; an ordered subscription still handles one message per key at a time. */
   readonly concurrency?: number;
-  /** Keep per-key order: retries in place and block only their key. Default false. */
+  /**
+   * Keep per-key order. Default false. A failing message is retried through the transport,
+   * which keeps it in front of its key: only that key waits during the backoff; other keys
+   * and other subscriptions keep flowing, and no handler slot is held while it waits.
+   */
   readonly ordered?: boolean;
   /** Retry policy for this subscription; defaults to the bus's. */
   readonly retry?: Partial<RetryPolicy>;

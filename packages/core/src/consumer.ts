@@ -3,7 +3,7 @@ import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import type { InboxStore } from './inbox-store.js';
-import { Gate, sleep } from './internal/async.js';
+import { Gate, sleep, withTimeout } from './internal/async.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
@@ -60,11 +60,17 @@ export interface ConsumerDependencies<Tx> {
  *
  * Guarantees:
  * - exactly-once effects for writes made through `ctx.tx`, within the inbox retention;
- * - ordered subscriptions retry in place (only their key waits); unordered ones retry
- *   through delayed redelivery and never block;
+ * - every retry goes through the transport's delayed redelivery (`delivery.retry`). On an
+ *   ordered subscription the transport keeps the message's place, so only its key waits
+ *   (the `Delivery.retry` contract); no handler slot and no bus-wide gate is held while a
+ *   message backs off, so other keys and other consumers of the bus keep flowing;
  * - poison (unknown type, newer version, invalid payload, `UnrecoverableError`, attempts
  *   exhausted, a message that keeps killing its process) is dead-lettered with its error;
- * - an unavailable inbox store pauses the delivery without counting an attempt.
+ * - an inbox store that fails before the handler runs (unreachable) pauses the delivery
+ *   without counting an attempt; once the handler has run, any failure, including the
+ *   commit of its unit of work (a statement timeout, a deferred constraint), counts one,
+ *   so such a message is dead-lettered after `maxAttempts` instead of retried forever;
+ * - pauses release the bus-wide gate and take it again before the next try.
  */
 export class Consumer<Tx> {
   readonly #deps: ConsumerDependencies<Tx>;
@@ -117,7 +123,8 @@ export class Consumer<Tx> {
     // Handlers still running past the deadline are told to give up; their deliveries
     // stay unsettled and the broker redelivers them.
     this.#abort.abort();
-    await Promise.race([closing, sleep(Math.max(0, deadline - Date.now()))]);
+    // A timer left running here would keep the process alive after `stop` resolved.
+    await withTimeout(closing, Math.max(0, deadline - Date.now()));
   }
 
   async #handle(delivery: Delivery): Promise<void> {
@@ -160,9 +167,18 @@ export class Consumer<Tx> {
     }
 
     // Waiting for a turn is not a start: the count is taken once this delivery may run.
-    let release = await this.#deps.gate.acquire(false, this.#abort.signal);
+    const { gate } = this.#deps;
+    let exclusive = false;
+    let release = await gate.acquire(exclusive, this.#abort.signal);
+    // Sleeping with the gate held would stall the whole bus: a suspect queued for the
+    // exclusive side blocks every new shared holder. So a pause lets go of it.
+    const pause = async (ms: number): Promise<void> => {
+      release();
+      await sleep(ms, this.#abort.signal);
+      release = await gate.acquire(exclusive, this.#abort.signal);
+    };
     try {
-      const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer));
+      const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer), pause);
       if (starts === undefined || this.#abort.signal.aborted) return;
       const suspect = starts > delivery.attempt;
       if (delivery.replayed) {
@@ -181,10 +197,11 @@ export class Consumer<Tx> {
         // or only have been in flight beside the one that did. It now runs alone, and only
         // runs alone that never finish count against it, so bystanders are not blamed.
         release();
-        release = await this.#deps.gate.acquire(true, this.#abort.signal);
+        exclusive = true;
+        release = await gate.acquire(exclusive, this.#abort.signal);
         if (this.#abort.signal.aborted) return;
         aloneKey = `${consumer}${ALONE_SUFFIX}`;
-        const alone = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, aloneKey!));
+        const alone = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, aloneKey!), pause);
         if (alone === undefined || this.#abort.signal.aborted) return;
         // The unfinished run that made it a suspect, plus `alone - 1` unfinished runs alone.
         const crashes = alone;
@@ -197,7 +214,7 @@ export class Consumer<Tx> {
         }
       }
       await fault('crash-loop', { messageIds, consumer });
-      await this.#run(delivery, registration, payload);
+      await this.#run(delivery, registration, payload, pause);
       // It finished (handled or failed in a way we saw): the count of unfinished runs alone restarts.
       if (aloneKey !== undefined && !this.#abort.signal.aborted) await inbox.forget(envelope.messageId, aloneKey).catch(() => false);
     } finally {
@@ -205,7 +222,8 @@ export class Consumer<Tx> {
     }
   }
 
-  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown): Promise<void> {
+  /** Runs the handler through the inbox until it commits or fails; `pause` waits without holding the gate. */
+  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -224,11 +242,15 @@ export class Consumer<Tx> {
       payload,
     });
     const parent = extractTrace(envelope);
-    let attempt = delivery.attempt;
+    const attempt = delivery.attempt;
     for (;;) {
       if (this.#abort.signal.aborted) return;
+      // Whether the store got as far as the handler: before it, a retriable failure is the
+      // store's (unreachable); after it, the failure is this run's, commit included.
+      let handlerRan = false;
       try {
         const result = await inbox.run(envelope.messageId, consumer, async (tx) => {
+          handlerRan = true;
           const context = this.#context(tx, delivery, attempt);
           await inSpan(
             this.#deps.tracer,
@@ -256,12 +278,16 @@ export class Consumer<Tx> {
         return;
       } catch (error) {
         if (this.#abort.signal.aborted) return;
-        if (error instanceof StorageError && error.retriable) {
-          // The inbox store itself is unwell, not the message: wait, count nothing.
+        if (!handlerRan && error instanceof StorageError && error.retriable) {
+          // The inbox store failed before the handler ran: it is unwell, not the message.
+          // Wait, count nothing.
           this.#deps.logger.warn('inbox unavailable; delivery waits', { consumer, messageId: envelope.messageId, error: describeError(error) });
-          await sleep(this.#settings.pauseInitialMs, this.#abort.signal);
+          await pause(this.#settings.pauseInitialMs);
           continue;
         }
+        // The handler ran. Even a retriable storage error now (its commit hit a statement
+        // timeout, a deferred trigger, an idle-transaction timeout) counts an attempt: the
+        // same work may fail the same way every time, and must end as a dead letter.
         const reason: DeadLetterReason = { code: error instanceof CourierError ? error.code : 'HANDLER_FAILED', message: describeError(error) };
         const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
         if (poison || attempt >= this.#settings.retry.maxAttempts) {
@@ -271,13 +297,11 @@ export class Consumer<Tx> {
         const delay = backoffDelay(this.#settings.retry, attempt);
         this.#deps.instruments.retries.add(1, { consumer });
         this.#deps.logger.info('handler failed; retrying', { consumer, messageId: envelope.messageId, attempt, delayMs: delay, error: reason.message });
-        if (!this.#settings.ordered) {
-          await delivery.retry(delay, reason);
-          return;
-        }
-        // Ordered: retry in place so nothing of this key overtakes it.
-        await sleep(delay, this.#abort.signal);
-        attempt += 1;
+        // Ordered subscriptions too: on an ordered endpoint the transport keeps the message's
+        // place (nothing of its key overtakes it) while freeing the handler slot, and the gate
+        // is released when this delivery returns. Waiting here instead would hold both.
+        await delivery.retry(delay, reason);
+        return;
       }
     }
   }
@@ -340,13 +364,13 @@ export class Consumer<Tx> {
     }
   }
 
-  /** Retries `operation` while it fails with a retriable StorageError, backing off; undefined when stopped first. */
-  async #untilAvailable<T>(operation: () => Promise<T>): Promise<T | undefined> {
+  /** Retries `operation` while it fails with a retriable StorageError, backing off through `pause`; undefined when stopped first. */
+  async #untilAvailable<T>(operation: () => Promise<T>, pause: (ms: number) => Promise<void>): Promise<T | undefined> {
     let delay = this.#settings.pauseInitialMs;
     let wait = false;
     for (;;) {
       if (wait) {
-        await sleep(delay, this.#abort.signal);
+        await pause(delay);
         delay = Math.min(this.#settings.pauseMaxMs, delay * 2);
       }
       if (this.#abort.signal.aborted) return undefined;

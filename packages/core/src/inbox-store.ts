@@ -10,6 +10,10 @@ export type InboxResult<T> = { readonly duplicate: true } | { readonly duplicate
  *   work it returns `{ duplicate: true }` without running `work`. Two racing first runs
  *   meet at the unique key: exactly one commits its effects.
  * - If `work` throws, nothing of it and no inbox record is committed.
+ * - `work` is called only once the store's own statements before it have succeeded. The
+ *   consumer relies on this: a retriable `StorageError` before `work` was called means the
+ *   store is unreachable (a pause, no attempt counted); once `work` has been called, any
+ *   failure, the final flush and the commit included, counts an attempt of the message.
  * - `recordStart` counts handler starts in a short transaction of its own, so that a
  *   message that kills its process is recognised after a restart.
  */

@@ -29,7 +29,7 @@ export interface Endpoint {
   /** Consumer (group) name; deliveries are shared among the endpoint's instances. */
   readonly consumer: string;
   readonly topics: readonly string[];
-  /** Deliver each (topic, key) in order, one at a time. Requires `orderingByKey`. */
+  /** Deliver each (topic, key) in order, one at a time, retries included (see `Delivery.retry`). Requires `orderingByKey`. */
   readonly ordered: boolean;
   /** Most deliveries handed to the handler at once. */
   readonly concurrency: number;
@@ -58,7 +58,13 @@ export interface Delivery {
   readonly replayed?: boolean;
   /** Removes the message for this consumer. */
   ack(): Promise<void>;
-  /** Redelivers the message to this consumer after about `delayMs`, with `attempt + 1`, without blocking others. */
+  /**
+   * Redelivers the message to this consumer after about `delayMs`, with `attempt + 1`, without blocking others.
+   * On an ordered endpoint the message keeps its place: nothing later of its (topic, key) is
+   * delivered before the retried one has been settled, while other keys flow and the
+   * handler slot it held is free during the delay (transports typically wait in place). The
+   * core relies on this for ordered subscriptions' retries.
+   */
   retry(delayMs: number, reason: DeadLetterReason): Promise<void>;
   /** Moves the message to this consumer's dead-letter place with the reason and attempt count. */
   deadLetter(reason: DeadLetterReason): Promise<void>;

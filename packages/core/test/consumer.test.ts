@@ -1,6 +1,16 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { UnrecoverableError, defineMessage, type Envelope, type InMemoryTransaction, type ReceivedMessage } from '@courier/core';
+import {
+  InMemoryDatabase,
+  InMemoryInboxStore,
+  StorageError,
+  UnrecoverableError,
+  defineMessage,
+  type Envelope,
+  type InboxResult,
+  type InMemoryTransaction,
+  type ReceivedMessage,
+} from '@courier/core';
 import { eventually, harness, spyTransport, type Settlement } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1, schema: z.object({ orderId: z.string() }) });
@@ -149,7 +159,7 @@ describe('consumer: retries and dead letters', () => {
     expect(h.bus.health().counters).toMatchObject({ retries: 2, deadLettered: 0, duplicates: 0 });
   });
 
-  it('ordered: retries in place; a later message of the key waits while another key flows', async () => {
+  it('ordered: retries keep the key in order; a later message of the key waits while another key flows', async () => {
     const transports: ReturnType<typeof spyTransport>[] = [];
     await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
     const events: string[] = [];
@@ -173,9 +183,10 @@ describe('consumer: retries and dead letters', () => {
       { ordered: true, concurrency: 4 },
     );
     await h.bus.start();
+    const ids: Record<string, string> = {};
     await h.commit((tx) => {
       const outbox = h.bus.outbox(tx);
-      outbox.publish(Placed, { orderId: 'a-1' }, { key: 'A' });
+      ids['a-1'] = outbox.publish(Placed, { orderId: 'a-1' }, { key: 'A' });
       outbox.publish(Placed, { orderId: 'a-2' }, { key: 'A' });
       outbox.publish(Placed, { orderId: 'b-1' }, { key: 'B' });
     });
@@ -184,8 +195,10 @@ describe('consumer: retries and dead letters', () => {
     expect(keyA).toEqual(['start a-1@1', 'start a-1@2', 'start a-1@3', 'start a-2@1']);
     expect(events.indexOf('start b-1@1')).toBeLessThan(events.indexOf('start a-1@3'));
     expect(effects.indexOf('a-1')).toBeLessThan(effects.indexOf('a-2'));
-    // In place: the broker saw no retry settle, one ack per message.
-    await eventually(() => expect(transports[0]!.settlements.map((s) => s.how)).toEqual(['ack', 'ack', 'ack']));
+    // Through the transport, which keeps a-1's place on the ordered endpoint: a retry settle per failure.
+    await eventually(() => expect(transports[0]!.settlements).toHaveLength(5));
+    const settledA1 = transports[0]!.settlements.filter((s) => s.messageId === ids['a-1']).map((s) => `${s.how}@${s.attempt}`);
+    expect(settledA1).toEqual(['retry@1', 'retry@2', 'ack@3']);
     expect(h.bus.health().counters).toMatchObject({ retries: 2, processed: 3 });
   });
 
@@ -329,4 +342,188 @@ describe('consumer: the handler unit of work', () => {
     await eventually(() => expect(h.bus.health().counters.processed).toBe(total));
     expect(max).toBe(3);
   });
+});
+
+describe('consumer: stop', () => {
+  it('leaves no timer running once stop() resolves, so the process can exit at once', async () => {
+    await using h = harness();
+    h.bus.subscribe('billing', Placed, async () => undefined);
+    // The relay has its own stop; only the consumer is under test here.
+    await h.bus.start({ relay: false, consumers: true });
+    const timeoutMs = 600_000;
+    const setTimer = globalThis.setTimeout;
+    const clearTimer = globalThis.clearTimeout;
+    const long = new Set<unknown>();
+    const cleared = new Set<unknown>();
+    const setSpy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((callback: () => void, ms?: number) => {
+      const timer = setTimer(callback, ms);
+      // Timers as long as the stop deadline are the ones that would hold the process.
+      if ((ms ?? 0) >= timeoutMs / 2) long.add(timer);
+      return timer;
+    }) as typeof setTimeout);
+    const clearSpy = vi.spyOn(globalThis, 'clearTimeout').mockImplementation((timer) => {
+      cleared.add(timer);
+      clearTimer(timer);
+    });
+    try {
+      await h.bus.stop({ timeoutMs });
+    } finally {
+      setSpy.mockRestore();
+      clearSpy.mockRestore();
+    }
+    const pending = [...long].filter((timer) => !cleared.has(timer));
+    for (const timer of pending) clearTimer(timer as NodeJS.Timeout);
+    expect(pending).toHaveLength(0);
+  });
+});
+
+/** A copy of `envelope` as the broker would hand it over a second time (same messageId). */
+function rawEnvelope(messageId: string, type: string, topic: string, payload: string): Envelope {
+  return {
+    messageId,
+    type,
+    version: 1,
+    topic,
+    occurredAt: new Date().toISOString(),
+    key: null,
+    correlationId: messageId,
+    causationId: null,
+    traceparent: null,
+    tracestate: null,
+    headers: {},
+    payload,
+  };
+}
+
+/** An inbox whose first `failures` runs fail with a retriable StorageError before the handler runs, as an unreachable database would. */
+class UnreachableFirstInbox extends InMemoryInboxStore {
+  failures: number;
+  constructor(failures: number) {
+    super({ database: new InMemoryDatabase() });
+    this.failures = failures;
+  }
+
+  override async run<T>(messageId: string, consumer: string, work: (tx: InMemoryTransaction) => Promise<T>, options?: { signal?: AbortSignal }): Promise<InboxResult<T>> {
+    if (!consumer.includes('~') && this.failures > 0) {
+      this.failures -= 1;
+      throw new StorageError("'run' failed, a retry may succeed: connection refused", { retriable: true });
+    }
+    return super.run(messageId, consumer, work, options);
+  }
+}
+
+describe('consumer: a failing commit of the handler unit of work', () => {
+  it('counts an attempt when the handler ran and its commit failed (retriable), and dead-letters after maxAttempts', async () => {
+    await using h = harness({ bus: { retry: { maxAttempts: 3, initialDelayMs: 1, maxDelayMs: 5, jitter: 0 } } });
+    const attempts: number[] = [];
+    const effects: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message, ctx) => {
+      attempts.push(ctx.attempt);
+      recordEffect(effects, ctx.tx, message.messageId);
+      // Fails at commit, after the handler returned: a deferred trigger, or a statement
+      // timeout on COMMIT. The store reports it as retriable, like an outage.
+      ctx.tx.onPrepare(() => {
+        throw new StorageError("'run' failed, a retry may succeed: canceling statement due to statement timeout", { retriable: true });
+      });
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    const [letter] = await eventually(async () => {
+      const letters = await h.connection.deadLetters.list('billing');
+      expect(letters).toHaveLength(1);
+      return letters;
+    }, 10_000);
+    expect(letter).toMatchObject({ attempt: 3, reason: { code: 'ATTEMPTS_EXHAUSTED', message: expect.stringMatching(/^3 attempts; last: .*statement timeout/) } });
+    expect(attempts).toEqual([1, 2, 3]);
+    expect(effects).toEqual([]);
+    expect(h.bus.health().counters).toMatchObject({ retries: 2, deadLettered: 1, processed: 0 });
+  });
+
+  it('ordered: a commit that keeps failing dead-letters the head after maxAttempts and the key moves on', async () => {
+    await using h = harness();
+    const handled: string[] = [];
+    h.bus.subscribe(
+      'shipping',
+      Placed,
+      async (message, ctx) => {
+        if (message.payload.orderId === 'bad') {
+          ctx.tx.onPrepare(() => {
+            throw new StorageError("'run' failed, a retry may succeed: idle-in-transaction timeout", { retriable: true });
+          });
+          return;
+        }
+        ctx.tx.onCommit(() => handled.push(message.payload.orderId));
+      },
+      { ordered: true, retry: { maxAttempts: 2, initialDelayMs: 1, maxDelayMs: 1 } },
+    );
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'bad' }, { key: 'k' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'next' }, { key: 'k' });
+    });
+    await eventually(() => expect(handled).toEqual(['next']), 10_000);
+    const [letter] = await h.connection.deadLetters.list('shipping');
+    expect(letter).toMatchObject({ attempt: 2, reason: { code: 'ATTEMPTS_EXHAUSTED', message: expect.stringContaining('idle-in-transaction') } });
+  });
+
+  it('an inbox store failing before the handler runs pauses the delivery without counting an attempt', async () => {
+    const inbox = new UnreachableFirstInbox(3);
+    await using h = harness({ bus: { inbox, retry: { maxAttempts: 2, initialDelayMs: 1, maxDelayMs: 5, jitter: 0 } } });
+    const attempts: number[] = [];
+    h.bus.subscribe('billing', Placed, async (_message, ctx) => {
+      attempts.push(ctx.attempt);
+    });
+    await h.bus.start();
+    await h.connection.publish([rawEnvelope('unreachable-first', Placed.type, Placed.topic, '{"orderId":"o-1"}')]);
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(1), 10_000);
+    expect(inbox.failures).toBe(0);
+    expect(attempts).toEqual([1]);
+    expect(h.bus.health().counters).toMatchObject({ retries: 0, deadLettered: 0 });
+  });
+});
+
+describe('consumer: an ordered retry does not stall the bus', () => {
+  it('other consumers keep flowing, a suspect delivery included, while an ordered message backs off; its key keeps order', async () => {
+    const transports: ReturnType<typeof spyTransport>[] = [];
+    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
+    const Noted = defineMessage('audit.Noted', { version: 1 });
+    const events: string[] = [];
+    const backoffMs = 4_000;
+    h.bus.subscribe(
+      'shipping',
+      Placed,
+      async (message, ctx) => {
+        events.push(`${message.payload.orderId}@${ctx.attempt}`);
+        ctx.tx.onCommit(() => events.push(`applied ${message.payload.orderId}`));
+        if (message.payload.orderId === 'a-1' && ctx.attempt < 3) throw new Error(`fails ${ctx.attempt}`);
+      },
+      { ordered: true, concurrency: 4, retry: { maxAttempts: 5, initialDelayMs: backoffMs, maxDelayMs: backoffMs, jitter: 0 } },
+    );
+    h.bus.subscribe('audit', Noted, async (message) => {
+      events.push(`noted ${message.messageId}`);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'a-1' }, { key: 'A' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'a-2' }, { key: 'A' });
+    });
+    // a-1 failed once and is backing off.
+    await eventually(() => expect(h.bus.health().counters.retries).toBe(1));
+    // A message of another consumer that started before and never finished (its process
+    // died): a suspect, which waits to run alone.
+    const suspect = rawEnvelope('noted-suspect', Noted.type, Noted.topic, '{}');
+    await h.inbox.recordStart(suspect.messageId, 'audit');
+    await h.connection.publish([suspect]);
+    await eventually(() => expect(events).toContain('noted noted-suspect'), backoffMs * 3);
+    const later = [rawEnvelope('noted-later-1', Noted.type, Noted.topic, '{}'), rawEnvelope('noted-later-2', Noted.type, Noted.topic, '{}')];
+    await h.connection.publish(later);
+    await eventually(() => expect(events).toEqual(expect.arrayContaining(['noted noted-later-1', 'noted noted-later-2'])), backoffMs * 3);
+    // They flowed during a-1's first backoff, not after its retries.
+    expect(events.indexOf('noted noted-later-2')).toBeLessThan(events.indexOf('a-1@2') < 0 ? Number.POSITIVE_INFINITY : events.indexOf('a-1@2'));
+    // The ordered key kept its order: a-2 only after a-1 finally succeeded.
+    await eventually(() => expect(events).toContain('applied a-2'), backoffMs * 4);
+    expect(events.filter((event) => event.includes('a-'))).toEqual(['a-1@1', 'a-1@2', 'a-1@3', 'applied a-1', 'a-2@1', 'applied a-2']);
+  }, 60_000);
 });
