@@ -1,6 +1,7 @@
-import type { InboxStore, OutboxStore } from '@courier/core';
+import { ENVELOPE_LIMITS, type InboxStore, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
+import { atLimit } from './support/at-limit.js';
 import { eventually } from './support/eventually.js';
 import { makeEnvelope } from './support/make-envelope.js';
 import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
@@ -66,6 +67,22 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       });
       expect(result).toEqual({ duplicate: false, value: { answer: 42 } });
       expect(await env.fixture.readEffects()).toEqual([`effect-${id}`]);
+    },
+  },
+  {
+    name: 'records, counts and forgets at exactly the declared limits (or the longest the core passes)',
+    async run(env) {
+      const limits = env.inbox.limits;
+      const id = atLimit(limits?.id, ENVELOPE_LIMITS.idLength, `-${uniqueId()}`);
+      // Consumer names are ASCII. Undeclared, the longest the core passes is a 249-character
+      // name (the topic rule) with its '~alone' suffix.
+      const consumer = atLimit(limits?.consumer, ENVELOPE_LIMITS.topicLength + '~alone'.length, '~alone', 'c');
+      expect(await env.inbox.recordStart(id, consumer)).toBe(1);
+      expect(await env.inbox.recordStart(id, consumer)).toBe(2);
+      expect(await env.inbox.run(id, consumer, async (tx) => env.fixture.recordEffect(tx, 'at-limit'))).toEqual({ duplicate: false, value: undefined });
+      expect(await env.inbox.run(id, consumer, async () => 'again')).toEqual({ duplicate: true });
+      expect(await env.inbox.forget(id, consumer)).toBe(true);
+      expect(await env.fixture.readEffects()).toEqual(['at-limit']);
     },
   },
   {

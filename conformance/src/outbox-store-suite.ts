@@ -1,11 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CourierError, type ClaimedBatch, type Envelope, type OutboxAppend, type OutboxStore } from '@courier/core';
+import { CourierError, ENVELOPE_LIMITS, type ClaimedBatch, type Envelope, type OutboxAppend, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
+import { atLimit, tighter } from './support/at-limit.js';
 import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
 import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+import { uniqueId } from './support/unique-id.js';
 
 /** Per-suite settings of {@link describeOutboxStore}. */
 export interface OutboxStoreSuiteOptions {
@@ -162,6 +164,33 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
         expect(record.envelope.payload.length).toBe(expected.payload.length);
       }
       expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+    },
+  },
+  {
+    name: 'holds every field at exactly its declared limit (or the core\'s), round-tripping it',
+    async run(env) {
+      // The bus refuses at publish only what exceeds the declared limits: everything up to
+      // them must be stored, multibyte characters included (varchar counts characters).
+      const limits = env.outbox.limits;
+      const id = (tail: string) => atLimit(limits?.id, ENVELOPE_LIMITS.idLength, tail);
+      const messageId = id(`-${uniqueId()}`);
+      const long = message(env, atLimit(limits?.key, ENVELOPE_LIMITS.keyLength), {
+        messageId,
+        correlationId: id('-c'),
+        causationId: id('-x'),
+        type: `conformance.${atLimit(limits?.type, ENVELOPE_LIMITS.typeLength - 'conformance.'.length, '', 'T')}`,
+        topic: `${env.topic}.${atLimit(limits?.topic, ENVELOPE_LIMITS.topicLength - env.topic.length - 1, '', 't')}`,
+        headers: {
+          [atLimit(tighter(limits?.headerName, ENVELOPE_LIMITS.headerNameBytes), ENVELOPE_LIMITS.headerNameBytes, '-n')]: atLimit(
+            tighter(limits?.headerValue, ENVELOPE_LIMITS.headerValueBytes),
+            ENVELOPE_LIMITS.headerValueBytes,
+          ),
+        },
+      });
+      await commit(env, [long]);
+      const batch = await claim(env, 'relay-a');
+      expect(ids(batch)).toEqual([messageId]);
+      expect(comparableEnvelope(batch.records[0]!.envelope)).toEqual(comparableEnvelope(long));
     },
   },
   {

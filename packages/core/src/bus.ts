@@ -11,13 +11,13 @@ import type {
 import { ClosedError, ConfigError, describeError } from './errors.js';
 import { noopLogger, type Logger } from './logger.js';
 import type { MessageDefinition } from './message-definition.js';
-import { Consumer, type ConsumerSettings, type Registration } from './consumer.js';
+import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
 import { Gate } from './internal/async.js';
 import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
 import { retryPolicy } from './retry.js';
 import { Instruments, defaultTracer } from './telemetry.js';
-import { isValidTopic } from './envelope.js';
+import { isValidTopic, lengthProblem, portLimitsProblems, type LengthLimit, type NamedLimits } from './envelope.js';
 
 /** Per-call options of {@link Bus.stop}. */
 export interface StopOptions {
@@ -63,6 +63,11 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   if (!config.outbox || typeof config.outbox.append !== 'function') problems.push(`'outbox' must be an OutboxStore`);
   if (config.inbox !== undefined && typeof config.inbox.run !== 'function') problems.push(`'inbox' must be an InboxStore`);
   if (!config.transport || typeof config.transport.publish !== 'function') problems.push(`'transport' must be a Transport`);
+  problems.push(
+    ...portLimitsProblems(config.outbox?.limits, 'outbox.limits'),
+    ...portLimitsProblems(config.inbox?.limits, 'inbox.limits'),
+    ...portLimitsProblems(config.transport?.limits, 'transport.limits'),
+  );
   const maxPayloadBytes = config.maxPayloadBytes ?? 1024 * 1024;
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) problems.push(`'maxPayloadBytes' must be a positive integer`);
   const relay = relaySettings(config.relay);
@@ -85,6 +90,8 @@ class CourierBus<Tx> implements Bus<Tx> {
   readonly #tracer: Tracer = defaultTracer();
   readonly #instruments = new Instruments();
   readonly #publisher: PublisherSettings;
+  /** What a consumer name must fit, and whose limit each is. */
+  readonly #consumerLimits: readonly { readonly holder: string; readonly limit: LengthLimit | undefined }[];
   readonly #plans = new Map<string, ConsumerPlan<Tx>>();
   readonly #gate = new Gate();
   #relay: Relay<Tx> | undefined;
@@ -100,9 +107,11 @@ class CourierBus<Tx> implements Bus<Tx> {
     this.#logger = config.logger ?? noopLogger;
     this.#publisher = {
       maxPayloadBytes: Math.min(maxPayloadBytes, config.transport.capabilities.maxMessageBytes),
+      limits: publishLimits(config),
       newId: config.newId ?? newMessageId,
       tracer: this.#tracer,
     };
+    this.#consumerLimits = consumerLimits(config);
   }
 
   outbox(tx: Tx): OutboxPublisher {
@@ -114,8 +123,19 @@ class CourierBus<Tx> implements Bus<Tx> {
     if (this.#status !== 'stopped') problems.push(`subscribe '${String(consumer)}' before start()`);
     if (typeof consumer !== 'string' || !isValidTopic(consumer)) {
       problems.push(`consumer name ${JSON.stringify(consumer)} is malformed: use letters, digits, '.', '_' or '-'`);
+    } else {
+      // Checked here, once: a name the inbox or the broker cannot hold would otherwise fail
+      // every delivery (redelivered without end) or the subscription at start.
+      for (const { holder, limit } of this.#consumerLimits) {
+        const problem = lengthProblem(`consumer name '${consumer}'`, consumer, limit, holder);
+        if (problem !== undefined) problems.push(problem);
+      }
     }
     if (!definition || typeof definition.type !== 'string') problems.push(`subscribe '${String(consumer)}': a message definition from defineMessage(...) is required`);
+    else {
+      const topicProblem = lengthProblem(`topic '${definition.topic}'`, definition.topic, this.#config.transport.limits?.topic, 'the transport');
+      if (topicProblem !== undefined) problems.push(`subscribe '${String(consumer)}': ${topicProblem}`);
+    }
     if (typeof handler !== 'function') problems.push(`subscribe '${String(consumer)}': handler must be a function`);
     const plan = this.#plans.get(consumer);
     if (plan && definition && plan.registrations.has(definition.type)) {
@@ -262,4 +282,29 @@ class CourierBus<Tx> implements Bus<Tx> {
       counters: this.#instruments.snapshot() satisfies BusCounters,
     };
   }
+}
+
+/** The declared limits every published envelope must fit, with the names errors give their ports. */
+function publishLimits<Tx>(config: BusConfig<Tx>): NamedLimits[] {
+  return [
+    { holder: 'the outbox store', limits: config.outbox.limits },
+    { holder: 'the transport', limits: config.transport.limits },
+    // The inbox keeps the messageIds of what this service consumes, often its own messages.
+    { holder: 'the inbox store', limits: config.inbox?.limits?.id ? { id: config.inbox.limits.id } : undefined },
+  ];
+}
+
+/** What a consumer name must fit: the inbox's column less the longest suffix the consumer appends, and the transport's limit. */
+function consumerLimits<Tx>(config: BusConfig<Tx>): { holder: string; limit: LengthLimit | undefined }[] {
+  const inbox = config.inbox?.limits?.consumer;
+  const suffix = INBOX_NAME_SUFFIXES.reduce((longest, next) => (next.length > longest.length ? next : longest), '');
+  // The suffixes are ASCII: as long in characters as in bytes.
+  const less = (bound: number | undefined) => (bound === undefined ? undefined : bound - suffix.length);
+  const shrunk: LengthLimit | undefined = inbox
+    ? { ...(inbox.chars !== undefined ? { chars: less(inbox.chars)! } : {}), ...(inbox.bytes !== undefined ? { bytes: less(inbox.bytes)! } : {}) }
+    : undefined;
+  return [
+    { holder: `the inbox store (its limit less the ${suffix.length} characters of Courier's suffix '${suffix}')`, limit: shrunk },
+    { holder: 'the transport', limit: config.transport.limits?.consumer },
+  ];
 }

@@ -17,6 +17,8 @@ import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } fr
 const ALONE_SUFFIX = '~alone';
 /** Suffix of the inbox record that says a message was dead-lettered for a consumer. */
 const DEAD_SUFFIX = '~dead';
+/** Every suffix appended to the consumer's name in inbox calls: the bus refuses names too long to carry them. */
+export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX];
 
 /** Thrown inside an inbox unit of work to read without writing: the work rolls back. */
 class ReadOnly extends Error {}

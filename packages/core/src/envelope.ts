@@ -54,16 +54,162 @@ export const ENVELOPE_FIELDS = [
 /** Header prefix reserved for Courier's own metadata on every transport. */
 export const RESERVED_HEADER_PREFIX = 'courier-';
 
-/** Upper bounds applied by {@link decodeEnvelope}, so hostile input cannot exhaust memory. */
+/**
+ * Upper bounds applied by {@link decodeEnvelope} and at publish, so hostile input cannot
+ * exhaust memory.
+ *
+ * `…Length` entries count UTF-16 code units, never fewer than the characters a SQL
+ * `varchar(n)` counts; `…Bytes` entries count UTF-8 bytes, the unit wire formats count
+ * (an AMQP header name is at most 255 bytes). Types and topics are ASCII by their
+ * patterns, so for them characters and bytes agree. Stores and transports may declare
+ * tighter limits of their own ({@link PortLimits}).
+ */
 export const ENVELOPE_LIMITS = {
   idLength: 200,
   typeLength: 200,
   topicLength: 249,
   keyLength: 1024,
   headerCount: 64,
-  headerNameLength: 200,
-  headerValueLength: 4096,
+  headerNameBytes: 200,
+  headerValueBytes: 4096,
 } as const;
+
+/** A length limit on one string field. A value must fit every bound given; an absent bound does not apply. */
+export interface LengthLimit {
+  /** Most Unicode characters (code points): what SQL `varchar(n)` counts. */
+  readonly chars?: number;
+  /** Most UTF-8 bytes: what wire formats count (AMQP short strings hold 255). */
+  readonly bytes?: number;
+}
+
+/**
+ * The longest values a store or transport can hold, declared by the port itself
+ * (`limits` on `OutboxStore`, `InboxStore` and `Transport`) so that the bus refuses what
+ * does not fit where it is given — a consumer name at `subscribe`, an envelope field at
+ * `publish` — instead of failing later in the database or at the broker.
+ *
+ * Guarantees a declaring port makes: every value within its declared limits (and within
+ * {@link ENVELOPE_LIMITS}) is stored or sent and round-trips. A field left out has no
+ * limit beyond the core's. The conformance suite appends and records at exactly the
+ * declared limits.
+ */
+export interface PortLimits {
+  /**
+   * Consumer (group) names as the port receives them. An `InboxStore` also receives the
+   * names with Courier's suffixes (`~alone`, `~dead`): the bus subtracts them itself, so
+   * the store declares its plain column size. A `Transport` receives the bare name in
+   * `Endpoint.consumer` and accounts for whatever names it derives from it.
+   */
+  readonly consumer?: LengthLimit;
+  /** `messageId`, `correlationId` and `causationId`. */
+  readonly id?: LengthLimit;
+  readonly type?: LengthLimit;
+  readonly topic?: LengthLimit;
+  readonly key?: LengthLimit;
+  /** Each user header name. */
+  readonly headerName?: LengthLimit;
+  /** Each user header value. */
+  readonly headerValue?: LengthLimit;
+}
+
+/** The fields of {@link PortLimits}, in the order problems are listed. */
+export const PORT_LIMIT_FIELDS = ['consumer', 'id', 'type', 'topic', 'key', 'headerName', 'headerValue'] as const satisfies readonly (keyof PortLimits)[];
+
+/**
+ * Lists every problem with a port's `limits` declaration (not an object, an unknown
+ * field, a bound that is not a positive integer). Empty when it is fine or absent.
+ */
+export function portLimitsProblems(limits: unknown, root: string): string[] {
+  if (limits === undefined) return [];
+  if (limits === null || typeof limits !== 'object' || Array.isArray(limits)) return [`'${root}' must be an object`];
+  const problems: string[] = [];
+  for (const [field, limit] of Object.entries(limits as Record<string, unknown>)) {
+    if (!(PORT_LIMIT_FIELDS as readonly string[]).includes(field)) {
+      problems.push(`'${root}.${field}' is not a known limit (${PORT_LIMIT_FIELDS.join(', ')})`);
+      continue;
+    }
+    if (limit === undefined) continue;
+    if (limit === null || typeof limit !== 'object' || Array.isArray(limit)) {
+      problems.push(`'${root}.${field}' must be an object with 'chars' and/or 'bytes'`);
+      continue;
+    }
+    for (const [unit, bound] of Object.entries(limit as Record<string, unknown>)) {
+      if (unit !== 'chars' && unit !== 'bytes') problems.push(`'${root}.${field}.${unit}' is not a known unit (chars, bytes)`);
+      else if (bound !== undefined && (typeof bound !== 'number' || !Number.isSafeInteger(bound) || bound < 1)) {
+        problems.push(`'${root}.${field}.${unit}' must be an integer of 1 or more, got ${describeType(bound)}`);
+      }
+    }
+  }
+  return problems;
+}
+
+/** Number of Unicode code points in `value`: the length SQL `varchar(n)` compares with `n`. */
+export function charCount(value: string): number {
+  let count = 0;
+  for (const _ of value) count += 1;
+  return count;
+}
+
+/**
+ * Says how `value` exceeds `limit`, or returns undefined when it fits. `what` names the
+ * value (quoted by the caller), `holder` the port whose limit it is.
+ */
+export function lengthProblem(what: string, value: string, limit: LengthLimit | undefined, holder: string): string | undefined {
+  if (limit === undefined) return undefined;
+  if (limit.chars !== undefined) {
+    const chars = charCount(value);
+    if (chars > limit.chars) return `${what} is ${chars} characters; ${holder} holds at most ${limit.chars}`;
+  }
+  if (limit.bytes !== undefined) {
+    const bytes = Buffer.byteLength(value, 'utf8');
+    if (bytes > limit.bytes) return `${what} is ${bytes} UTF-8 bytes; ${holder} holds at most ${limit.bytes}`;
+  }
+  return undefined;
+}
+
+/** A port's declared limits together with the name error messages give it. */
+export interface NamedLimits {
+  readonly holder: string;
+  readonly limits: PortLimits | undefined;
+}
+
+/**
+ * Lists every field of `envelope` that exceeds a declared limit of one of `ports`: ids,
+ * type, topic, key, header names and values. At most one problem per value (the first
+ * port it does not fit). Empty when everything fits.
+ */
+export function envelopeLimitProblems(envelope: Envelope, ports: readonly NamedLimits[]): string[] {
+  const problems: string[] = [];
+  const check = (field: Exclude<keyof PortLimits, 'consumer'>, what: string, value: string | null) => {
+    if (value === null) return;
+    for (const { holder, limits } of ports) {
+      const problem = lengthProblem(what, value, limits?.[field], holder);
+      if (problem !== undefined) {
+        problems.push(problem);
+        return;
+      }
+    }
+  };
+  check('id', `'messageId' ${quoteStart(envelope.messageId)}`, envelope.messageId);
+  // The correlationId defaults to the messageId: the same value is reported once.
+  const another = (id: string | null) => (id === envelope.messageId ? null : id);
+  check('id', `'correlationId' ${quoteStart(envelope.correlationId)}`, another(envelope.correlationId));
+  check('id', `'causationId' ${quoteStart(envelope.causationId ?? '')}`, another(envelope.causationId));
+  check('type', `type '${envelope.type}'`, envelope.type);
+  check('topic', `topic '${envelope.topic}'`, envelope.topic);
+  check('key', `'key' ${quoteStart(envelope.key ?? '')}`, envelope.key);
+  for (const [name, value] of Object.entries(envelope.headers)) {
+    check('headerName', `header name ${quoteStart(name)}`, name);
+    check('headerValue', `header ${quoteStart(name)}`, value);
+  }
+  return problems;
+}
+
+/** `'text'`, cut to its first 40 characters (with `…`) so a huge value does not flood a message. */
+function quoteStart(value: string): string {
+  const start = [...value.slice(0, 41)].slice(0, 40).join('');
+  return start.length < value.length ? `'${start}…'` : `'${value}'`;
+}
 
 const TYPE_PATTERN = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const TOPIC_PATTERN = /^[A-Za-z0-9._-]+$/;
@@ -82,7 +228,8 @@ export function isValidTopic(topic: string): boolean {
 
 /**
  * Lists every problem with user headers: non-string values, empty or reserved names
- * (`courier-` prefix, any case), too many or too long. Returns an empty list when fine.
+ * (`courier-` prefix, any case), too many, or names and values longer than
+ * {@link ENVELOPE_LIMITS} allows in UTF-8 bytes. Returns an empty list when fine.
  */
 export function headerProblems(headers: unknown, root = 'headers'): string[] {
   if (headers === undefined) return [];
@@ -95,14 +242,20 @@ export function headerProblems(headers: unknown, root = 'headers'): string[] {
     problems.push(`'${root}' has ${entries.length} entries; at most ${ENVELOPE_LIMITS.headerCount} are allowed`);
   }
   for (const [name, value] of entries) {
+    const nameBytes = Buffer.byteLength(name, 'utf8');
     if (name.length === 0) problems.push(`'${root}' has an empty header name`);
-    else if (name.length > ENVELOPE_LIMITS.headerNameLength) problems.push(`header name '${name.slice(0, 40)}…' is too long`);
+    else if (nameBytes > ENVELOPE_LIMITS.headerNameBytes) {
+      problems.push(`header name ${quoteStart(name)} is ${nameBytes} UTF-8 bytes; at most ${ENVELOPE_LIMITS.headerNameBytes} are allowed`);
+    }
     if (name.toLowerCase().startsWith(RESERVED_HEADER_PREFIX)) {
       problems.push(`header '${name}' uses the reserved '${RESERVED_HEADER_PREFIX}' prefix`);
     }
-    if (typeof value !== 'string') problems.push(`header '${name}' must be a string, got ${describeType(value)}`);
-    else if (value.length > ENVELOPE_LIMITS.headerValueLength) {
-      problems.push(`header '${name}' is ${value.length} characters; at most ${ENVELOPE_LIMITS.headerValueLength} are allowed`);
+    if (typeof value !== 'string') problems.push(`header ${quoteStart(name)} must be a string, got ${describeType(value)}`);
+    else {
+      const valueBytes = Buffer.byteLength(value, 'utf8');
+      if (valueBytes > ENVELOPE_LIMITS.headerValueBytes) {
+        problems.push(`header ${quoteStart(name)} is ${valueBytes} UTF-8 bytes; at most ${ENVELOPE_LIMITS.headerValueBytes} are allowed`);
+      }
     }
   }
   return problems;

@@ -1,3 +1,5 @@
+import type { PortLimits } from './envelope.js';
+
 /** Result of {@link InboxStore.run}. */
 export type InboxResult<T> = { readonly duplicate: true } | { readonly duplicate: false; readonly value: T };
 
@@ -26,4 +28,10 @@ export interface InboxStore<Tx> {
   /** Deletes records older than `olderThanMs` in bounded batches; the deduplication window ends there. */
   prune(olderThanMs: number, options?: { batchSize?: number; signal?: AbortSignal }): Promise<number>;
   close?(): Promise<void>;
+  /**
+   * Optional: the longest messageIds and consumer names the store holds (its column
+   * sizes). The bus refuses longer consumer names at `subscribe`, counting the suffixes it
+   * appends itself, so a name that does not fit never reaches the store.
+   */
+  readonly limits?: PortLimits;
 }

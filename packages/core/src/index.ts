@@ -10,7 +10,7 @@ export {
   isRetriable,
   describeError,
 } from './errors.js';
-export type { Envelope } from './envelope.js';
+export type { Envelope, LengthLimit, PortLimits } from './envelope.js';
 export {
   ENVELOPE_FIELDS,
   ENVELOPE_LIMITS,
@@ -76,7 +76,7 @@ export type {
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
 export { CONNECTIVITY_CODES } from './relay.js';
-export { newMessageId } from './outbox-publisher.js';
+export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';
 export type { InMemoryDatabaseConfig, InMemoryTransactionState } from './in-memory/in-memory-database.js';
 export { InMemoryDatabase, InMemoryTransaction } from './in-memory/in-memory-database.js';
 export type { InMemoryOutboxStoreConfig } from './in-memory/in-memory-outbox-store.js';

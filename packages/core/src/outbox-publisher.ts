@@ -1,7 +1,7 @@
 import type { Tracer } from '@opentelemetry/api';
 import { uuidv7 } from 'uuidv7';
 import type { OutboxPublisher, PublishOptions } from './bus-types.js';
-import { ENVELOPE_LIMITS, headerProblems, type Envelope } from './envelope.js';
+import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, type Envelope, type NamedLimits } from './envelope.js';
 import { ConfigError, SerializationError } from './errors.js';
 import { serializePayload } from './json.js';
 import { validateForPublish, type MessageDefinition } from './message-definition.js';
@@ -17,9 +17,28 @@ export interface Causation {
 /** Settings shared by every publisher of one bus. */
 export interface PublisherSettings {
   readonly maxPayloadBytes: number;
+  /** The limits the bus's stores and transport declared; every envelope must fit them all. */
+  readonly limits?: readonly NamedLimits[];
   readonly newId: () => string;
   readonly tracer: Tracer;
 }
+
+/**
+ * The range of schedules `publish` accepts (`delay`, `notBefore`), the same whatever the
+ * store: every supported database holds these instants (MariaDB's `DATETIME` ends with
+ * year 9999; times before 1970 have no use as a schedule).
+ *
+ * Guarantees: a schedule outside it is refused at `publish()` with a `ConfigError` naming
+ * the option, so it never reaches the database.
+ */
+export const SCHEDULE_LIMITS = Object.freeze({
+  /** Longest `delay`: 100 years of 365.25 days, in milliseconds. Later instants take `notBefore`. */
+  maxDelayMs: 100 * 365.25 * 24 * 60 * 60 * 1000,
+  /** Earliest `notBefore`: 1970-01-01T00:00:00.000Z. */
+  earliestMs: Date.UTC(1970, 0, 1),
+  /** Latest `notBefore` (and `occurredAt`): 9999-12-31T23:59:59.999Z. */
+  latestMs: Date.UTC(9999, 11, 31, 23, 59, 59, 999),
+});
 
 /** Default message id: UUIDv7, time-ordered so outbox and broker indexes stay append-mostly. */
 export const newMessageId = (): string => uuidv7();
@@ -68,6 +87,8 @@ export function buildAppend(
     headers: Object.freeze({ ...options.headers }),
     payload: text,
   });
+  const limitIssues = envelopeLimitProblems(envelope, settings.limits ?? []);
+  if (limitIssues.length > 0) throw new ConfigError(limitIssues.map((problem) => `publish '${definition.type}': ${problem}`));
   return {
     envelope,
     ...(options.delay !== undefined ? { delayMs: options.delay } : {}),
@@ -111,16 +132,39 @@ function optionProblems(options: PublishOptions): string[] {
   const delay: unknown = options.delay;
   if (delay !== undefined && (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)) {
     problems.push(`'delay' must be a finite number of milliseconds, 0 or more`);
+  } else if (delay !== undefined && delay > SCHEDULE_LIMITS.maxDelayMs) {
+    problems.push(`'delay' is ${delay} ms; at most ${SCHEDULE_LIMITS.maxDelayMs} (100 years) is allowed: use 'notBefore' for a fixed instant`);
   }
   const notBefore: unknown = options.notBefore;
   if (notBefore !== undefined && !(notBefore instanceof Date && !Number.isNaN(notBefore.getTime()))) {
     problems.push(`'notBefore' must be a valid Date`);
+  } else if (notBefore !== undefined && !withinRange(notBefore, SCHEDULE_LIMITS.earliestMs)) {
+    problems.push(`'notBefore' is ${describeDate(notBefore)}; it must be from ${isoOf(SCHEDULE_LIMITS.earliestMs)} to ${isoOf(SCHEDULE_LIMITS.latestMs)}`);
   }
   if (delay !== undefined && notBefore !== undefined) problems.push(`give 'delay' or 'notBefore', not both`);
   const occurredAt: unknown = options.occurredAt;
   if (occurredAt !== undefined && !(occurredAt instanceof Date && !Number.isNaN(occurredAt.getTime()))) {
     problems.push(`'occurredAt' must be a valid Date`);
+  } else if (occurredAt !== undefined && !withinRange(occurredAt, YEAR_ZERO_MS)) {
+    // The envelope carries it as ISO-8601 with a four-digit year.
+    problems.push(`'occurredAt' is ${describeDate(occurredAt)}; it must be from ${isoOf(YEAR_ZERO_MS)} to ${isoOf(SCHEDULE_LIMITS.latestMs)}`);
   }
   problems.push(...headerProblems(options.headers));
   return problems;
+}
+
+/** 0000-01-01T00:00:00.000Z, the earliest instant ISO-8601 writes with four digits. (`Date.UTC` maps years 0-99 to 19xx.) */
+const YEAR_ZERO_MS = Date.parse('0000-01-01T00:00:00.000Z');
+
+function withinRange(value: unknown, earliestMs: number): boolean {
+  const ms = (value as Date).getTime();
+  return ms >= earliestMs && ms <= SCHEDULE_LIMITS.latestMs;
+}
+
+function isoOf(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+function describeDate(value: unknown): string {
+  return isoOf((value as Date).getTime());
 }

@@ -1,4 +1,4 @@
-import type { Envelope } from './envelope.js';
+import type { Envelope, PortLimits } from './envelope.js';
 import type { FaultHook } from './fault-points.js';
 
 /** Lifecycle state of an outbox row. */
@@ -145,4 +145,9 @@ export interface OutboxStore<Tx> {
   /** Resumes a halted key: `retry` makes its head pending again, `park` marks it dead so the key moves on. */
   resume(topic: string, key: string, action: 'retry' | 'park'): Promise<number>;
   close?(): Promise<void>;
+  /**
+   * Optional: the longest envelope fields the store holds (its column sizes). The bus
+   * refuses a message with a longer field at `publish()`, before it reaches `append`.
+   */
+  readonly limits?: PortLimits;
 }

@@ -1,4 +1,4 @@
-import type { Envelope } from './envelope.js';
+import type { Envelope, PortLimits } from './envelope.js';
 import type { CourierError } from './errors.js';
 
 /** What a transport can do; the core and the conformance suite adapt to it. */
@@ -118,4 +118,11 @@ export interface Transport {
   subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
   readonly deadLetters?: TransportDeadLetters;
   close(): Promise<void>;
+  /**
+   * Optional: the longest envelope fields and consumer names the broker takes (AMQP short
+   * strings hold 255 bytes, say). The bus refuses a longer field at `publish()` and a
+   * longer consumer name at `subscribe`, so neither fails later as a dead outbox row or a
+   * subscription that cannot start.
+   */
+  readonly limits?: PortLimits;
 }

@@ -1,4 +1,4 @@
-import { ConfigError, type InboxResult, type InboxStore } from '@courier/core';
+import { ConfigError, type InboxResult, type InboxStore, type PortLimits } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import type { DialectName } from './dialects/sql-dialect.js';
 import { toStorageError } from './storage-errors.js';
@@ -30,6 +30,8 @@ const DEFAULT_PRUNE_BATCH = 1_000;
 export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implements InboxStore<EM> {
   /** The SQL family in use. */
   readonly dialect: DialectName;
+  /** The column sizes (`varchar(200)` counts characters), the same on every dialect: the bus refuses longer consumer names at `subscribe`. */
+  readonly limits: PortLimits = Object.freeze({ id: { chars: 200 }, consumer: { chars: 200 } });
   readonly #core: StoreCore;
 
   constructor(config: MikroOrmInboxStoreConfig) {

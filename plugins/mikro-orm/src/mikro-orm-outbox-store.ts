@@ -19,6 +19,7 @@ import {
   type OutboxRecord,
   type OutboxStats,
   type OutboxStore,
+  type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
 import { headsSql, qualifiedColumns, type ClaimResult, type DialectName } from './dialects/sql-dialect.js';
@@ -75,6 +76,8 @@ const DEFAULT_PRUNE_BATCH = 1_000;
 export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> implements OutboxStore<EM> {
   /** The SQL family in use. */
   readonly dialect: DialectName;
+  /** The column sizes (`varchar(n)` counts characters), the same on every dialect: the bus refuses longer fields at `publish()`. */
+  readonly limits: PortLimits = Object.freeze({ id: { chars: 200 }, type: { chars: 200 }, topic: { chars: 249 }, key: { chars: 1024 } });
   readonly #core: StoreCore;
   readonly #unitOfWork: OutboxUnitOfWork<PendingRow>;
   readonly #wakeups: OutboxWakeups;

@@ -11,6 +11,7 @@ import {
   type Endpoint,
   type Envelope,
   type Logger,
+  type PortLimits,
   type PublishResult,
   type Subscription,
   type Transport,
@@ -77,6 +78,13 @@ type Counter = keyof RabbitMqTransportStats;
 
 const NAME_PATTERN = /^[A-Za-z0-9._-]+$/;
 const MAX_MESSAGE_BYTES_LIMIT = 512 * 1024 * 1024; // RabbitMQ's hard ceiling for max_message_size
+/** AMQP 0-9-1 `shortstr`: names, routing keys, header names and most basic properties. */
+const SHORTSTR_BYTES = 255;
+
+/** Bytes of the longest queue name in `names` (the dead-letter queue or a delay-tier queue). */
+function longestDerivedName(names: RabbitMqNames): number {
+  return Math.max(...[names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name)].map((name) => Buffer.byteLength(name, 'utf8')));
+}
 
 /**
  * Courier's transport on RabbitMQ, through amqplib.
@@ -101,6 +109,13 @@ const MAX_MESSAGE_BYTES_LIMIT = 512 * 1024 * 1024; // RabbitMQ's hard ceiling fo
  */
 export class RabbitMqTransport implements Transport {
   readonly capabilities: TransportCapabilities;
+  /**
+   * AMQP short strings hold 255 bytes: the `message_id`, `correlation_id` and `type`
+   * properties, the routing key (the topic), header names, and the queue names derived
+   * from a consumer name (with this transport's prefix and delay-tier suffixes). The bus
+   * refuses longer values at `publish()` and `subscribe`.
+   */
+  readonly limits: PortLimits;
   readonly deadLetters: RabbitMqDeadLetters;
   readonly #factory: () => Promise<ChannelModel>;
   readonly #prefix: string;
@@ -179,6 +194,14 @@ export class RabbitMqTransport implements Transport {
       nativeDelay: false,
       nativeDeadLetter: true,
       maxMessageBytes,
+    });
+    const shortstr = { bytes: SHORTSTR_BYTES };
+    this.limits = Object.freeze({
+      id: shortstr,
+      type: shortstr,
+      topic: shortstr,
+      headerName: shortstr,
+      consumer: { bytes: SHORTSTR_BYTES - longestDerivedName(this.names('')) },
     });
     this.deadLetters = new RabbitMqDeadLetters({
       logger: this.#logger,
@@ -420,7 +443,7 @@ export class RabbitMqTransport implements Transport {
     const problems: string[] = [];
     if (typeof endpoint.consumer !== 'string' || !NAME_PATTERN.test(endpoint.consumer)) {
       problems.push(`consumer '${String(endpoint.consumer)}' must be non-empty [A-Za-z0-9._-]`);
-    } else if (Buffer.byteLength(this.names(endpoint.consumer).retryQueues.at(-1)?.name ?? '', 'utf8') > 255) {
+    } else if (longestDerivedName(this.names(endpoint.consumer)) > SHORTSTR_BYTES) {
       problems.push(`consumer '${endpoint.consumer}' is too long for RabbitMQ's 255-byte queue names`);
     }
     if (!Array.isArray(endpoint.topics) || endpoint.topics.length === 0) problems.push(`consumer '${endpoint.consumer}' needs at least one topic`);
