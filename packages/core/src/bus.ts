@@ -102,6 +102,7 @@ class CourierBus<Tx> implements Bus<Tx> {
       maxPayloadBytes: Math.min(maxPayloadBytes, config.transport.capabilities.maxMessageBytes),
       newId: config.newId ?? newMessageId,
       tracer: this.#tracer,
+      ...(config.transport.validate ? { validate: config.transport.validate.bind(config.transport) } : {}),
     };
   }
 

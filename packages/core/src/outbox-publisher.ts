@@ -19,6 +19,8 @@ export interface PublisherSettings {
   readonly maxPayloadBytes: number;
   readonly newId: () => string;
   readonly tracer: Tracer;
+  /** The transport's `validate`: problems that make the broker refuse an envelope, checked at publish. */
+  readonly validate?: (envelope: Envelope) => readonly string[];
 }
 
 /** Default message id: UUIDv7, time-ordered so outbox and broker indexes stay append-mostly. */
@@ -28,7 +30,9 @@ export const newMessageId = (): string => uuidv7();
  * Builds the envelope for one publish call, validating everything first.
  *
  * Guarantees: either returns a complete, valid append or throws (listing every problem
- * with the options, or naming the payload field at fault) — never a half-built row.
+ * with the options, or naming the payload field at fault) — never a half-built row. An
+ * envelope the transport's `validate` finds problems with throws a `ConfigError` naming
+ * the message type and each problem.
  */
 export function buildAppend(
   definition: MessageDefinition<unknown, unknown>,
@@ -68,6 +72,8 @@ export function buildAppend(
     headers: Object.freeze({ ...options.headers }),
     payload: text,
   });
+  const refused = settings.validate?.(envelope) ?? [];
+  if (refused.length > 0) throw new ConfigError(refused.map((problem) => `publish '${definition.type}': ${problem}`));
   return {
     envelope,
     ...(options.delay !== undefined ? { delayMs: options.delay } : {}),
