@@ -4,13 +4,13 @@ import {
   InMemoryDatabase,
   InMemoryOutboxStore,
   type Bus,
-  type Envelope,
   type InMemoryTransaction,
 } from '@courier/core';
 import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RabbitMqTransport } from '../src/index.js';
 import { deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
+import { envelope as anEnvelope } from './support/envelopes.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -30,6 +30,9 @@ function poisonOnTheWire(connection: ChannelModel): ChannelModel {
     const publish = channel.publish.bind(channel);
     channel.publish = (exchange, routingKey, content, options, callback) => {
       const headers = options?.headers as Record<string, unknown> | undefined;
+      // A channel closed for a reason other than content (404: no such exchange) stands for
+      // trouble that is not the message's fault.
+      if (headers?.['wire-missing-exchange'] !== undefined) return publish(`${exchange}.missing`, routingKey, content, options, callback);
       const poisoned = headers?.['wire-poison'] !== undefined ? { ...options, headers: { ...headers, CC: 'x' } } : options;
       return publish(exchange, routingKey, content, poisoned, callback);
     };
@@ -87,6 +90,20 @@ async function setup() {
 }
 
 describe('a poison message on the RabbitMQ publish channel', () => {
+  it('publish: the message that closes the channel with 406 fails alone as PUBLISH_REJECTED; one closed for another reason is a connectivity failure', async () => {
+    const { transport, Poisoned } = await setup();
+    const envelope = (key: string, headers: Record<string, string> = {}) => anEnvelope(Poisoned.topic, { type: Poisoned.type, key, headers });
+    const batch = [envelope('a'), envelope('b', { 'wire-poison': 'yes' }), envelope('c'), envelope('d', { 'wire-missing-exchange': 'yes' }), envelope('e')];
+    const results = await transport.publish(batch);
+    expect(results.map((result) => [result.messageId, result.ok])).toEqual(batch.map((e, i) => [e.messageId, i !== 1 && i !== 3]));
+    const [poisoned, missing] = [results[1]!, results[3]!];
+    expect(!poisoned.ok && poisoned.error).toMatchObject({ code: 'PUBLISH_REJECTED', retriable: true });
+    expect(!poisoned.ok && poisoned.error.message).toMatch(/406.*unacceptable_type_in_header/);
+    expect(!missing.ok && missing.error).toMatchObject({ code: 'TRANSPORT', retriable: true });
+    expect(!missing.ok && missing.error.message).toContain('404');
+    expect(transport.stats().refused).toBe(1);
+  });
+
   it('fails alone and ends dead after maxAttempts; its batch neighbours are published; the relay is not left paused', async () => {
     const { bus, database, outbox, transport, Poisoned, published } = await setup();
     const ids = await database.transaction(async (tx) => {
@@ -126,23 +143,7 @@ describe('a poison message on the RabbitMQ publish channel', () => {
 
   it('a header RabbitMQ owns that reached the outbox anyway (appended without publish-time checks) is refused alone', async () => {
     const { bus, database, outbox, Poisoned, published } = await setup();
-    const envelope = (key: string, headers: Record<string, string> = {}): Envelope => {
-      const messageId = crypto.randomUUID();
-      return {
-        messageId,
-        type: Poisoned.type,
-        version: 1,
-        topic: Poisoned.topic,
-        occurredAt: new Date().toISOString(),
-        key,
-        correlationId: messageId,
-        causationId: null,
-        traceparent: null,
-        tracestate: null,
-        headers,
-        payload: '{}',
-      };
-    };
+    const envelope = (key: string, headers: Record<string, string> = {}) => anEnvelope(Poisoned.topic, { type: Poisoned.type, key, headers });
     const [a, b, c] = [envelope('a'), envelope('b', { CC: 'x' }), envelope('c')];
     await database.transaction(async (tx) => outbox.append(tx, [{ envelope: a }, { envelope: b }, { envelope: c }]));
     await bus.start({ relay: true, consumers: false });
