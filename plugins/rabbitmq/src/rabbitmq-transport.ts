@@ -90,8 +90,10 @@ const MAX_MESSAGE_BYTES_LIMIT = 512 * 1024 * 1024; // RabbitMQ's hard ceiling fo
  * - Publishing: persistent, mandatory messages on one confirm channel with a window of
  *   `confirmWindow` unconfirmed messages. `publish` resolves once the broker answered
  *   for every message; a nack, a return (no queue bound for the topic), a timeout or a
- *   connection lost before the confirm fails exactly the messages concerned. It rejects
- *   with a retriable `TransportError` only when no connection is open.
+ *   connection lost before the confirm fails exactly the messages concerned, and a
+ *   message that makes the broker close the channel fails alone (found by resending the
+ *   suspects one at a time), not as an outage. It rejects with a retriable
+ *   `TransportError` only when no connection is open.
  * - Order: messages published on the one channel reach a queue in publish order, but a
  *   refused message does not stop the later ones of its key, so `orderedPipelining` is
  *   false and the relay keeps one unconfirmed message per key.
@@ -228,12 +230,20 @@ export class RabbitMqTransport implements Transport {
    * the broker answered for each.
    *
    * A result is `ok: false` with a `TransportError` (retriable) for a nack
-   * (`PUBLISH_REJECTED`), a return (`PUBLISH_UNROUTABLE`: no consumer queue is bound to
-   * the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a connection lost before the confirm
+   * (`PUBLISH_REJECTED`), a message that made the broker close the publish channel (406,
+   * also `PUBLISH_REJECTED`, with the broker's reason), a return (`PUBLISH_UNROUTABLE`: no
+   * consumer queue is bound to the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a
+   * connection lost, or a channel closed for another reason, before the confirm
    * (`TRANSPORT`), or `ABORTED` for messages not yet sent when `signal` aborted; and with a
    * `SerializationError` (not retriable) for a payload over `maxMessageBytes` or a message
-   * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ owns). Rejects with
-   * a retriable `TransportError` when no connection is open, `ClosedError` after `close`.
+   * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ reserves, see
+   * {@link validate}). Rejects with a retriable `TransportError` when no connection is
+   * open, `ClosedError` after `close`.
+   *
+   * When the broker closes the channel, the unconfirmed messages are suspects: each is
+   * sent again alone on a fresh channel, so the one that closes it again fails alone and
+   * its neighbours are confirmed (possibly twice: at-least-once). A message found so is
+   * sent alone from then on and cannot close the shared channel again.
    */
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     if (this.#closing) throw new ClosedError('rabbitmq transport');
@@ -581,7 +591,8 @@ export class RabbitMqTransport implements Transport {
     if (outcome.kind === 'returned') throw new TransportError(`${what} was unroutable (${outcome.replyText})`, { code: 'PUBLISH_UNROUTABLE' });
     if (outcome.kind === 'nacked') throw new TransportError(`${what} was nacked`, { code: 'PUBLISH_REJECTED' });
     if (outcome.kind === 'timeout') throw new TransportError(`${what} was not confirmed in time`, { code: 'PUBLISH_TIMEOUT' });
-    throw new TransportError(`${what} lost its connection before the confirm`, { cause: outcome.cause });
+    const lost = outcome.channelError ? `lost its channel (${outcome.channelError.message})` : 'lost its connection';
+    throw new TransportError(`${what} ${lost} before the confirm`, { cause: outcome.cause });
   }
 
   #connect(): Promise<void> {
