@@ -62,6 +62,14 @@ export interface TransportFixture {
    * neighbours. Optional: the case is skipped, saying why, when absent.
    */
   rejectPublish?(predicate: (envelope: Envelope) => boolean): Promise<void>;
+  /**
+   * Returns a copy of `envelope` that the broker itself refuses for its content when it
+   * is published — ideally content that `transport.validate` cannot foresee and that
+   * hits the broker's worst reaction (RabbitMQ: closing the publish channel) — so the
+   * suite can check that such a message fails alone. Optional: the case is skipped,
+   * saying why, when absent.
+   */
+  refusable?(envelope: Envelope): Envelope;
   close(): Promise<void>;
 }
 

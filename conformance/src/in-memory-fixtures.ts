@@ -37,10 +37,11 @@ export async function createInMemoryStoreFixture(_context?: FixtureContext, data
 
 /**
  * A transport fixture over a fresh {@link InMemoryBroker}: `connect` opens another
- * connection, `kill` drops one as a crash would, `outage` and `rejectPublish` inject
- * broker faults. `close` closes the broker and every connection.
+ * connection, `kill` drops one as a crash would, `outage`, `rejectPublish` and
+ * `refusable` inject broker faults. `close` closes the broker and every connection.
  */
 export async function createInMemoryTransportFixture(_context?: FixtureContext, broker = new InMemoryBroker()): Promise<TransportFixture> {
+  let refusing = false;
   return {
     transport: broker.connect(),
     connect: async () => broker.connect(),
@@ -52,6 +53,14 @@ export async function createInMemoryTransportFixture(_context?: FixtureContext, 
     rejectPublish: async (predicate) => {
       broker.failPublish(predicate);
     },
+    refusable: (envelope) => {
+      // The broker refuses what carries this header, as a real one refuses content it cannot take.
+      if (!refusing) broker.failPublish((candidate) => candidate.headers[REFUSED_HEADER] !== undefined);
+      refusing = true;
+      return { ...envelope, headers: { ...envelope.headers, [REFUSED_HEADER]: 'yes' } };
+    },
     close: () => broker.close(),
   };
 }
+
+const REFUSED_HEADER = 'conformance-refused';

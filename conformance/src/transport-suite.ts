@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CourierError, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
+import { CONNECTIVITY_CODES, CourierError, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
 import { expect } from 'vitest';
 import type { TransportFixture, TransportFixtureFactory } from './fixtures.js';
 import { deferred } from './support/deferred.js';
@@ -394,6 +394,33 @@ export const transportCases: readonly TransportCase[] = [
       await eventually(() => expect(unique(inbox.ids())).toEqual(sorted([good.messageId, alsoGood.messageId])), {
         timeoutMs: env.options.timeoutMs,
       });
+    },
+  },
+  {
+    name: 'a message the broker refuses for its content fails alone; its batch neighbours are confirmed',
+    async run(env) {
+      const refusable = env.fixture.refusable?.bind(env.fixture);
+      if (!refusable) return env.skip('the fixture offers no refusable() to build a message the broker refuses for its content');
+      const inbox = await collect(env, { consumer: env.consumer('refused') });
+      const poison = refusable(message(env, 'b'));
+      const batch = [message(env, 'a'), poison, message(env, 'c'), message(env, null)];
+      const results = await env.transport.publish(batch);
+      expect(results.map((result) => [result.messageId, result.ok])).toEqual(batch.map((envelope) => [envelope.messageId, envelope !== poison]));
+      const refused = results[1]!;
+      expect(!refused.ok && refused.error).toBeInstanceOf(CourierError);
+      // A connectivity code would make the relay release it without counting an attempt and
+      // pause: the message would be sent again and again, holding its batch back each time.
+      const code = refused.ok ? '' : refused.error.code;
+      expect(CONNECTIVITY_CODES.has(code), `refused with connectivity code '${code}'`).toBe(false);
+      // Sent again, it still fails alone and the transport keeps working.
+      const later = message(env, 'd');
+      const again = await env.transport.publish([poison, later]);
+      expect(again.map((result) => [result.messageId, result.ok])).toEqual([
+        [poison.messageId, false],
+        [later.messageId, true],
+      ]);
+      const expected = sorted([...batch.filter((envelope) => envelope !== poison), later].map((envelope) => envelope.messageId));
+      await eventually(() => expect(unique(inbox.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
     },
   },
   {

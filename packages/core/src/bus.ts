@@ -110,6 +110,7 @@ class CourierBus<Tx> implements Bus<Tx> {
       limits: publishLimits(config),
       newId: config.newId ?? newMessageId,
       tracer: this.#tracer,
+      ...(config.transport.validate ? { validate: config.transport.validate.bind(config.transport) } : {}),
     };
     this.#consumerLimits = consumerLimits(config);
   }

@@ -21,6 +21,8 @@ export interface PublisherSettings {
   readonly limits?: readonly NamedLimits[];
   readonly newId: () => string;
   readonly tracer: Tracer;
+  /** The transport's `validate`: problems that make the broker refuse an envelope, checked at publish. */
+  readonly validate?: (envelope: Envelope) => readonly string[];
 }
 
 /**
@@ -47,7 +49,9 @@ export const newMessageId = (): string => uuidv7();
  * Builds the envelope for one publish call, validating everything first.
  *
  * Guarantees: either returns a complete, valid append or throws (listing every problem
- * with the options, or naming the payload field at fault) — never a half-built row.
+ * with the options, or naming the payload field at fault) — never a half-built row. An
+ * envelope the transport's `validate` finds problems with throws a `ConfigError` naming
+ * the message type and each problem.
  */
 export function buildAppend(
   definition: MessageDefinition<unknown, unknown>,
@@ -87,7 +91,8 @@ export function buildAppend(
     headers: Object.freeze({ ...options.headers }),
     payload: text,
   });
-  const limitIssues = envelopeLimitProblems(envelope, settings.limits ?? []);
+  // One ConfigError with every problem: the declared limits and what the transport refuses.
+  const limitIssues = [...envelopeLimitProblems(envelope, settings.limits ?? []), ...(settings.validate?.(envelope) ?? [])];
   if (limitIssues.length > 0) throw new ConfigError(limitIssues.map((problem) => `publish '${definition.type}': ${problem}`));
   return {
     envelope,

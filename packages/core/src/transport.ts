@@ -110,10 +110,25 @@ export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
  * - Every envelope field round-trips losslessly.
  * - `subscribe` uses manual acknowledgement; a delivery not settled before its
  *   connection dies is redelivered.
+ * - A message the broker refuses for its content (even one that makes it close a channel
+ *   or connection) fails alone, as a per-message result that is not a connectivity
+ *   failure; its neighbours are still published.
+ * - `validate`, when present, names every problem that makes the broker refuse an
+ *   envelope whatever its state; `publish` refuses such an envelope in its result.
  * - `close` is idempotent and waits for work in flight.
  */
 export interface Transport {
   readonly capabilities: TransportCapabilities;
+  /**
+   * Lists what makes the broker refuse `envelope` whatever its state (a header name the
+   * broker reserves, say); empty when it is deliverable. Optional.
+   *
+   * Guarantees: pure and synchronous (no I/O), so the outbox can call it at `publish()`
+   * and refuse the message there, naming each problem, before anything is appended; an
+   * envelope with problems is also refused by `publish`, alone, never sent. A transport
+   * with nothing to check leaves it out.
+   */
+  validate?(envelope: Envelope): readonly string[];
   publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]>;
   subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
   readonly deadLetters?: TransportDeadLetters;

@@ -57,17 +57,57 @@ export const COURIER_HEADERS = {
 } as const;
 
 /**
- * Headers the broker itself adds on the way (dead-lettering, quorum redelivery counts,
- * shovels). A user header with one of these names could not round-trip, so publishing
- * refuses it instead of letting the broker overwrite or the decoder drop it.
+ * Sender-selected routing headers: RabbitMQ routes a message to the extra routing keys
+ * listed in `CC` and `BCC` (matched case-sensitively) and requires each to be an array
+ * of strings. Courier headers are strings, so the broker would answer one by closing the
+ * publish channel (406 PRECONDITION_FAILED, `unacceptable_type_in_header`).
  */
-const BROKER_HEADERS = new Set(['x-death', 'x-delivery-count', 'x-received-from']);
-const BROKER_HEADER_PREFIXES = ['x-first-death-', 'x-last-death-'];
+const ROUTING_HEADERS = new Set(['CC', 'BCC']);
 
-/** True for a header name the broker adds or owns (see {@link toAmqpMessage}). */
+/**
+ * Headers the broker itself adds on the way (dead-lettering, quorum redelivery counts,
+ * shovels, federation, streams) or keeps for other protocols; compared case-insensitively.
+ * A user header with one of these names could not round-trip: the broker overwrites it
+ * or the decoder drops it.
+ */
+const BROKER_HEADERS = new Set([
+  'x-death',
+  'x-delivery-count',
+  'x-received-from',
+  'x-shovelled',
+  'x-shovelled-timestamp',
+  'x-stream-offset',
+  'x-stream-filter-value',
+]);
+const BROKER_HEADER_PREFIXES = ['x-first-death-', 'x-last-death-', 'x-mqtt-', 'x-amqp-1.0-'];
+
+/**
+ * True for a header name RabbitMQ reserves: a routing header (`CC`, `BCC`) or one the
+ * broker adds or owns (`x-death`, `x-first-death-*`, …). Such headers are never user
+ * headers: publishing refuses them, decoding and copies leave them out.
+ */
 export function isBrokerHeader(name: string): boolean {
+  if (ROUTING_HEADERS.has(name)) return true;
   const lower = name.toLowerCase();
   return BROKER_HEADERS.has(lower) || BROKER_HEADER_PREFIXES.some((prefix) => lower.startsWith(prefix));
+}
+
+/**
+ * Lists what makes RabbitMQ refuse or mangle `envelope` whatever the broker's state:
+ * each user header whose name RabbitMQ reserves (see {@link isBrokerHeader}). Empty when
+ * the envelope can be published. The transport's `validate`; {@link toAmqpMessage}
+ * refuses the same envelopes, so the two never disagree.
+ */
+export function amqpEnvelopeProblems(envelope: Pick<Envelope, 'headers'>): string[] {
+  const problems: string[] = [];
+  for (const name of Object.keys(envelope.headers)) {
+    if (ROUTING_HEADERS.has(name)) {
+      problems.push(`header '${name}' is reserved by RabbitMQ for sender-selected routing (it must be an array; the broker would close the publish channel)`);
+    } else if (isBrokerHeader(name)) {
+      problems.push(`header '${name}' is reserved by RabbitMQ and would not round-trip`);
+    }
+  }
+  return problems;
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -81,15 +121,15 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * headers as they are, and every other field in a `courier-*` header; `null` fields are
  * left out so that `null` and `""` stay distinct. Messages are persistent.
  *
- * Throws `SerializationError` (`ENVELOPE_INVALID`) for a user header the broker owns
- * (`x-death`, `x-first-death-*`, …): it would not survive the trip.
+ * Throws `SerializationError` (`ENVELOPE_INVALID`) naming every user header RabbitMQ
+ * reserves ({@link amqpEnvelopeProblems}: `CC`, `BCC`, `x-death`, …): the broker would
+ * refuse it or it would not survive the trip.
  */
 export function toAmqpMessage(envelope: Envelope, extraHeaders?: Readonly<Record<string, unknown>>): AmqpMessage {
+  const problems = amqpEnvelopeProblems(envelope);
+  if (problems.length > 0) throw new SerializationError('ENVELOPE_INVALID', `message '${envelope.messageId}': ${problems.join('; ')}`);
   const headers: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(envelope.headers)) {
-    if (isBrokerHeader(name)) {
-      throw new SerializationError('ENVELOPE_INVALID', `header '${name}' is reserved by RabbitMQ and would not round-trip`);
-    }
     // amqplib decodes a table with `fields[key] = value`, so a `__proto__` header would be
     // swallowed on the way in; it travels under a reserved name instead.
     if (name === '__proto__') headers[COURIER_HEADERS.protoHeader] = value;

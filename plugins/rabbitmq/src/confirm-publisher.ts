@@ -6,7 +6,16 @@ export type ConfirmOutcome =
   | { readonly kind: 'nacked' }
   | { readonly kind: 'returned'; readonly replyCode: number; readonly replyText: string }
   | { readonly kind: 'timeout' }
-  | { readonly kind: 'closed'; readonly cause: unknown };
+  | { readonly kind: 'closed'; readonly cause: unknown; readonly channelError: ChannelError | null };
+
+/**
+ * Why the broker closed a channel while its connection stayed open (AMQP `channel.close`
+ * with a reply code: 406 PRECONDITION_FAILED for content it refuses, 403, 404, …).
+ */
+export interface ChannelError {
+  readonly code: number;
+  readonly message: string;
+}
 
 interface Pending {
   readonly messageId: string;
@@ -23,7 +32,9 @@ interface Pending {
  * took (RabbitMQ sends the return before the ack of the same message, so matching
  * returns to acks by messageId in order is exact); `nacked`; `timeout` when no answer
  * came within `timeoutMs` (the channel is then closed, since a channel that stops
- * confirming is not trusted again); `closed` when the channel or connection died first.
+ * confirming is not trusted again); `closed` when the channel or connection died first,
+ * with `channelError` set when the broker closed the channel while the connection stayed
+ * open (every unconfirmed message is then a suspect: one of them may be the cause).
  * Not more than `window` messages are unconfirmed at once, and socket back-pressure
  * (`publish` returning false) is honoured before the next write.
  */
@@ -37,6 +48,7 @@ export class ConfirmPublisher {
   #waiters: (() => void)[] = [];
   #needsDrain = false;
   #closedBy: unknown = null;
+  #channelError: ChannelError | null = null;
   #sweeper: NodeJS.Timeout;
 
   constructor(channel: ConfirmChannel, options: { readonly window: number; readonly timeoutMs: number }) {
@@ -52,6 +64,15 @@ export class ConfirmPublisher {
     channel.on('drain', () => {
       this.#needsDrain = false;
       this.#wake();
+    });
+    // amqplib emits 'error' only when the channel itself was closed (by the broker, or by
+    // the client over a protocol error), and before 'close'; a lost connection closes its
+    // channels without one. That is what tells a refused message from an outage.
+    channel.on('error', (error: unknown) => {
+      const code = (error as { code?: unknown } | null)?.code;
+      if (typeof code === 'number' && this.#channelError === null) {
+        this.#channelError = { code, message: error instanceof Error ? error.message : String(error) };
+      }
     });
     channel.on('close', () => this.#markClosed(new Error('channel closed')));
     // One timer for the whole window instead of one per message: at tens of thousands
@@ -87,7 +108,7 @@ export class ConfirmPublisher {
    * table over 64 KiB); the window is then unchanged.
    */
   send(exchange: string, routingKey: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<ConfirmOutcome> {
-    if (this.#closedBy !== null) return Promise.resolve({ kind: 'closed', cause: this.#closedBy });
+    if (this.#closedBy !== null) return Promise.resolve(this.#closed(this.#closedBy));
     let pending!: Pending;
     const promise = new Promise<ConfirmOutcome>((resolve) => {
       pending = { messageId: options.messageId, sentAt: Date.now(), done: false, resolve };
@@ -102,7 +123,7 @@ export class ConfirmPublisher {
       // listener ran: that is a lost channel, not a message amqplib cannot encode.
       if (error instanceof Error && error.name === 'IllegalOperationError') {
         this.#markClosed(error);
-        return Promise.resolve({ kind: 'closed', cause: error });
+        return Promise.resolve(this.#closed(error));
       }
       throw error;
     }
@@ -129,7 +150,7 @@ export class ConfirmPublisher {
     if (error) {
       // amqplib reports a nack and a closed channel through the same callback; only the
       // message text tells them apart.
-      outcome = error instanceof Error && error.message === 'message nacked' ? { kind: 'nacked' } : { kind: 'closed', cause: error };
+      outcome = error instanceof Error && error.message === 'message nacked' ? { kind: 'nacked' } : this.#closed(error);
     } else {
       const returned = this.#takeReturn(pending.messageId);
       outcome = returned
@@ -170,11 +191,15 @@ export class ConfirmPublisher {
     clearInterval(this.#sweeper);
     for (const pending of this.#pending) {
       pending.done = true;
-      pending.resolve({ kind: 'closed', cause });
+      pending.resolve(this.#closed(cause));
     }
     this.#pending.clear();
     this.#returns.clear();
     this.#wake(true);
+  }
+
+  #closed(cause: unknown): ConfirmOutcome {
+    return { kind: 'closed', cause, channelError: this.#channelError };
   }
 
   #wake(all = false): void {

@@ -18,7 +18,7 @@ import {
   type TransportCapabilities,
 } from '@courier/core';
 import { connect, type ChannelModel, type Options } from 'amqplib';
-import { toAmqpMessage } from './amqp-mapping.js';
+import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
 import { ConfirmPublisher, type ConfirmOutcome } from './confirm-publisher.js';
 import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
@@ -65,6 +65,11 @@ export interface RabbitMqTransportStats {
   readonly publishFailures: number;
   /** Mandatory messages no queue took (`basic.return`); also counted in `publishFailures`. */
   readonly unroutable: number;
+  /**
+   * Messages the broker refused by closing the publish channel (406), found by sending the
+   * suspects of a closed channel one at a time; also counted in `publishFailures`.
+   */
+  readonly refused: number;
   readonly deliveries: number;
   readonly retried: number;
   readonly deadLettered: number;
@@ -93,8 +98,10 @@ function longestDerivedName(names: RabbitMqNames): number {
  * - Publishing: persistent, mandatory messages on one confirm channel with a window of
  *   `confirmWindow` unconfirmed messages. `publish` resolves once the broker answered
  *   for every message; a nack, a return (no queue bound for the topic), a timeout or a
- *   connection lost before the confirm fails exactly the messages concerned. It rejects
- *   with a retriable `TransportError` only when no connection is open.
+ *   connection lost before the confirm fails exactly the messages concerned, and a
+ *   message that makes the broker close the channel fails alone (found by resending the
+ *   suspects one at a time), not as an outage. It rejects with a retriable
+ *   `TransportError` only when no connection is open.
  * - Order: messages published on the one channel reach a queue in publish order, but a
  *   refused message does not stop the later ones of its key, so `orderedPipelining` is
  *   false and the relay keeps one unconfirmed message per key.
@@ -133,6 +140,7 @@ export class RabbitMqTransport implements Transport {
     confirmed: 0,
     publishFailures: 0,
     unroutable: 0,
+    refused: 0,
     deliveries: 0,
     retried: 0,
     deadLettered: 0,
@@ -150,6 +158,8 @@ export class RabbitMqTransport implements Transport {
   #everConnected = false;
   #closing: Promise<void> | null = null;
   #sendTurn: Promise<void> = Promise.resolve();
+  /** messageIds that closed the publish channel: sent alone from now on (oldest forgotten first). */
+  readonly #poison = new Set<string>();
 
   constructor(config: RabbitMqTransportConfig) {
     const problems: string[] = [];
@@ -222,6 +232,17 @@ export class RabbitMqTransport implements Transport {
     return Object.freeze({ ...this.#stats });
   }
 
+  /**
+   * Lists what makes RabbitMQ refuse `envelope` whatever its state: user headers it
+   * reserves — `CC` and `BCC` (sender-selected routing; a string there makes the broker
+   * close the publish channel), and the `x-` headers it adds itself (`x-death`,
+   * `x-first-death-*`, `x-delivery-count`, …), which would not round-trip. Empty when
+   * deliverable. The bus calls it at `publish()`; `publish` refuses the same envelopes.
+   */
+  validate(envelope: Envelope): readonly string[] {
+    return amqpEnvelopeProblems(envelope);
+  }
+
   /** True while a connection is open. */
   get connected(): boolean {
     return this.#connection !== null;
@@ -232,12 +253,20 @@ export class RabbitMqTransport implements Transport {
    * the broker answered for each.
    *
    * A result is `ok: false` with a `TransportError` (retriable) for a nack
-   * (`PUBLISH_REJECTED`), a return (`PUBLISH_UNROUTABLE`: no consumer queue is bound to
-   * the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a connection lost before the confirm
+   * (`PUBLISH_REJECTED`), a message that made the broker close the publish channel (406,
+   * also `PUBLISH_REJECTED`, with the broker's reason), a return (`PUBLISH_UNROUTABLE`: no
+   * consumer queue is bound to the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a
+   * connection lost, or a channel closed for another reason, before the confirm
    * (`TRANSPORT`), or `ABORTED` for messages not yet sent when `signal` aborted; and with a
    * `SerializationError` (not retriable) for a payload over `maxMessageBytes` or a message
-   * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ owns). Rejects with
-   * a retriable `TransportError` when no connection is open, `ClosedError` after `close`.
+   * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ reserves, see
+   * {@link validate}). Rejects with a retriable `TransportError` when no connection is
+   * open, `ClosedError` after `close`.
+   *
+   * When the broker closes the channel, the unconfirmed messages are suspects: each is
+   * sent again alone on a fresh channel, so the one that closes it again fails alone and
+   * its neighbours are confirmed (possibly twice: at-least-once). A message found so is
+   * sent alone from then on and cannot close the shared channel again.
    */
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     if (this.#closing) throw new ClosedError('rabbitmq transport');
@@ -262,14 +291,16 @@ export class RabbitMqTransport implements Transport {
     });
     const results = new Array<PublishResult>(messages.length);
     const answers: Promise<void>[] = [];
+    const suspects: Suspect[] = [];
     try {
       await previous;
       const publisher = await this.#readyPublisher();
-      await this.#sendAll(publisher, messages, signal, results, answers);
+      await this.#sendAll(publisher, messages, signal, results, answers, suspects);
     } finally {
       done();
     }
     await Promise.all(answers);
+    if (suspects.length > 0) await this.#isolate(suspects.sort((a, b) => a.index - b.index), signal, results);
     return results;
   }
 
@@ -279,6 +310,7 @@ export class RabbitMqTransport implements Transport {
     signal: AbortSignal | undefined,
     results: PublishResult[],
     answers: Promise<void>[],
+    suspects: Suspect[],
   ): Promise<void> {
     const exchange = `${this.#prefix}.topics`;
     const max = this.capabilities.maxMessageBytes;
@@ -295,6 +327,11 @@ export class RabbitMqTransport implements Transport {
         if (message.content.length > max) {
           throw new SerializationError('PAYLOAD_TOO_LARGE', `message '${messageId}' payload is ${message.content.length} bytes; at most ${max} are allowed`);
         }
+        if (this.#poison.has(messageId)) {
+          // It closed the shared channel before: it goes alone, so it cannot take others with it again.
+          suspects.push({ index: i, envelope });
+          continue;
+        }
         if (!publisher.hasCapacity()) await publisher.capacity();
         outcome = publisher.send(exchange, envelope.topic, message.content, message.properties);
       } catch (error) {
@@ -307,10 +344,73 @@ export class RabbitMqTransport implements Transport {
       }
       answers.push(
         outcome.then((answer) => {
-          results[i] = this.#result(envelope, answer);
+          // The broker closed the channel: any unconfirmed message may be the cause, and the
+          // connection is fine, so this is not an outage. Found out one at a time below.
+          if (answer.kind === 'closed' && answer.channelError !== null) suspects.push({ index: i, envelope });
+          else results[i] = this.#result(envelope, answer);
         }),
       );
     }
+  }
+
+  /**
+   * Sends the suspects of a channel the broker closed one at a time, each alone on a
+   * fresh channel of its own, so the message that closes it again is known: it fails alone
+   * with a retriable `PUBLISH_REJECTED` (the relay counts an attempt and parks it in the
+   * end) and is sent alone from then on; the others are confirmed. A close with another
+   * code than 406 (permissions, a missing exchange) or a lost connection is not the
+   * message's fault and answers as a connectivity failure, as before.
+   */
+  async #isolate(suspects: readonly Suspect[], signal: AbortSignal | undefined, results: PublishResult[]): Promise<void> {
+    const exchange = `${this.#prefix}.topics`;
+    let publisher: ConfirmPublisher | null = null;
+    try {
+      for (const { index, envelope } of suspects) {
+        const { messageId } = envelope;
+        if (signal?.aborted) {
+          results[index] = this.#failed(messageId, new TransportError(`publish of message '${messageId}' aborted before sending`, { code: 'ABORTED' }));
+          continue;
+        }
+        if (!publisher?.alive) {
+          await publisher?.close();
+          try {
+            publisher = await this.#newPublisher(await this.#requireConnection(), 1);
+          } catch (error) {
+            publisher = null;
+            results[index] = this.#failed(
+              messageId,
+              new TransportError(`rabbitmq publish channel could not be opened for message '${messageId}': ${describeError(error)}`, { cause: error }),
+            );
+            continue;
+          }
+        }
+        const message = toAmqpMessage(envelope);
+        const answer = await publisher.send(exchange, envelope.topic, message.content, message.properties);
+        if (answer.kind === 'closed' && answer.channelError?.code === PRECONDITION_FAILED) {
+          this.#stats.refused++;
+          this.#remember(messageId);
+          this.#logger.warn('rabbitmq refused a message by closing the publish channel', { messageId, topic: envelope.topic, error: answer.channelError.message });
+          results[index] = this.#failed(
+            messageId,
+            new TransportError(`rabbitmq refused message '${messageId}' and closed the publish channel: ${answer.channelError.message}`, {
+              code: 'PUBLISH_REJECTED',
+              cause: answer.cause,
+            }),
+          );
+          continue;
+        }
+        if (answer.kind === 'ok') this.#poison.delete(messageId);
+        results[index] = this.#result(envelope, answer);
+      }
+    } finally {
+      await publisher?.close();
+    }
+  }
+
+  #remember(messageId: string): void {
+    this.#poison.delete(messageId);
+    this.#poison.add(messageId);
+    if (this.#poison.size > MAX_REMEMBERED_POISON) this.#poison.delete(this.#poison.values().next().value!);
   }
 
   #result(envelope: Envelope, outcome: ConfirmOutcome): PublishResult {
@@ -338,7 +438,12 @@ export class RabbitMqTransport implements Transport {
       case 'closed':
         return this.#failed(
           messageId,
-          new TransportError(`connection lost before the confirm of message '${messageId}'; it may still arrive`, { cause: outcome.cause }),
+          new TransportError(
+            outcome.channelError
+              ? `rabbitmq closed the publish channel before the confirm of message '${messageId}' (${outcome.channelError.message}); it may still arrive`
+              : `connection lost before the confirm of message '${messageId}'; it may still arrive`,
+            { cause: outcome.cause },
+          ),
         );
     }
   }
@@ -488,12 +593,16 @@ export class RabbitMqTransport implements Transport {
   }
 
   async #openPublisher(connection: ChannelModel): Promise<ConfirmPublisher> {
+    const publisher = await this.#newPublisher(connection, this.#window);
+    if (this.#connection === connection) this.#publisher = publisher;
+    return publisher;
+  }
+
+  async #newPublisher(connection: ChannelModel, window: number): Promise<ConfirmPublisher> {
     const channel = await connection.createConfirmChannel();
     channel.on('error', (error: Error) => this.#logger.warn('rabbitmq publish channel error', { error: describeError(error) }));
     await declareExchange(channel, { exchange: `${this.#prefix}.topics` });
-    const publisher = new ConfirmPublisher(channel, { window: this.#window, timeoutMs: this.#publishTimeoutMs });
-    if (this.#connection === connection) this.#publisher = publisher;
-    return publisher;
+    return new ConfirmPublisher(channel, { window, timeoutMs: this.#publishTimeoutMs });
   }
 
   async #publishToQueue(queue: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<void> {
@@ -505,7 +614,8 @@ export class RabbitMqTransport implements Transport {
     if (outcome.kind === 'returned') throw new TransportError(`${what} was unroutable (${outcome.replyText})`, { code: 'PUBLISH_UNROUTABLE' });
     if (outcome.kind === 'nacked') throw new TransportError(`${what} was nacked`, { code: 'PUBLISH_REJECTED' });
     if (outcome.kind === 'timeout') throw new TransportError(`${what} was not confirmed in time`, { code: 'PUBLISH_TIMEOUT' });
-    throw new TransportError(`${what} lost its connection before the confirm`, { cause: outcome.cause });
+    const lost = outcome.channelError ? `lost its channel (${outcome.channelError.message})` : 'lost its connection';
+    throw new TransportError(`${what} ${lost} before the confirm`, { cause: outcome.cause });
   }
 
   #connect(): Promise<void> {
@@ -581,6 +691,18 @@ export class RabbitMqTransport implements Transport {
     }, delay);
   }
 }
+
+/** One message of a `publish` call whose channel the broker closed before confirming it. */
+interface Suspect {
+  readonly index: number;
+  readonly envelope: Envelope;
+}
+
+// AMQP reply code for content the broker refuses (CC/BCC of the wrong type, a message over
+// max_message_size, a user_id that is not the connection's user, a malformed expiration).
+const PRECONDITION_FAILED = 406;
+// Enough to keep every live poison message; each entry is one messageId.
+const MAX_REMEMBERED_POISON = 10_000;
 
 // Far above any real browsing, within a signed 32-bit argument (see topology.ts).
 const DEAD_LETTER_DELIVERY_LIMIT = 1_000_000_000;

@@ -76,6 +76,25 @@ describe('envelope ↔ AMQP mapping', () => {
     expect(() => toAmqpMessage({ ...minimal, headers: { 'x-death': 'mine' } })).toThrow(SerializationError);
   });
 
+  it('refuses the sender-selected routing headers CC and BCC (case-sensitive, as RabbitMQ), naming each, in the mapping and in validate alike', () => {
+    const transport = new RabbitMqTransport({ connection: 'amqp://127.0.0.1:1' });
+    const headers = { CC: 'x', BCC: 'y', 'X-Death': 'z', cc: 'fine', 'x-tenant': 'fine' };
+    const problems = transport.validate({ ...minimal, headers });
+    expect(problems).toHaveLength(3);
+    expect(problems[0]).toContain("header 'CC' is reserved by RabbitMQ for sender-selected routing");
+    expect(problems[1]).toContain("header 'BCC'");
+    expect(problems[2]).toContain("header 'X-Death'");
+    expect(() => toAmqpMessage({ ...minimal, headers })).toThrow(/'CC'.*'BCC'.*'X-Death'/);
+    expect(transport.validate({ ...minimal, headers: { cc: 'fine', 'x-tenant': 'fine' } })).toEqual([]);
+    expect(toAmqpMessage({ ...minimal, headers: { cc: 'fine', 'x-tenant': 'fine' } }).properties.headers).toMatchObject({ cc: 'fine', 'x-tenant': 'fine' });
+  });
+
+  it('leaves routing headers of other producers out of the user headers', () => {
+    const message = received(toAmqpMessage(full));
+    message.properties.headers['CC'] = ['elsewhere'];
+    expect(fromAmqpMessage(message).headers).toEqual(full.headers);
+  });
+
   it('leaves broker-added headers out of the user headers', () => {
     const message = received(toAmqpMessage(full));
     message.properties.headers['x-death'] = [{ count: 1 }];

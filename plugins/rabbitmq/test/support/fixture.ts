@@ -89,6 +89,9 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
       }
       refusals.push(predicate);
     },
+    refusable(envelope) {
+      return { ...envelope, headers: { ...envelope.headers, [CLOSE_CHANNEL_HEADER]: 'yes' } };
+    },
     async kill(target) {
       const handle = handles.get(target);
       if (!handle) throw new Error('kill: not a transport of this fixture');
@@ -138,9 +141,17 @@ export function destroySocket(connection: ChannelModel): void {
 }
 
 /**
+ * Marks a message (see `refusable`) that the confirm channel sends with a `CC` header of
+ * the wrong type (a string): RabbitMQ then closes the publish channel (406
+ * PRECONDITION_FAILED), the worst way a broker refuses content. It is added on the wire,
+ * after the transport's own checks, because those refuse a `CC` header before sending.
+ */
+const CLOSE_CHANNEL_HEADER = 'conformance-close-channel';
+
+/**
  * Makes confirm channels of `connection` publish messages matching `refused` to
  * `refuseQueue` instead (test support for `rejectPublish`): the broker, not the client,
- * then nacks them.
+ * then nacks them. Messages marked with {@link CLOSE_CHANNEL_HEADER} get a string `CC`.
  */
 function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (envelope: Envelope) => boolean): void {
   const createConfirmChannel = connection.createConfirmChannel.bind(connection);
@@ -154,7 +165,10 @@ function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (
       } catch {
         // Not an envelope (a retry or dead-letter copy is one too; anything else passes).
       }
-      return divert ? publish('', refuseQueue, content, options, callback) : publish(exchange, routingKey, content, options, callback);
+      if (divert) return publish('', refuseQueue, content, options, callback);
+      const headers = options?.headers as Record<string, unknown> | undefined;
+      const poisoned = headers?.[CLOSE_CHANNEL_HEADER] !== undefined ? { ...options, headers: { ...headers, CC: 'x' } } : options;
+      return publish(exchange, routingKey, content, poisoned, callback);
     };
     return channel;
   };
