@@ -1,4 +1,4 @@
-import { newMessageId, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
+import { describeError, newMessageId, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
 import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from '../fixtures.js';
 import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
@@ -48,7 +48,10 @@ export async function observe<Tx>(world: World, store: StoreFixture<Tx>, transpo
   return { effects, consumerDead, outboxDead, halted };
 }
 
-/** Waits until every committed message is in an end state, then checks the invariants. */
+/**
+ * Waits until every committed message is in an end state, then checks the invariants.
+ * With `signal`, gives up when it aborts (within one poll) and rejects with its reason.
+ */
 export async function settle<Tx>(
   world: World,
   ledger: Ledger,
@@ -56,9 +59,11 @@ export async function settle<Tx>(
   transport: Transport,
   ordered: boolean,
   timeoutMs: number,
+  signal?: AbortSignal,
 ): Promise<{ report: InvariantReport; observed: Observed }> {
-  return eventually(
+  const settled = await eventually(
     async () => {
+      if (signal?.aborted) return undefined;
       // The database or broker may be away (an outage scenario): observe throws, and we look again.
       const observed = await observe(world, store, transport);
       const report = checkInvariants(ledger, observed, { ordered });
@@ -68,6 +73,8 @@ export async function settle<Tx>(
     },
     { timeoutMs, intervalMs: 50 },
   );
+  if (!settled) throw signal?.reason;
+  return settled;
 }
 
 interface Worker<Tx> {
@@ -75,11 +82,76 @@ interface Worker<Tx> {
   readonly connection: Transport;
 }
 
+/** How long a simulated outage lasts once it has begun. */
+const OUTAGE_MS = 300;
+
+/**
+ * A fixture broke its promise (an outage that would not begin or end): the scenario
+ * cannot judge the product, and says so instead of reporting the messages as lost.
+ */
+class FixtureFault extends Error {
+  override readonly name = 'FixtureFault';
+}
+
+/**
+ * One simulated outage of a fixture. Once `begin` has been called the outage always
+ * ends: `OUTAGE_MS` later, or at once when the run finishes first, even when `begin`
+ * threw part-way (it may already have cut connections). A failing `begin` or `end` is
+ * reported through `onFault` as the fixture's fault.
+ */
+class OutageWindow {
+  readonly #what: string;
+  readonly #outage: { begin(): Promise<void>; end(): Promise<void> };
+  readonly #onFault: (fault: FixtureFault) => void;
+  #timer: NodeJS.Timeout | undefined;
+  #beginning: Promise<void> | undefined;
+  #ending: Promise<void> | undefined;
+
+  constructor(what: string, outage: { begin(): Promise<void>; end(): Promise<void> }, onFault: (fault: FixtureFault) => void) {
+    this.#what = what;
+    this.#outage = outage;
+    this.#onFault = onFault;
+  }
+
+  /** Begins the outage and resolves once `begin` returned or threw (never rejects). */
+  begin(): Promise<void> {
+    this.#beginning ??= this.#begin();
+    return this.#beginning;
+  }
+
+  async #begin(): Promise<void> {
+    try {
+      await this.#outage.begin();
+    } catch (error) {
+      this.#onFault(new FixtureFault(`the ${this.#what} fixture's outage.begin() failed: ${describeError(error)}`, { cause: error }));
+    } finally {
+      if (!this.#ending) this.#timer = setTimeout(() => void this.end(), OUTAGE_MS);
+    }
+  }
+
+  /**
+   * Ends the outage if it began, once, after `begin` has settled (ending it half-way
+   * through its beginning would leave it begun); resolves when `end` returned. Never rejects.
+   */
+  end(): Promise<void> {
+    clearTimeout(this.#timer);
+    const beginning = this.#beginning;
+    if (!beginning) return Promise.resolve();
+    this.#ending ??= beginning
+      .then(() => this.#outage.end())
+      .catch((error: unknown) => {
+        this.#onFault(new FixtureFault(`the ${this.#what} fixture's outage.end() failed: ${describeError(error)}`, { cause: error }));
+      });
+    return this.#ending;
+  }
+}
+
 /**
  * Runs one scenario in-process: commits traffic, runs workers with the fault armed,
  * replaces crashed workers, waits until every message reached an end state and
  * checks the invariants. Throws if a fixture lacks what the scenario needs (callers
- * gate on that first).
+ * gate on that first), and throws a `FixtureFault` at once when a fixture's outage
+ * fails to begin or end. An outage that began always ends before the run returns.
  */
 export async function runInProcessScenario<Tx>(
   factories: BusFactories<Tx>,
@@ -92,6 +164,16 @@ export async function runInProcessScenario<Tx>(
   const store = await factories.store(context);
   let transport: TransportFixture | undefined;
   const workers = new Set<Worker<Tx>>();
+  const outages: OutageWindow[] = [];
+  // Aborted with the first FixtureFault: the run stops waiting and reports it.
+  const fixtureFaults = new AbortController();
+  const openOutage = (what: string, outage: { begin(): Promise<void>; end(): Promise<void> }): Promise<void> => {
+    const window = new OutageWindow(what, outage, (fault) => {
+      if (!fixtureFaults.signal.aborted) fixtureFaults.abort(fault);
+    });
+    outages.push(window);
+    return window.begin();
+  };
   try {
     transport = await factories.transport(context);
     const fixture = transport;
@@ -150,15 +232,11 @@ export async function runInProcessScenario<Tx>(
           case 'broker-outage':
             if (!armed || !fixture.outage) return;
             armed = false;
-            await fixture.outage.begin();
-            setTimeout(() => void fixture.outage?.end(), 300);
-            return;
+            return openOutage('transport', fixture.outage);
           case 'database-outage':
             if (!armed || !store.outage) return;
             armed = false;
-            await store.outage.begin();
-            setTimeout(() => void store.outage?.end(), 300);
-            return;
+            return openOutage('store', store.outage);
         }
       };
       const self: Worker<Tx> = { bus: createWorkerBus(world, store, connection, tuning, { faults }), connection };
@@ -192,12 +270,16 @@ export async function runInProcessScenario<Tx>(
       if (!results.every((result) => result.ok)) throw new Error('could not publish the duplicated message');
     }
 
-    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000);
+    // A fixture that broke its outage fails the run at once, under its own name: waiting
+    // for the messages would only report them lost.
+    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, fixtureFaults.signal);
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
       spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
     return { ...report, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
   } finally {
+    // Before anything stops: the next scenario, and the fixture's close, need the broker and database back.
+    await Promise.all(outages.map((window) => window.end()));
     await Promise.all([...workers].map((worker) => worker.bus.stop({ timeoutMs: 2_000 }).catch(() => undefined)));
     await Promise.all([...workers].map((worker) => worker.connection.close().catch(() => undefined)));
     await transport?.close().catch(() => undefined);

@@ -191,7 +191,14 @@ export class OutboxWakeups {
       });
       connection.on('error', lost);
       connection.on('end', lost);
-      await connection.query(`LISTEN "${channel}"`);
+      try {
+        await connection.query(`LISTEN "${channel}"`);
+      } catch (error) {
+        // The connection is not ours to keep yet (`lost` ignores it): close it here, or
+        // every failed attempt and its retries would leave a server connection open.
+        await this.#release(source, connection);
+        throw error;
+      }
       this.#connection = connection;
       this.#reconnectDelay = RECONNECT_MIN_MS;
     })().finally(() => {
@@ -220,14 +227,17 @@ export class OutboxWakeups {
     await this.#connecting?.catch(() => undefined);
     const connection = this.#connection;
     this.#connection = undefined;
-    if (connection && this.#source) {
-      connection.removeAllListeners('notification');
-      connection.removeAllListeners('error');
-      connection.removeAllListeners('end');
-      // Keep a no-op error handler: a late socket error must not crash the process.
-      connection.on('error', () => undefined);
-      await this.#source.destroyRawConnection(connection).catch(() => undefined);
-    }
+    if (connection && this.#source) await this.#release(this.#source, connection);
+  }
+
+  /** Detaches every listener of ours from `connection` and closes it. Never rejects. */
+  async #release(source: RawConnectionSource, connection: ListenConnection): Promise<void> {
+    connection.removeAllListeners('notification');
+    connection.removeAllListeners('error');
+    connection.removeAllListeners('end');
+    // Keep a no-op error handler: a late socket error must not crash the process.
+    connection.on('error', () => undefined);
+    await source.destroyRawConnection(connection).catch(() => undefined);
   }
 }
 

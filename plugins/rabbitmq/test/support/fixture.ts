@@ -38,6 +38,8 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
   // overflows with reject-publish: the broker itself nacks them.
   const refuseQueue = `${prefix}.refuse`;
   let networkDown = false;
+  // Counts outages begun: a connection whose handshake spans the start of one was cut by it.
+  let outagesBegun = 0;
 
   const create = async (): Promise<RabbitMqTransport> => {
     const handle: Handle = { connections: [], killed: false };
@@ -49,7 +51,15 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
       connection: async () => {
         if (handle.killed) throw new Error('this transport was killed');
         if (networkDown) throw new Error('simulated network outage');
+        const epoch = outagesBegun;
         const connection = await openConnection(`${prefix}-${transports.length}`);
+        // The handshake was in flight when the transport was killed or the network was cut:
+        // a real cut would have reset it. Letting it through would leave a transport
+        // connected in the middle of an outage (and `outage.begin` waiting for it in vain).
+        if (handle.killed || networkDown || outagesBegun !== epoch) {
+          destroySocket(connection);
+          throw new Error(handle.killed ? 'this transport was killed' : 'simulated network outage');
+        }
         handle.connections.push(connection);
         divertRefused(connection, refuseQueue, (envelope) => refusals.some((refuse) => refuse(envelope)));
         return connection;
@@ -115,6 +125,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
           outage: {
             begin: async () => {
               networkDown = true;
+              outagesBegun++;
               for (const handle of handles.values()) cut(handle);
               await untilDisconnected();
             },
