@@ -19,6 +19,27 @@ export interface StoreFixture<Tx> {
   readonly inbox: InboxStore<Tx>;
   /** Runs `work` in a fresh unit of work; commits when it resolves, rolls back when it throws. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /**
+   * Runs `work` in a fresh unit of work and commits it like {@link transaction}, but
+   * awaits `beforeCommit` inside it once everything it holds has been written (outbox
+   * rows inserted, per-key locks taken) and right before it commits, so the suite can
+   * hold a producer at its last moment. Stores that write at commit await it before
+   * committing.
+   */
+  transactionHeldBeforeCommit<T>(work: (tx: Tx) => Promise<T>, beforeCommit: () => Promise<void>): Promise<T>;
+  /**
+   * One unit-of-work object used for several transactions in turn, as an application
+   * may: `begin()` opens one with a transaction begun; `rollback(tx)` rolls that
+   * transaction back and resolves with the object to use next — `tx` itself with a new
+   * transaction begun where the store's unit-of-work object outlives a transaction (a
+   * MikroORM EntityManager: `em.rollback()`, then `em.begin()`), else a fresh one;
+   * `commit(tx)` commits.
+   */
+  readonly reusableUnitOfWork: {
+    begin(): Promise<Tx>;
+    rollback(tx: Tx): Promise<Tx>;
+    commit(tx: Tx): Promise<void>;
+  };
   /** Writes one effect row `id` inside `tx` (a handler's side effect). */
   recordEffect(tx: Tx, id: string): Promise<void>;
   /** Every committed effect id, in commit order, duplicates included. */

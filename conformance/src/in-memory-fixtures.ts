@@ -17,6 +17,22 @@ export async function createInMemoryStoreFixture(_context?: FixtureContext, data
     outbox,
     inbox,
     transaction: (work) => database.transaction(work),
+    // Rows are staged and get their sequence at commit: holding before it holds nothing.
+    transactionHeldBeforeCommit: (work, beforeCommit) =>
+      database.transaction(async (tx) => {
+        const value = await work(tx);
+        await beforeCommit();
+        return value;
+      }),
+    // An InMemoryTransaction ends with its rollback: the next transaction is a new object.
+    reusableUnitOfWork: {
+      begin: async () => database.begin(),
+      rollback: async (tx) => {
+        await tx.rollback();
+        return database.begin();
+      },
+      commit: (tx) => tx.commit(),
+    },
     recordEffect: async (tx, id) => {
       database.assertAvailable('recordEffect');
       tx.onCommit(() => {

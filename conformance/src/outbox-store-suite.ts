@@ -213,6 +213,27 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: 'a message appended in a unit of work that rolls back is never claimed, even after the same unit of work object is used again',
+    async run(env) {
+      const { reusableUnitOfWork: unitOfWork } = env.fixture;
+      const lost = [message(env, 'k'), message(env, null)];
+      const kept = message(env, 'k');
+      const first = await unitOfWork.begin();
+      // The unit of work writes something first (a flush, where the store has one), then
+      // the message is appended and the transaction rolls back.
+      await env.fixture.recordEffect(first, 'rolled-back-effect');
+      env.outbox.append(first, lost.map((envelope) => ({ envelope })));
+      const again = await unitOfWork.rollback(first);
+      env.outbox.append(again, [{ envelope: kept }]);
+      // A write of the reused object (its next flush) must not carry the rolled-back rows.
+      await env.fixture.recordEffect(again, 'committed-effect');
+      await unitOfWork.commit(again);
+      expect(await drain(env, 'relay-a')).toEqual([kept.messageId]);
+      expect((await env.outbox.stats()).pending).toBe(0);
+      expect(await env.fixture.readEffects()).toEqual(['committed-effect']);
+    },
+  },
+  {
     name: 'refuses an ended or foreign unit of work and keeps what was committed',
     async run(env) {
       const committed = message(env, 'k');
@@ -346,6 +367,49 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
         expect(sorted(drained)).toEqual(sorted([a1, a2, b1, b2].map((envelope) => envelope.messageId)));
         const keyOrder = drained.filter((id) => id === a1.messageId || id === b1.messageId);
         expect(keyOrder).toEqual(commits[0] === 'A' ? [a1.messageId, b1.messageId] : [b1.messageId, a1.messageId]);
+      }
+      expect(commits).toHaveLength(2);
+    },
+  },
+  {
+    name: 'an earlier row of a key never becomes claimable while a later row of that key is in flight',
+    async run(env) {
+      // The harmful interleaving for a store whose producers do not take turns per key: A
+      // has written its row (drawn its sequence) but not committed; B appends the same key,
+      // commits, and its row is claimed; then A commits a row with the smaller sequence.
+      const [a, b] = [message(env, 'k'), message(env, 'k')];
+      const held = deferred();
+      const gate = deferred();
+      const commits: string[] = [];
+      const txA = env.fixture
+        .transactionHeldBeforeCommit(
+          async (tx) => {
+            env.outbox.append(tx, [{ envelope: a }]);
+          },
+          async () => {
+            held.resolve();
+            await gate.promise;
+          },
+        )
+        .then(() => commits.push('A'));
+      await held.promise;
+      const txB = commit(env, [b]).then(() => commits.push('B'));
+      // A store that serialises the producers of a key makes B wait for A; give B a
+      // bounded chance to commit first (stores whose sequence is drawn at commit let it).
+      const bCommittedFirst = await Promise.race([txB.then(() => true), sleep(Math.min(2_000, env.options.timeoutMs)).then(() => false)]);
+      if (bCommittedFirst) {
+        const inFlight = await claim(env, 'relay-a');
+        expect(ids(inFlight)).toEqual([b.messageId]);
+        gate.resolve();
+        await txA;
+        // A committed after B: its row comes after B's, whatever sequence it drew.
+        expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+        expect(await env.outbox.complete(inFlight.lease, sequences(inFlight))).toBe(1);
+        expect(ids(await claim(env, 'relay-b'))).toEqual([a.messageId]);
+      } else {
+        gate.resolve();
+        await Promise.all([txA, txB]);
+        expect(await drain(env, 'relay-a')).toEqual(commits[0] === 'A' ? [a.messageId, b.messageId] : [b.messageId, a.messageId]);
       }
       expect(commits).toHaveLength(2);
     },

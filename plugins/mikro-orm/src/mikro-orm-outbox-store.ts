@@ -59,8 +59,13 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  * Guarantees (the `OutboxStore` contract, checked by the conformance suite):
  * - `append(em, …)` joins `em`'s unit of work: the rows are written by the same
  *   `em.flush()` (or the flush `em.transactional()` ends with), in the same transaction as
- *   the entity changes, or not at all. The global EntityManager, an EntityManager of
- *   another ORM, and one whose transaction ended are refused with a `ConfigError`.
+ *   the entity changes, or not at all. Rows belong to the transaction they were appended
+ *   in: a rollback or `em.clear()` discards them, and no later transaction of the same
+ *   EntityManager writes them. The global EntityManager, an EntityManager of another ORM,
+ *   one whose transaction ended, and one whose `em.transactional()` fork is active are
+ *   refused with a `ConfigError`.
+ * - A transaction takes the key locks of all its rows in one sorted pass at its commit,
+ *   however many flushes appended them, so producers never deadlock on each other.
  * - Appends of one (topic, key) are serialised by a transaction-scoped lock taken right
  *   before the insert, so sequence order is commit order and no row is claimable before an
  *   earlier-committed row of its key (SQLite's single writer gives the same for free).

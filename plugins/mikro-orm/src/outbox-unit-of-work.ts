@@ -1,26 +1,61 @@
 import { ConfigError } from '@courier/core';
-import type { EntityManager, EventManager, EventSubscriber, FlushEventArgs, Transaction, TransactionEventArgs } from '@mikro-orm/core';
+import { TransactionContext, type EntityManager, type EventManager, type EventSubscriber, type FlushEventArgs, type Transaction, type TransactionEventArgs } from '@mikro-orm/core';
+
+/** Rows remembered against an EntityManager, with the transaction they were appended in. */
+interface PendingBatch<Row> {
+  /** The EntityManager's transaction at append time; `undefined` when it had none (the next flush's own). */
+  readonly trx: Transaction | undefined;
+  readonly rows: Row[];
+}
+
+/** Rows flushed inside a transaction, waiting for its root transaction's commit. */
+interface DeferredBatch<Row> {
+  /** The (possibly nested, savepoint) transaction the flush ran in. */
+  readonly trx: Transaction;
+  readonly rows: readonly Row[];
+}
 
 /**
  * Binds appended outbox rows to MikroORM units of work.
  *
  * `append` is synchronous and only remembers the rows against the EntityManager that
- * will flush them. A flush-event subscriber then writes them:
+ * will flush them, with the transaction they were appended in. A flush-event subscriber
+ * then writes them:
  *
- * - flush inside a transaction (`em.transactional`, `em.begin()`, a nested transactional
- *   fork): at `afterFlush`, still inside that transaction, on its connection;
  * - flush that opens its own implicit transaction: at `beforeTransactionCommit`, after
- *   the entity changes and before COMMIT, so the per-key lock is held only for the commit;
+ *   the entity changes and before COMMIT;
+ * - flush inside a transaction that MikroORM began (`em.transactional`, `em.begin()`, a
+ *   nested transactional fork): the flush hands them to that transaction, and its root's
+ *   `beforeTransactionCommit` writes every row the transaction collected, from all its
+ *   flushes, taking all their key locks in one sorted pass right before COMMIT — so two
+ *   producers never wait for each other's key locks in opposite orders (no deadlock), and
+ *   the locks are held only for the commit;
+ * - flush inside a transaction MikroORM did not begin (a knex transaction set with
+ *   `setTransactionContext`), whose commit MikroORM does not announce: at `afterFlush`,
+ *   inside it;
  * - flush with nothing else to write (MikroORM opens no transaction then): at
  *   `afterFlush`, in a transaction of the store's own, before `flush()` resolves.
  *
- * Either way the rows commit with the flush or not at all, and `flush()` rejects if they
- * cannot be written. Rows are handed to exactly one write: if that transaction rolls
- * back, they are gone with it, as MikroORM forgets the entity changes of a failed flush.
+ * Rows belong to the transaction they were appended in: a root rollback (`em.rollback()`,
+ * a throwing `transactional`, a failed implicit flush) discards every row the
+ * EntityManager holds and every row the transaction collected; a savepoint rollback
+ * discards what was flushed inside it; `em.clear()` discards rows not flushed yet; a row
+ * appended in a transaction that has ended is never written by a later one. Appending to
+ * an EntityManager while a transactional fork of it (or of its transaction) is active in
+ * the same async context is refused: the rows would not be part of the fork's transaction.
  */
 export class OutboxUnitOfWork<Row> {
   readonly #orm: { readonly em: EntityManager };
-  readonly #pending = new WeakMap<EntityManager, Row[]>();
+  readonly #pending = new WeakMap<EntityManager, PendingBatch<Row>[]>();
+  /** Rows flushed inside a transaction MikroORM began, by root transaction. */
+  readonly #deferred = new WeakMap<object, DeferredBatch<Row>[]>();
+  /** Root transactions MikroORM announced (afterTransactionStart): their commit will be announced too. */
+  readonly #announced = new WeakSet<object>();
+  /** Savepoints rolled back, and those whose rollback is watched. */
+  readonly #rolledBack = new WeakSet<object>();
+  readonly #watchedSavepoints = new WeakSet<object>();
+  /** Units of work whose clear() discards their EntityManager's rows. */
+  readonly #watchedClears = new WeakSet<object>();
   readonly #registered = new WeakSet<EventManager>();
   /** Root transactions that carry rows, for the after-commit wake-up. */
   readonly #written = new WeakSet<object>();
@@ -31,7 +66,7 @@ export class OutboxUnitOfWork<Row> {
 
   constructor(options: {
     orm: { readonly em: EntityManager };
-    /** Writes rows inside `trx` (lock, then insert). */
+    /** Writes rows inside `trx` (lock every key in one sorted pass, then insert). */
     write: (rows: readonly Row[], trx: Transaction) => Promise<void>;
     /** Writes rows in a transaction of the store's own. */
     writeAlone: (rows: readonly Row[]) => Promise<void>;
@@ -44,24 +79,32 @@ export class OutboxUnitOfWork<Row> {
     this.#committed = options.committed;
     this.#subscriber = {
       afterFlush: (args: FlushEventArgs) => this.#afterFlush(args.em),
+      afterTransactionStart: (args: TransactionEventArgs) => {
+        if (args.transaction !== undefined) this.#announced.add(args.transaction);
+      },
       beforeTransactionCommit: (args: TransactionEventArgs) => this.#beforeCommit(args.em, args.transaction),
       afterTransactionCommit: (args: TransactionEventArgs) => this.#afterCommit(args.transaction),
+      afterTransactionRollback: (args: TransactionEventArgs) => this.#afterRollback(args.em, args.transaction),
     };
     this.#register(options.orm.em.getEventManager());
   }
 
   /**
-   * Remembers `rows` against the unit of work of `em`. Throws a `ConfigError` (code
-   * `UNIT_OF_WORK_REQUIRED` or `UNIT_OF_WORK_ENDED`), remembering nothing, when `em`
-   * cannot carry them.
+   * Remembers `rows` against the unit of work of `em`, in its current transaction. Throws
+   * a `ConfigError` (code `UNIT_OF_WORK_REQUIRED` or `UNIT_OF_WORK_ENDED`), remembering
+   * nothing, when `em` cannot carry them.
    */
   add(em: EntityManager, rows: readonly Row[]): void {
     const target = this.resolve(em);
     if (rows.length === 0) return;
     this.#register(target.getEventManager());
-    const list = this.#pending.get(target);
-    if (list) list.push(...rows);
-    else this.#pending.set(target, [...rows]);
+    this.#watchClear(target);
+    const trx = target.getTransactionContext();
+    const batches = this.#pending.get(target);
+    const last = batches?.at(-1);
+    if (last !== undefined && last.trx === trx) last.rows.push(...rows);
+    else if (batches) batches.push({ trx, rows: [...rows] });
+    else this.#pending.set(target, [{ trx, rows: [...rows] }]);
   }
 
   /** The EntityManager whose flush will carry appends made through `em`, after every misuse check. */
@@ -99,6 +142,17 @@ export class OutboxUnitOfWork<Row> {
         { code: 'UNIT_OF_WORK_REQUIRED' },
       );
     }
+    // Inside em.transactional(cb) the outer EntityManager is still usable, but its rows
+    // would be flushed by it, outside the callback's transaction (lost if that commits
+    // and it is never flushed, published if that rolls back and it is).
+    const active = TransactionContext.getEntityManager(target.name);
+    const activeTrx = active !== undefined && active !== target && active.getDriver() === target.getDriver() ? active.getTransactionContext() : undefined;
+    if (activeTrx !== undefined && !isCompleted(activeTrx) && (trx === undefined || rootOf(trx) === rootOf(activeTrx))) {
+      throw new ConfigError(
+        `'append' got an EntityManager whose em.transactional() fork is active here: publish on the 'em' the transactional callback received, so the message commits or rolls back with that transaction`,
+        { code: 'UNIT_OF_WORK_REQUIRED' },
+      );
+    }
     return target;
   }
 
@@ -108,25 +162,73 @@ export class OutboxUnitOfWork<Row> {
     events.registerSubscriber(this.#subscriber);
   }
 
-  #take(em: EntityManager): Row[] | undefined {
-    const rows = this.#pending.get(em);
-    if (!rows || rows.length === 0) return undefined;
+  /**
+   * MikroORM announces no event for em.clear(), which empties the unit of work's identity
+   * map and change queues (UnitOfWork.clear(), called only from there): wrap that method
+   * on this one unit of work so the rows not flushed yet go with the entity changes.
+   */
+  #watchClear(em: EntityManager): void {
+    const uow = em.getUnitOfWork(false) as unknown as { clear: (...args: unknown[]) => unknown };
+    if (this.#watchedClears.has(uow)) return;
+    this.#watchedClears.add(uow);
+    const clear = uow.clear;
+    const pending = this.#pending;
+    Object.defineProperty(uow, 'clear', {
+      configurable: true,
+      writable: true,
+      value: function (this: unknown, ...args: unknown[]): unknown {
+        pending.delete(em);
+        return clear.apply(this, args);
+      },
+    });
+  }
+
+  /**
+   * A savepoint's rollback is not announced (MikroORM dispatches transaction events for
+   * root transactions only): wrap the knex transaction's rollback so rows flushed inside
+   * it are not written by the root's commit.
+   */
+  #watchSavepoint(trx: Transaction): void {
+    const savepoint = trx as unknown as { rollback?: (...args: unknown[]) => unknown };
+    if (this.#watchedSavepoints.has(savepoint) || typeof savepoint.rollback !== 'function') return;
+    this.#watchedSavepoints.add(savepoint);
+    const rollback = savepoint.rollback;
+    const rolledBack = this.#rolledBack;
+    savepoint.rollback = function (this: unknown, ...args: unknown[]): unknown {
+      rolledBack.add(savepoint);
+      return rollback.apply(this, args);
+    };
+  }
+
+  /** Takes the rows of `em` that may be written in `trx`; rows appended in another (ended) transaction are dropped. */
+  #take(em: EntityManager, trx: Transaction | undefined): Row[] | undefined {
+    const batches = this.#pending.get(em);
+    if (!batches) return undefined;
     this.#pending.delete(em);
-    return rows;
+    const rows = batches.filter((batch) => batch.trx === undefined || batch.trx === trx).flatMap((batch) => batch.rows);
+    return rows.length === 0 ? undefined : rows;
   }
 
   async #afterFlush(em: EntityManager): Promise<void> {
-    const rows = this.#take(em);
-    if (!rows) return;
     const trx = em.getTransactionContext();
+    const rows = this.#take(em, trx);
+    if (!rows) return;
     if (trx !== undefined) {
       if (isCompleted(trx)) {
         throw new ConfigError(`the EntityManager's transaction ended before its outbox rows were written: flush inside the transaction`, {
           code: 'UNIT_OF_WORK_ENDED',
         });
       }
+      const root = rootOf(trx);
+      if (this.#announced.has(root)) {
+        for (const link of chainOf(trx)) if (link !== root) this.#watchSavepoint(link as Transaction);
+        const deferred = this.#deferred.get(root);
+        if (deferred) deferred.push({ trx, rows });
+        else this.#deferred.set(root, [{ trx, rows }]);
+        return;
+      }
       await this.#write(rows, trx);
-      this.#written.add(rootOf(trx));
+      this.#written.add(root);
       return;
     }
     await this.#writeAlone(rows);
@@ -134,17 +236,42 @@ export class OutboxUnitOfWork<Row> {
   }
 
   async #beforeCommit(em: EntityManager, trx: Transaction | undefined): Promise<void> {
-    const rows = this.#take(em);
-    if (!rows) return;
     if (trx === undefined) throw new Error('beforeTransactionCommit without a transaction');
+    const root = rootOf(trx);
+    // The implicit transaction of a flush carries the EntityManager's rows itself; rows
+    // appended after em.commit()'s flush still belong to this transaction.
+    const own = this.#take(em, trx);
+    let batches = this.#deferred.get(root) ?? [];
+    if (own) batches = [...batches, { trx, rows: own }];
+    const rows = batches.filter((batch) => !chainOf(batch.trx).some((link) => this.#rolledBack.has(link))).flatMap((batch) => batch.rows);
+    if (rows.length === 0) {
+      this.#deferred.delete(root);
+      return;
+    }
+    // Kept until written: if the write fails and the caller retries the commit (MariaDB
+    // keeps a transaction usable after a failed statement), it writes them again rather
+    // than committing without them.
+    this.#deferred.set(root, batches);
     await this.#write(rows, trx);
-    this.#written.add(rootOf(trx));
+    this.#deferred.delete(root);
+    this.#written.add(root);
   }
 
   #afterCommit(trx: Transaction | undefined): void {
-    if (trx === undefined || !this.#written.has(rootOf(trx))) return;
-    this.#written.delete(rootOf(trx));
+    if (trx === undefined) return;
+    const root = rootOf(trx);
+    this.#deferred.delete(root);
+    if (!this.#written.has(root)) return;
+    this.#written.delete(root);
     this.#committed();
+  }
+
+  #afterRollback(em: EntityManager, trx: Transaction | undefined): void {
+    this.#pending.delete(em);
+    if (trx === undefined) return;
+    const root = rootOf(trx);
+    this.#deferred.delete(root);
+    this.#written.delete(root);
   }
 }
 
@@ -170,11 +297,19 @@ function disablesTransactions(em: EntityManager): boolean {
 
 /** The top-level transaction of a (possibly nested, savepoint) knex transaction. */
 function rootOf(trx: Transaction): object {
+  return chainOf(trx).at(-1)!;
+}
+
+/** `trx`, then each enclosing transaction up to the top-level one. */
+function chainOf(trx: Transaction): object[] {
+  const chain: object[] = [];
   let current = trx as { parentTransaction?: unknown };
+  chain.push(current);
   while (current.parentTransaction !== undefined && current.parentTransaction !== null) {
     current = current.parentTransaction as { parentTransaction?: unknown };
+    chain.push(current);
   }
-  return current;
+  return chain;
 }
 
 function describe(value: unknown): string {

@@ -1,6 +1,7 @@
 // How append joins MikroORM units of work, beyond what the conformance suite checks:
 // entity changes and outbox rows commit together through every way of flushing, and
 // misuse is refused with an error that says what to do.
+import { deferred } from '@courier/conformance';
 import { ConfigError, CourierError, StorageError } from '@courier/core';
 import { RequestContext, type EntityManager } from '@mikro-orm/core';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -123,6 +124,88 @@ describe.each(FIXTURE_DIALECTS)('append joins the unit of work (%s)', (dialect) 
     expect(idsOf(await claimAll(f))).toEqual([kept.messageId]);
   });
 
+  it('a rollback discards the rows appended before it, even when the EntityManager is used again', async () => {
+    const f = await fixtureFor(dialect);
+    // Flushed entity, then a publish, then a rollback; the same EntityManager flushes again.
+    const em = f.orm.em.fork();
+    await em.begin();
+    em.persist(em.create(f.Effect, { effectId: 'order' }));
+    await em.flush();
+    f.outbox.append(em, [{ envelope: envelope(f.tablePrefix, 'k') }]);
+    await em.rollback();
+    em.persist(em.create(f.Effect, { effectId: 'other' }));
+    await em.flush();
+    // No flush before the rollback; a new transaction on the same EntityManager commits.
+    const again = f.orm.em.fork();
+    await again.begin();
+    f.outbox.append(again, [{ envelope: envelope(f.tablePrefix, 'k') }]);
+    await again.rollback();
+    const kept = envelope(f.tablePrefix, 'k');
+    await again.begin();
+    f.outbox.append(again, [{ envelope: kept }]);
+    await again.commit();
+    expect(await f.readEffects()).toEqual(['other']);
+    expect(idsOf(await claimAll(f))).toEqual([kept.messageId]);
+    expect((await f.outbox.stats()).pending).toBe(1);
+  });
+
+  it('em.clear() discards the rows not flushed yet, as it does entity changes', async () => {
+    const f = await fixtureFor(dialect);
+    const em = f.orm.em.fork();
+    f.outbox.append(em, [{ envelope: envelope(f.tablePrefix, 'cleared') }]);
+    em.clear();
+    const kept = envelope(f.tablePrefix, 'kept');
+    f.outbox.append(em, [{ envelope: kept }]);
+    em.persist(em.create(f.Effect, { effectId: 'after-clear' }));
+    await em.flush();
+    await RequestContext.create(f.orm.em, async () => {
+      f.outbox.append(f.orm.em, [{ envelope: envelope(f.tablePrefix, 'cleared-in-context') }]);
+      f.orm.em.clear();
+      await f.orm.em.flush();
+    });
+    expect(await f.readEffects()).toEqual(['after-clear']);
+    expect(idsOf(await claimAll(f))).toEqual([kept.messageId]);
+  });
+
+  it('refuses a publish on an EntityManager whose transactional fork is active, naming the fork', async () => {
+    const f = await fixtureFor(dialect);
+    const em = f.orm.em.fork();
+    const refused = [{ envelope: envelope(f.tablePrefix, 'outer') }];
+    const inner = envelope(f.tablePrefix, 'inner');
+    const nested = envelope(f.tablePrefix, 'nested');
+    await em.transactional(async (tx) => {
+      expect(codeOf(() => f.outbox.append(em, refused))).toBe('UNIT_OF_WORK_REQUIRED');
+      expect(() => f.outbox.append(em, refused)).toThrow(/the 'em' the transactional callback received/);
+      f.outbox.append(tx, [{ envelope: inner }]);
+      await tx.transactional(async (savepoint) => {
+        expect(codeOf(() => f.outbox.append(tx, refused))).toBe('UNIT_OF_WORK_REQUIRED');
+        f.outbox.append(savepoint, [{ envelope: nested }]);
+      });
+    });
+    // Once the callback has returned, the outer EntityManager is a unit of work again.
+    const after = envelope(f.tablePrefix, 'after');
+    f.outbox.append(em, [{ envelope: after }]);
+    await em.flush();
+    expect(idsOf(await claimAll(f))).toEqual([inner.messageId, nested.messageId, after.messageId].sort());
+  });
+
+  it('a savepoint rollback discards the rows flushed inside it; the enclosing transaction keeps its own', async () => {
+    const f = await fixtureFor(dialect);
+    const kept = envelope(f.tablePrefix, 'kept');
+    await f.orm.em.fork().transactional(async (tx) => {
+      f.outbox.append(tx, [{ envelope: kept }]);
+      await expect(
+        tx.transactional(async (savepoint) => {
+          f.outbox.append(savepoint, [{ envelope: envelope(f.tablePrefix, 'lost') }]);
+          await f.recordEffect(savepoint, 'savepoint');
+          throw new Error('savepoint rollback');
+        }),
+      ).rejects.toThrow('savepoint rollback');
+    });
+    expect(await f.readEffects()).toEqual([]);
+    expect(idsOf(await claimAll(f))).toEqual([kept.messageId]);
+  });
+
   it('the global EntityManager stands for the RequestContext fork inside one', async () => {
     const f = await fixtureFor(dialect);
     const message = envelope(f.tablePrefix, 'ctx');
@@ -178,5 +261,31 @@ describe.each(FIXTURE_DIALECTS)('append joins the unit of work (%s)', (dialect) 
     await f.outbox.close();
     expect(codeOf(() => f.outbox.append(f.orm.em.fork(), [{ envelope: envelope(f.tablePrefix, 'k') }]))).toBe('CLOSED');
     await expect(claimAll(f)).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+});
+
+// SQLite has one writer: its producers take turns for the whole transaction, so there is
+// no interleaving of two open producers to try there.
+describe.each(FIXTURE_DIALECTS.filter((dialect) => dialect !== 'sqlite'))('producers that flush more than once (%s)', (dialect) => {
+  it('never deadlock on key locks when they append the same keys in opposite orders', async () => {
+    const f = await fixtureFor(dialect);
+    let firstFlushes = 0;
+    const bothFlushed = deferred();
+    // Each producer flushes its first key, waits until the other has too, then appends
+    // the other key and commits: the order in which a lock per flush would deadlock.
+    const produce = (first: string, second: string) =>
+      f.orm.em.fork().transactional(async (tx) => {
+        tx.persist(tx.create(f.Effect, { effectId: `${first}-first` }));
+        f.outbox.append(tx, [{ envelope: envelope(f.tablePrefix, first) }]);
+        await tx.flush();
+        firstFlushes += 1;
+        if (firstFlushes === 2) bothFlushed.resolve();
+        await bothFlushed.promise;
+        f.outbox.append(tx, [{ envelope: envelope(f.tablePrefix, second) }]);
+      });
+    const results = await Promise.allSettled([produce('alpha', 'beta'), produce('beta', 'alpha')]);
+    expect(results.map((result) => (result.status === 'rejected' ? String(result.reason) : 'committed'))).toEqual(['committed', 'committed']);
+    expect((await f.outbox.stats()).pending).toBe(4);
+    expect([...(await f.readEffects())].sort()).toEqual(['alpha-first', 'beta-first']);
   });
 });

@@ -74,7 +74,8 @@ export interface SqlDialect {
   dropStatements(): string[];
   /**
    * Takes the transaction-scoped per-key locks for appends of these key hashes inside
-   * `trx`, in a fixed order so that two appenders never deadlock on each other.
+   * `trx`, in a fixed order. The store calls it once per transaction, at commit, with
+   * every key the transaction appended, so two appenders never deadlock on each other.
    */
   lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void>;
   /** Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way. */

@@ -106,6 +106,27 @@ export async function createMikroOrmFixture(dialect: FixtureDialect, context: Fi
       sql,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       transaction: <T>(work: (tx: EntityManager) => Promise<T>) => orm.em.fork().transactional((em) => work(em)),
+      transactionHeldBeforeCommit: <T>(work: (tx: EntityManager) => Promise<T>, beforeCommit: () => Promise<void>) =>
+        orm.em.fork().transactional((em) => {
+          // The transactional fork has an event manager of its own (a clone), so this hook
+          // sees only this transaction; it runs after the store's subscriber, registered
+          // first, has written the rows.
+          em.getEventManager().registerSubscriber({ beforeTransactionCommit: () => beforeCommit() });
+          return work(em);
+        }),
+      reusableUnitOfWork: {
+        async begin() {
+          const em = orm.em.fork();
+          await em.begin();
+          return em;
+        },
+        async rollback(em: EntityManager) {
+          await em.rollback();
+          await em.begin();
+          return em;
+        },
+        commit: (em: EntityManager) => em.commit(),
+      },
       async recordEffect(tx: EntityManager, id: string) {
         // Through the unit of work, like a handler's own entity: persisted, then flushed
         // inside the caller's transaction.
