@@ -65,7 +65,7 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   if (!config.transport || typeof config.transport.publish !== 'function') problems.push(`'transport' must be a Transport`);
   const maxPayloadBytes = config.maxPayloadBytes ?? 1024 * 1024;
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) problems.push(`'maxPayloadBytes' must be a positive integer`);
-  const relay = relaySettings(config.relay);
+  const relay = relaySettings(config.relay, config.transport?.capabilities?.publishTimeoutMs);
   problems.push(...relay.problems);
   let consumerRetry;
   try {
