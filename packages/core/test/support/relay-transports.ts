@@ -27,10 +27,11 @@ export class SendLog {
  * Wraps `inner` so it behaves like RabbitMQ with a confirm window of 1: messages go one at
  * a time, each confirm takes `confirmMs`, and once `signal` aborts the messages not yet
  * sent come back `ABORTED` (a message already sent still waits for its confirm).
+ * `capabilities` overrides what it declares.
  */
-export function slowTransport(inner: Transport, log: SendLog, confirmMs: number): Transport {
+export function slowTransport(inner: Transport, log: SendLog, confirmMs: number, capabilities: Partial<Transport['capabilities']> = {}): Transport {
   return {
-    capabilities: { ...inner.capabilities, orderedPipelining: false },
+    capabilities: { ...inner.capabilities, orderedPipelining: false, ...capabilities },
     async publish(messages, options) {
       const results: PublishResult[] = [];
       for (const envelope of messages) {
