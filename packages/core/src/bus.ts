@@ -21,7 +21,11 @@ import { isValidTopic } from './envelope.js';
 
 /** Per-call options of {@link Bus.stop}. */
 export interface StopOptions {
-  /** How long in-flight work may take to finish before it is abandoned (redelivered / re-claimed). Default 10 s. */
+  /**
+   * How long in-flight work may take to finish before it is abandoned (redelivered /
+   * re-claimed when its lease expires). Default 10 s. Within it the relay sends nothing
+   * more, completes what the broker confirmed and releases the rest without an attempt.
+   */
   readonly timeoutMs?: number;
 }
 
