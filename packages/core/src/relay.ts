@@ -270,10 +270,10 @@ export class Relay<Tx> {
       return true;
     }
     // Nothing is sent after this instant, so that even an answer that takes the whole
-    // publish timeout arrives while the lease still holds; a transport that declares no
-    // timeout is given the largest one the bus would accept.
+    // publish timeout arrives while the lease still holds. A transport that declares no
+    // timeout promises no bound to plan with: it may send until the budget is spent.
     const { leaseMs } = this.#settings;
-    const sendBy = claimedAt + leaseMs * LEASE_BUDGET - (transport.capabilities.publishTimeoutMs ?? leaseMs * PUBLISH_TIMEOUT_LEASE_SHARE);
+    const sendBy = claimedAt + leaseMs * LEASE_BUDGET - (transport.capabilities.publishTimeoutMs ?? 0);
     if (Date.now() >= sendBy) {
       // The lease is (nearly) gone: publishing now would race the relay that re-claims it.
       // The release is fenced out if another relay has already re-claimed the rows.
