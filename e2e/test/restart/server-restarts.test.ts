@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { SCENARIOS, runInProcessScenario, type StoreFixture } from '@courier/conformance';
 import type { EntityManager } from '@mikro-orm/core';
 import { describe, expect, it } from 'vitest';
-import { createPostgresFixture, createRabbitMqFixture, postgresStore, rabbitMqTransport } from '../support/fixtures.js';
+import { createPostgresFixture, createRabbitMqFixture, E2E_PUBLISH_TIMEOUT_MS, postgresStore, rabbitMqTransport } from '../support/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -23,7 +23,7 @@ const plan = { messages: 200, keys: 8, perTransaction: 5, rolledBackTransactions
 describe('server restarts under load (postgresql+rabbitmq)', () => {
   it('a RabbitMQ restart loses nothing, applies nothing twice, keeps per-key order, burns no attempts', async () => {
     const result = await runInProcessScenario(
-      { store: postgresStore, transport: (context) => createRabbitMqFixture(context, { outage: 'broker' }) },
+      { store: postgresStore, transport: (context) => createRabbitMqFixture(context, { outage: 'broker', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS } }) },
       SCENARIOS['broker-restart'],
       'throw',
       { seed: Date.now() % 2 ** 31, plan, timeoutMs: 120_000 },

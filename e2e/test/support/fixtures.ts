@@ -10,5 +10,13 @@ export { createPostgresFixture, createRabbitMqFixture };
 /** A PostgreSQL store fixture. */
 export const postgresStore = (context: FixtureContext): Promise<StoreFixture<EntityManager>> => createPostgresFixture(context);
 
+/**
+ * Publish timeout of the end-to-end RabbitMQ transports. The bus requires a relay lease of
+ * at least twice the timeout the transport declares (this plus a quarter: 750 ms), and the
+ * scenarios run with a 1.5 s lease (`DEFAULT_TUNING.leaseMs`).
+ */
+export const E2E_PUBLISH_TIMEOUT_MS = 600;
+
 /** A RabbitMQ transport fixture whose outage cuts only its own connections (safe beside other tests). */
-export const rabbitMqTransport = (context: FixtureContext): Promise<TransportFixture> => createRabbitMqFixture(context, { outage: 'network' });
+export const rabbitMqTransport = (context: FixtureContext): Promise<TransportFixture> =>
+  createRabbitMqFixture(context, { outage: 'network', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS } });

@@ -33,7 +33,11 @@ export type WorkerMessage =
 /** Messages the runner sends a worker. */
 export type RunnerMessage = { readonly kind: 'stop' };
 
-/** The run's RabbitMQ transport, as every process of the run configures it. */
+/**
+ * The run's RabbitMQ transport, as every process of the run configures it. Its publish
+ * timeout fits the demo's 5 s relay lease: the bus wants a lease of at least twice the
+ * 2.5 s the transport then declares (the timeout plus a quarter).
+ */
 export function rabbitMqTransport(url: string, prefix: string, logger: Logger): RabbitMqTransport {
-  return new RabbitMqTransport({ connection: url, prefix, delayTiersMs: DELAY_TIERS_MS, connectTimeoutMs: 5_000, logger });
+  return new RabbitMqTransport({ connection: url, prefix, delayTiersMs: DELAY_TIERS_MS, connectTimeoutMs: 5_000, publishTimeoutMs: 2_000, logger });
 }

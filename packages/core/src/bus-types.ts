@@ -96,7 +96,11 @@ export interface SubscribeOptions {
 export interface RelayConfig {
   /** Rows claimed per batch. Default 100. */
   readonly batchSize?: number;
-  /** Lease length; a relay that stalls longer is fenced out. Default 30 s. */
+  /**
+   * Lease length; a relay that stalls longer is fenced out. Default 30 s. At least twice
+   * the transport's declared `publishTimeoutMs` (`createBus` checks), so a confirm that
+   * comes late is never re-claimed and sent again.
+   */
   readonly leaseMs?: number;
   /** Poll interval when the store has no wake-up signal (or as a safety net). Default 1 s. */
   readonly pollIntervalMs?: number;

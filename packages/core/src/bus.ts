@@ -21,7 +21,11 @@ import { isValidTopic, lengthProblem, portLimitsProblems, type LengthLimit, type
 
 /** Per-call options of {@link Bus.stop}. */
 export interface StopOptions {
-  /** How long in-flight work may take to finish before it is abandoned (redelivered / re-claimed). Default 10 s. */
+  /**
+   * How long in-flight work may take to finish before it is abandoned (redelivered /
+   * re-claimed when its lease expires). Default 10 s. Within it the relay sends nothing
+   * more, completes what the broker confirmed and releases the rest without an attempt.
+   */
   readonly timeoutMs?: number;
 }
 
@@ -70,7 +74,7 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   );
   const maxPayloadBytes = config.maxPayloadBytes ?? 1024 * 1024;
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) problems.push(`'maxPayloadBytes' must be a positive integer`);
-  const relay = relaySettings(config.relay);
+  const relay = relaySettings(config.relay, config.transport?.capabilities?.publishTimeoutMs);
   problems.push(...relay.problems);
   let consumerRetry;
   try {

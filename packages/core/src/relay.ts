@@ -5,7 +5,7 @@ import type { PoisonPolicy, RelayConfig } from './bus-types.js';
 import type { Envelope } from './envelope.js';
 import { CourierError, describeError } from './errors.js';
 import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
-import { sleep, Waker } from './internal/async.js';
+import { sleep, Waker, withTimeout } from './internal/async.js';
 import type { Logger } from './logger.js';
 import type { ClaimedBatch, OutboxFailure, OutboxRecord, OutboxStore } from './outbox-store.js';
 import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
@@ -20,6 +20,24 @@ import type { PublishResult, Transport } from './transport.js';
  * without counting an attempt, and the relay pauses.
  */
 export const CONNECTIVITY_CODES: ReadonlySet<string> = new Set(['TRANSPORT', 'PUBLISH_TIMEOUT', 'CLOSED']);
+
+/**
+ * Result code of a message the transport never sent because the relay's signal aborted
+ * first (the relay is stopping, or its sending deadline passed): released without an attempt.
+ */
+const NOT_SENT_CODE = 'ABORTED';
+
+/**
+ * Share of the lease that may pass between a claim and the last answer of its batch; the
+ * rest covers the complete and clock drift between the database and this process.
+ */
+const LEASE_BUDGET = 0.8;
+
+/**
+ * Largest share of the lease a transport's declared publish timeout may take
+ * (`TransportCapabilities.publishTimeoutMs`): the bus refuses a configuration that breaks it.
+ */
+export const PUBLISH_TIMEOUT_LEASE_SHARE = 0.5;
 
 /**
  * Claim → publish → complete cycles one relay runs at once. While one batch waits for its
@@ -55,8 +73,12 @@ export interface RelaySettings {
   readonly owner: string;
 }
 
-/** Resolves relay settings, listing every problem. */
-export function relaySettings(config: RelayConfig = {}): { settings?: RelaySettings; problems: string[] } {
+/**
+ * Resolves relay settings, listing every problem. `publishTimeoutMs` is the transport's
+ * declared publish timeout: the lease must be at least twice as long, or a confirm that
+ * comes late would find its rows re-claimed and sent again.
+ */
+export function relaySettings(config: RelayConfig = {}, publishTimeoutMs?: number): { settings?: RelaySettings; problems: string[] } {
   const problems: string[] = [];
   const positive = (name: string, value: number | undefined, fallback: number): number => {
     if (value === undefined) return fallback;
@@ -69,6 +91,12 @@ export function relaySettings(config: RelayConfig = {}): { settings?: RelaySetti
   const pollIntervalMs = positive('pollIntervalMs', config.pollIntervalMs, 1_000);
   const pauseInitialMs = positive('pause.initialDelayMs', config.pause?.initialDelayMs, 100);
   const pauseMaxMs = positive('pause.maxDelayMs', config.pause?.maxDelayMs, 5_000);
+  if (publishTimeoutMs !== undefined && Number.isFinite(leaseMs) && leaseMs > 0 && !(publishTimeoutMs <= leaseMs * PUBLISH_TIMEOUT_LEASE_SHARE)) {
+    problems.push(
+      `'relay.leaseMs' (${leaseMs} ms) must be at least twice the transport's publish timeout (${publishTimeoutMs} ms), ` +
+        `or a late confirm is re-claimed and sent again: raise 'relay.leaseMs' or lower the transport's publish timeout`,
+    );
+  }
   const poison = config.poison ?? 'park';
   if (poison !== 'park' && poison !== 'halt') problems.push(`'relay.poison' must be 'park' or 'halt'`);
   let retry: RetryPolicy | undefined;
@@ -100,7 +128,12 @@ export interface RelayHealth {
  * - per-key order: claims take a key's head only (or a contiguous run when the transport
  *   declares ordered pipelining), so at most one unconfirmed message per key otherwise;
  * - a transport or store that is down pauses the relay with capped backoff and counts no
- *   attempts; attempts count only failures the transport attributes to the message;
+ *   attempts; attempts count only failures the transport attributes to the message, never
+ *   a per-message connectivity result (`CONNECTIVITY_CODES`) or a message not sent (`ABORTED`);
+ * - every answer of a batch arrives within its lease: nothing is sent after a deadline that
+ *   leaves the transport's declared publish timeout before the lease runs out;
+ * - `stop` sends nothing more, completes what the broker confirmed, releases the rest of
+ *   its claims without an attempt, and leaves no timer behind;
  * - a head that exhausts its attempts (or is refused as not retriable) is parked (dead,
  *   the key moves on) or halted (the key stops until an operator resumes it).
  */
@@ -111,7 +144,10 @@ export class Relay<Tx> {
   /** Wakes the helper loops (all but the first). */
   readonly #helpers = new Waker();
   #primaryBusy = false;
-  #abort = new AbortController();
+  /** Aborted by `stop`: claim and send nothing more. */
+  #stopping = new AbortController();
+  /** Aborted when `stop` times out: abandon the store calls in flight to their leases. */
+  #abandon = new AbortController();
   #loop: Promise<void> | undefined;
   #unwatch: (() => Promise<void>) | undefined;
   #paused = false;
@@ -127,7 +163,8 @@ export class Relay<Tx> {
   /** Starts the loop (idempotent). Subscribes to the store's wake-up signal when it has one. */
   async start(): Promise<void> {
     if (this.#loop) return;
-    this.#abort = new AbortController();
+    this.#stopping = new AbortController();
+    this.#abandon = new AbortController();
     if (this.#deps.store.watch) {
       try {
         this.#unwatch = await this.#deps.store.watch(() => this.wake());
@@ -147,15 +184,22 @@ export class Relay<Tx> {
   }
 
   /**
-   * Stops after the batch in hand, waiting at most `timeoutMs`. A batch still in flight
-   * then is abandoned: its lease expires and another relay re-claims it.
+   * Stops: sends nothing more, waits (at most `timeoutMs`) for the answers of what was
+   * sent, completes what was confirmed and releases the rest without counting an attempt.
+   * Store calls still running at the timeout are abandoned: their rows come back when the
+   * lease expires.
    */
   async stop(timeoutMs: number): Promise<void> {
     const loop = this.#loop;
     if (!loop) return;
-    this.#abort.abort();
+    this.#stopping.abort();
     this.#waker.notify();
-    await Promise.race([loop, sleep(timeoutMs)]);
+    this.#helpers.notify();
+    const finished = await withTimeout(loop, timeoutMs);
+    if (!finished.done) {
+      this.#abandon.abort();
+      this.#deps.logger.warn('relay stop timed out; rows in flight come back when their lease expires', { timeoutMs });
+    }
     this.#loop = undefined;
     const unwatch = this.#unwatch;
     this.#unwatch = undefined;
@@ -172,17 +216,20 @@ export class Relay<Tx> {
   }
 
   async #run(primary: boolean): Promise<void> {
-    const signal = this.#abort.signal;
+    const stopping = this.#stopping.signal;
     if (primary) this.#primaryBusy = true;
-    while (!signal.aborted) {
+    while (!stopping.aborted) {
       try {
         await this.#deps.fault('database-restart', { messageIds: [] });
+        const claimedAt = Date.now();
         const batch = await this.#deps.store.claim({
           owner: this.#settings.owner,
           limit: this.#settings.batchSize,
           leaseMs: this.#settings.leaseMs,
           perKey: this.#deps.transport.capabilities.orderedPipelining ? this.#settings.batchSize : 1,
-          signal,
+          // Not `stopping`: a claim cut short could still take rows this loop would then not
+          // know to release; a claim that finishes during a stop is released in #process.
+          signal: this.#abandon.signal,
         });
         this.#lastClaimAt = Date.now();
         // A full batch means more may be due: the helper loops claim too.
@@ -190,15 +237,15 @@ export class Relay<Tx> {
         if (batch.records.length === 0) {
           if (this.#paused) this.#resume();
           if (primary) this.#primaryBusy = false;
-          await (primary ? this.#waker : this.#helpers).wait(this.#settings.pollIntervalMs, signal);
+          await (primary ? this.#waker : this.#helpers).wait(this.#settings.pollIntervalMs, stopping);
           if (primary) this.#primaryBusy = true;
           continue;
         }
-        const transportOk = await this.#process(batch, signal);
+        const transportOk = await this.#process(batch, claimedAt);
         if (transportOk) this.#resume();
         else await this.#pause();
       } catch (error) {
-        if (signal.aborted) break;
+        if (stopping.aborted) break;
         this.#lastError = describeError(error);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
         await this.#pause();
@@ -206,27 +253,44 @@ export class Relay<Tx> {
     }
   }
 
-  /** Publishes one batch and records the outcome. Returns false when the transport as a whole failed. */
-  async #process(batch: ClaimedBatch, signal: AbortSignal): Promise<boolean> {
+  /**
+   * Publishes one batch and records the outcome. Returns false when the transport is
+   * unwell: it failed as a whole, or reported connectivity trouble for some messages.
+   */
+  async #process(batch: ClaimedBatch, claimedAt: number): Promise<boolean> {
     const { store, transport, fault, instruments } = this.#deps;
+    const stopping = this.#stopping.signal;
+    const abandon = this.#abandon.signal;
     const { lease, records } = batch;
+    const sequences = records.map((record) => record.sequence);
     const messageIds = records.map((record) => record.envelope.messageId);
-    const claimedAt = Date.now();
     await fault('stale-relay', { messageIds });
-    if (Date.now() - claimedAt > this.#settings.leaseMs * 0.8) {
+    if (stopping.aborted) {
+      await store.release(lease, sequences, 0);
+      return true;
+    }
+    // Nothing is sent after this instant, so that even an answer that takes the whole
+    // publish timeout arrives while the lease still holds. A transport that declares no
+    // timeout promises no bound to plan with: it may send until the budget is spent.
+    const { leaseMs } = this.#settings;
+    const sendBy = claimedAt + leaseMs * LEASE_BUDGET - (transport.capabilities.publishTimeoutMs ?? 0);
+    if (Date.now() >= sendBy) {
       // The lease is (nearly) gone: publishing now would race the relay that re-claims it.
-      this.#deps.logger.warn('relay stalled past its lease; dropping the batch', { lease: String(lease.token) });
+      // The release is fenced out if another relay has already re-claimed the rows.
+      this.#deps.logger.warn('relay stalled past its sending deadline; releasing the batch', { lease: String(lease.token) });
+      await store.release(lease, sequences, 0);
       return true;
     }
     await fault('broker-restart', { messageIds });
     const envelopes = records.map((record) => record.envelope);
+    const sending = deadlineSignal(stopping, sendBy - Date.now());
     let results: readonly PublishResult[];
     try {
       results = await inSpan(
         this.#deps.tracer,
         'courier relay publish',
         { kind: SpanKind.PRODUCER, parent: ROOT_CONTEXT, links: traceLinks(envelopes), attributes: { 'messaging.batch.message_count': envelopes.length } },
-        () => transport.publish(envelopes, { signal }),
+        () => transport.publish(envelopes, { signal: sending.signal }),
       );
       if (results.length !== records.length) {
         throw new CourierError('TRANSPORT', `transport returned ${results.length} results for ${records.length} messages`, { retriable: true });
@@ -235,13 +299,18 @@ export class Relay<Tx> {
     } catch (error) {
       // Whether or not the broker has them, nothing is confirmed: give the rows back
       // without counting an attempt; a duplicate publish later is what at-least-once allows.
-      this.#lastError = describeError(error);
-      instruments.relayPauses.add(1);
-      this.#deps.logger.warn('transport unavailable; relay pauses', { error: this.#lastError, batch: records.length });
-      await store.release(lease, records.map((record) => record.sequence), 0).catch((releaseError: unknown) => {
+      const notSent = sending.signal.aborted && error instanceof CourierError && error.code === NOT_SENT_CODE;
+      if (!notSent) {
+        this.#lastError = describeError(error);
+        instruments.relayPauses.add(1);
+        this.#deps.logger.warn('transport unavailable; relay pauses', { error: this.#lastError, batch: records.length });
+      }
+      await store.release(lease, sequences, 0).catch((releaseError: unknown) => {
         this.#deps.logger.warn('release failed; rows come back when the lease expires', { error: describeError(releaseError) });
       });
-      return false;
+      return notSent;
+    } finally {
+      sending.dispose();
     }
     await fault('after-publish-before-complete', { messageIds });
 
@@ -249,6 +318,7 @@ export class Relay<Tx> {
     const released: bigint[] = [];
     const failed: { record: OutboxRecord; error: CourierError }[] = [];
     const failedKeys = new Set<string>();
+    let unwell: CourierError | undefined;
     records.forEach((record, index) => {
       const result = results[index]!;
       const keyId = record.envelope.key === null ? null : `${record.envelope.topic}\u0000${record.envelope.key}`;
@@ -258,20 +328,28 @@ export class Relay<Tx> {
         released.push(record.sequence);
         return;
       }
-      if (result.ok) confirmed.push(record.sequence);
-      else if (result.error.retriable && CONNECTIVITY_CODES.has(result.error.code)) {
+      if (result.ok) {
+        confirmed.push(record.sequence);
+        return;
+      }
+      const { code } = result.error;
+      // Neither trouble on the way to the broker nor a message left unsent is the
+      // message's fault, whatever `retriable` says: released, no attempt counted. An
+      // ABORTED the relay did not ask for is the transport's own trouble.
+      if (CONNECTIVITY_CODES.has(code) || code === NOT_SENT_CODE) {
         released.push(record.sequence);
-        if (keyId !== null) failedKeys.add(keyId);
+        if (code !== NOT_SENT_CODE || !sending.signal.aborted) unwell ??= result.error;
       } else {
         failed.push({ record, error: result.error });
-        if (keyId !== null) failedKeys.add(keyId);
       }
+      if (keyId !== null) failedKeys.add(keyId);
     });
 
     if (confirmed.length > 0) {
       // The hook makes the store complete in a transaction of several statements; without
-      // fault injection a single UPDATE is enough (and ~4× fewer round trips).
-      const options = fault === NO_FAULTS ? { signal } : { beforeCommit: (point: FaultPoint, context: FaultContext) => fault(point, context), signal };
+      // fault injection a single UPDATE is enough (and ~4× fewer round trips). A stop does
+      // not cut it short (the broker has these messages); only an expired stop timeout does.
+      const options = fault === NO_FAULTS ? { signal: abandon } : { beforeCommit: (point: FaultPoint, context: FaultContext) => fault(point, context), signal: abandon };
       const completed = await store.complete(lease, confirmed, options);
       instruments.published.add(completed);
       if (completed < confirmed.length) {
@@ -284,8 +362,17 @@ export class Relay<Tx> {
     await fault('mid-batch', { messageIds });
     if (failed.length > 0) await this.#recordFailures(batch, failed);
     if (released.length > 0) await store.release(lease, released, 0);
-    // Only connectivity trouble and nothing else: the transport as a whole is unwell.
-    return !(released.length > 0 && confirmed.length === 0 && failed.length === 0);
+    if (unwell === undefined) return true;
+    // The rows just released are due at once: pausing keeps the relay from sending them
+    // straight back into the trouble the transport reported.
+    this.#lastError = describeError(unwell);
+    instruments.relayPauses.add(1);
+    this.#deps.logger.warn('transport reported connectivity trouble for part of a batch; relay pauses', {
+      error: this.#lastError,
+      released: released.length,
+      confirmed: confirmed.length,
+    });
+    return false;
   }
 
   async #recordFailures(batch: ClaimedBatch, failed: readonly { record: OutboxRecord; error: CourierError }[]): Promise<void> {
@@ -316,7 +403,7 @@ export class Relay<Tx> {
         this.#notifyHalted(record.envelope, message);
       }
     }
-    await this.#deps.store.fail(batch.lease, failures);
+    await this.#deps.store.fail(batch.lease, failures, { signal: this.#abandon.signal });
   }
 
   #notifyHalted(envelope: Envelope, error: string): void {
@@ -336,8 +423,24 @@ export class Relay<Tx> {
   async #pause(): Promise<void> {
     this.#paused = true;
     this.#pauseMs = Math.min(this.#settings.pauseMaxMs, this.#pauseMs === 0 ? this.#settings.pauseInitialMs : this.#pauseMs * 2);
-    await sleep(this.#pauseMs, this.#abort.signal);
+    await sleep(this.#pauseMs, this.#stopping.signal);
   }
+}
+
+/** A signal that aborts with `parent` or after `ms`; `dispose` clears its timer and listener. */
+function deadlineSignal(parent: AbortSignal, ms: number): { readonly signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const abort = () => controller.abort();
+  const timer = setTimeout(abort, Math.max(0, ms));
+  if (parent.aborted) abort();
+  else parent.addEventListener('abort', abort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose() {
+      clearTimeout(timer);
+      parent.removeEventListener('abort', abort);
+    },
+  };
 }
 
 /** The fault caller of a bus without a fault hook (production). */

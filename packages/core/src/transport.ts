@@ -17,6 +17,14 @@ export interface TransportCapabilities {
   readonly nativeDeadLetter: boolean;
   /** Largest envelope the broker accepts, in bytes of payload. */
   readonly maxMessageBytes: number;
+  /**
+   * Longest `publish` waits for the broker's answer to a message it sent before reporting
+   * it `PUBLISH_TIMEOUT`, in milliseconds; absent when the transport does not bound it.
+   * `createBus` refuses a relay lease shorter than twice this, and the relay sends nothing
+   * so late in its lease that such an answer could outlive it; so a slow confirm is never
+   * re-claimed and sent again while its first copy is still awaited.
+   */
+  readonly publishTimeoutMs?: number;
 }
 
 /** Outcome of publishing one message. */
@@ -106,6 +114,10 @@ export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
  *   result per message in input order; one rejected message never fails its neighbours.
  *   It rejects (with a retriable `TransportError`) only when the transport as a whole is
  *   unavailable; the relay then pauses and counts no attempts.
+ * - Once `publish`'s `signal` aborts (the relay stops, or its sending deadline for the
+ *   lease passed), messages not yet sent come back `ABORTED` (or the call rejects with
+ *   `ABORTED` before sending any); messages already sent are still answered. The relay
+ *   releases `ABORTED` ones without counting an attempt.
  * - Publishing is at-least-once: a message whose confirm was lost may arrive twice.
  * - Every envelope field round-trips losslessly.
  * - `subscribe` uses manual acknowledgement; a delivery not settled before its

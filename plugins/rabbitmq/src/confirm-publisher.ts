@@ -25,6 +25,14 @@ interface Pending {
 }
 
 /**
+ * How often a publisher with `timeoutMs` looks for timed-out messages, so a message's
+ * `timeout` outcome comes at most `timeoutMs + sweepIntervalMs(timeoutMs)` after it was sent.
+ */
+export function sweepIntervalMs(timeoutMs: number): number {
+  return Math.max(20, Math.floor(timeoutMs / 4));
+}
+
+/**
  * Publishes on one confirm channel with a window of unconfirmed messages in flight.
  *
  * Guarantees: every message sent gets exactly one outcome — `ok` only after the broker's
@@ -77,7 +85,7 @@ export class ConfirmPublisher {
     channel.on('close', () => this.#markClosed(new Error('channel closed')));
     // One timer for the whole window instead of one per message: at tens of thousands
     // of messages a second, per-message timers cost more than the publishing itself.
-    this.#sweeper = setInterval(() => this.#sweep(), Math.max(20, Math.floor(this.#timeoutMs / 4)));
+    this.#sweeper = setInterval(() => this.#sweep(), sweepIntervalMs(this.#timeoutMs));
     this.#sweeper.unref();
   }
 

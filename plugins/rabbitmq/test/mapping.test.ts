@@ -173,7 +173,10 @@ describe('config', () => {
       nativeDelay: false,
       nativeDeadLetter: true,
       maxMessageBytes: 1024,
+      // The default 10 s timeout plus the 2.5 s by which the sweep may find it late.
+      publishTimeoutMs: 12_500,
     });
+    expect(new RabbitMqTransport({ connection: 'amqp://localhost', publishTimeoutMs: 600 }).capabilities.publishTimeoutMs).toBe(750);
   });
 
   it('truncates error text on a character boundary', () => {

@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryOutboxStore, type InMemoryTransaction, type Transport } from '@courier/core';
+import { eventually, harness } from './support/harness.js';
+import { SendLog, slowTransport } from './support/relay-transports.js';
+
+const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
+
+/** A bus config over an in-memory store and a transport declaring `publishTimeoutMs`. */
+function configWith(publishTimeoutMs: number, leaseMs?: number) {
+  const broker = new InMemoryBroker();
+  const inner = broker.connect();
+  const transport: Transport = { ...inner, publish: inner.publish.bind(inner), subscribe: inner.subscribe.bind(inner), close: inner.close.bind(inner), capabilities: { ...inner.capabilities, publishTimeoutMs } };
+  return {
+    outbox: new InMemoryOutboxStore({ database: new InMemoryDatabase() }),
+    transport,
+    ...(leaseMs === undefined ? {} : { relay: { leaseMs } }),
+  };
+}
+
+describe('relay lease and the transport publish timeout', () => {
+  it('refuses a lease shorter than twice the publish timeout the transport declares', () => {
+    let error: unknown;
+    try {
+      createBus<InMemoryTransaction>(configWith(20_000));
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toEqual([
+      "'relay.leaseMs' (30000 ms) must be at least twice the transport's publish timeout (20000 ms), or a late confirm is re-claimed and sent again: raise 'relay.leaseMs' or lower the transport's publish timeout",
+    ]);
+    expect(() => createBus<InMemoryTransaction>(configWith(20_000, 40_000))).not.toThrow();
+    // The default lease (30 s) fits what RabbitMQ declares by default (10 s plus a quarter).
+    expect(() => createBus<InMemoryTransaction>(configWith(12_500))).not.toThrow();
+  });
+
+  // A batch whose confirms together take longer than the lease: without a sending
+  // deadline, another loop re-claims its tail when the lease expires and sends it again.
+  it('sends nothing so late in a lease that an answer could outlive it', async () => {
+    const log = new SendLog();
+    const leaseMs = 2_000;
+    await using h = harness({
+      transport: (inner) => slowTransport(inner, log, 100, { publishTimeoutMs: 1_000 }),
+      bus: { relay: { leaseMs, batchSize: 30, retry: { maxAttempts: 1 } } },
+    });
+    const seen = new Set<string>();
+    h.bus.subscribe('sink', Placed, async (message) => {
+      seen.add((message.payload as { id: string }).id);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      for (let index = 0; index < 30; index += 1) h.bus.outbox(tx).publish(Placed, { id: `m-${index}` });
+    });
+    await eventually(() => expect(seen.size).toBe(30), 30_000);
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, dead: 0 }), 10_000);
+    expect(log.duplicates).toBe(0);
+    expect(h.outbox.failures, 'a message left unsent counts no attempt').toEqual([]);
+  });
+});

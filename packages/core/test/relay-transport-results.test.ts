@@ -1,0 +1,78 @@
+import { describe, expect, it } from 'vitest';
+import { ClosedError, CourierError, defineMessage, TransportError, type Envelope } from '@courier/core';
+import { eventually, harness } from './support/harness.js';
+import { keyWatchTransport, scriptedTransport, type KeyWatch } from './support/relay-transports.js';
+
+const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
+
+/** The per-message results a transport reports for trouble that is not the message's fault. */
+const CONNECTIVITY_RESULTS: readonly (() => CourierError)[] = [
+  () => new TransportError('connection lost before the confirm; it may still arrive'),
+  () => new TransportError('no confirm within the publish timeout; it may still arrive', { code: 'PUBLISH_TIMEOUT' }),
+  () => new ClosedError('transport'),
+];
+
+describe('relay and per-message transport results', () => {
+  // As RabbitMQ answers for a batch cut by a connection loss: the call resolves, and the
+  // messages it could not get confirmed carry TRANSPORT, PUBLISH_TIMEOUT or CLOSED.
+  it('counts no attempt for connectivity results, pauses, and publishes everything once the broker is back', async () => {
+    let down = true;
+    let calls = 0;
+    const script = (messages: readonly Envelope[]) => {
+      calls += 1;
+      // While down, the first message of every other call still gets through (a batch
+      // cut part-way); the rest carry one of the three connectivity results in turn.
+      return messages.map((_, index) => (!down || (index === 0 && calls % 2 === 0) ? undefined : CONNECTIVITY_RESULTS[(calls + index) % 3]!()));
+    };
+    // One attempt: a connectivity result counted as an attempt would dead-letter the message.
+    await using h = harness({ transport: (inner) => scriptedTransport(inner, script), bus: { relay: { retry: { maxAttempts: 1 } } } });
+    const seen: string[] = [];
+    h.bus.subscribe('sink', Placed, async (message) => {
+      seen.push((message.payload as { id: string }).id);
+    });
+    await h.bus.start();
+    const ids = Array.from({ length: 12 }, (_, index) => `m-${index}`);
+    await h.commit((tx) => {
+      ids.forEach((id, index) => h.bus.outbox(tx).publish(Placed, { id }, index % 2 === 0 ? { key: `k-${index % 4}` } : {}));
+    });
+    await eventually(() => {
+      expect(h.outbox.failures, 'no attempt was counted').toEqual([]);
+      expect(calls).toBeGreaterThanOrEqual(6);
+    });
+    expect((await h.outbox.stats()).dead).toBe(0);
+    await eventually(() => expect(h.bus.health()).toMatchObject({ status: 'degraded', relay: { paused: true } }));
+    expect(h.bus.health().counters.relayPauses).toBeGreaterThanOrEqual(1);
+
+    down = false;
+    await eventually(() => expect([...seen].sort()).toEqual([...ids].sort()));
+    await eventually(() => expect(h.bus.health().relay.paused).toBe(false));
+    expect(h.outbox.failures, 'no attempt was counted').toEqual([]);
+    expect(await h.outbox.listDead()).toEqual([]);
+    expect(h.bus.health().counters).toMatchObject({ publishFailures: 0, deadLettered: 0, published: ids.length });
+  });
+
+  // The in-memory broker stops a key after a refusal, which hid a relay that pipelined a
+  // key to a transport without ordered pipelining; this transport measures it directly.
+  it('holds at most one unconfirmed message per key on a transport without ordered pipelining', async () => {
+    const watch: KeyWatch = { maxPerKey: 0, calls: 0 };
+    await using h = harness({ transport: (inner) => keyWatchTransport(inner, watch, 5), bus: { relay: { batchSize: 50 } } });
+    const seen: string[] = [];
+    h.bus.subscribe('sink', Placed, async (message) => {
+      seen.push((message.payload as { id: string }).id);
+    });
+    await h.bus.start();
+    const ids: string[] = [];
+    for (let round = 0; round < 4; round += 1) {
+      await h.commit((tx) => {
+        for (let index = 0; index < 40; index += 1) {
+          const id = `${round}-${index}`;
+          ids.push(id);
+          h.bus.outbox(tx).publish(Placed, { id }, { key: `k-${index % 5}` });
+        }
+      });
+    }
+    await eventually(() => expect(seen).toHaveLength(ids.length), 30_000);
+    expect(watch.calls).toBeGreaterThan(1);
+    expect(watch.maxPerKey).toBe(1);
+  });
+});
