@@ -2,6 +2,7 @@ import type { InboxStore, OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { eventually } from './support/eventually.js';
+import { idVariants } from './support/id-variants.js';
 import { makeEnvelope } from './support/make-envelope.js';
 import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
@@ -135,6 +136,30 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       const winner = winners[0]!;
       expect(effects).toEqual([`effect-${winner.duplicate ? -1 : winner.value}`]);
       expect(await env.inbox.run(id, env.consumer, async () => 'late')).toEqual({ duplicate: true });
+    },
+  },
+  {
+    name: 'ids and consumers that differ only in trailing spaces, case or Unicode normalisation are different pairs',
+    async run(env) {
+      const variants = idVariants(`${uniqueId()}-é`);
+      for (const [index, id] of variants.entries()) {
+        expect(await env.inbox.run(id, env.consumer, async (tx) => env.fixture.recordEffect(tx, `id-${index}`).then(() => index))).toEqual({
+          duplicate: false,
+          value: index,
+        });
+      }
+      const id = uniqueId();
+      for (const [index, consumer] of idVariants(`${env.consumer}-é`).entries()) {
+        expect(await env.inbox.run(id, consumer, async (tx) => env.fixture.recordEffect(tx, `consumer-${index}`).then(() => index))).toEqual({
+          duplicate: false,
+          value: index,
+        });
+        expect(await env.inbox.recordStart(id, consumer)).toBe(1);
+      }
+      expect(await env.fixture.readEffects()).toEqual([...variants.map((_, index) => `id-${index}`), ...variants.map((_, index) => `consumer-${index}`)]);
+      for (const id of variants) expect(await env.inbox.run(id, env.consumer, async () => 'again')).toEqual({ duplicate: true });
+      expect(await env.inbox.forget(variants[1]!, env.consumer)).toBe(true);
+      expect(await env.inbox.run(variants[0]!, env.consumer, async () => 'again')).toEqual({ duplicate: true });
     },
   },
   {

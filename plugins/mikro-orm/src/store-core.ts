@@ -2,7 +2,7 @@ import { ClosedError, CourierError, StorageError } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { resolveTableNames, type CourierTableNames, type CourierTablesConfig } from './courier-tables.js';
 import { createDialect } from './dialects/create-dialect.js';
-import { SCHEMA_VERSION, type DialectName, type SqlDialect } from './dialects/sql-dialect.js';
+import { SCHEMA_VERSION, upgradeSql, type DialectName, type SqlDialect } from './dialects/sql-dialect.js';
 import { SqlRunner, toNumber } from './sql-runner.js';
 import { toStorageError } from './storage-errors.js';
 
@@ -128,12 +128,14 @@ export class StoreCore {
   }
 
   /**
-   * Creates every Courier table, index and seed row that is missing (idempotent, safe to
-   * run from several processes at once). For production, prefer the migrations.
+   * Creates every Courier table, index and seed row that is missing and upgrades tables of
+   * an older schema version (idempotent, safe to run from several processes at once). For
+   * production, prefer the migrations.
    */
   async ensureSchema(): Promise<void> {
     this.assertOpen();
     const statements = this.dialect.schemaStatements();
+    const versionSql = `SELECT value FROM ${this.dialect.table('meta')} WHERE name = 'schema_version'`;
     try {
       if (this.dialect.name === 'postgresql') {
         // Concurrent CREATE … IF NOT EXISTS can still collide in the catalog; one
@@ -141,10 +143,15 @@ export class StoreCore {
         await this.runner.transaction(async (trx) => {
           await this.runner.all('SELECT pg_advisory_xact_lock(?, 0)', [this.names.lockNamespace], trx);
           for (const statement of statements) await this.runner.run(statement, [], trx);
+          const version = toNumber((await this.runner.all(versionSql, [], trx))[0]?.['value']);
+          for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement, [], trx);
         });
       } else {
-        // MySQL commits DDL implicitly; each statement is idempotent on its own.
+        // MySQL commits DDL implicitly; each statement is idempotent on its own, the
+        // upgrade included, so racing callers may both run it.
         for (const statement of statements) await this.runner.run(statement);
+        const version = toNumber((await this.runner.all(versionSql))[0]?.['value']);
+        for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement);
       }
     } catch (error) {
       throw toStorageError(error, 'ensureSchema', this.schemaHint);

@@ -5,8 +5,11 @@ import type { SqlRow, SqlRunner } from '../sql-runner.js';
 /** The SQL families Courier has adapters for. */
 export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
 
-/** The schema version this release writes and expects in the meta table. */
-export const SCHEMA_VERSION = 1;
+/**
+ * The schema version this release writes and expects in the meta table.
+ * 2: MySQL/MariaDB id columns compare byte for byte (no PAD SPACE); elsewhere unchanged.
+ */
+export const SCHEMA_VERSION = 2;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -70,6 +73,12 @@ export interface SqlDialect {
   readonly readCommitted: boolean;
   /** Idempotent DDL creating every Courier table, index, sequence and seed row of this version. */
   schemaStatements(): string[];
+  /**
+   * Idempotent statements that bring tables created at schema version `from` (1 or more)
+   * to {@link SCHEMA_VERSION}, without the version bump ({@link upgradeSql} adds it).
+   * Absent when the tables of every version are the same.
+   */
+  upgradeStatements?(from: number): string[];
   /** Statements dropping every Courier object (migration `down`). */
   dropStatements(): string[];
   /**
@@ -108,6 +117,19 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: st
     `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
+}
+
+/**
+ * Everything that upgrades a schema found at version `from` to {@link SCHEMA_VERSION}: the
+ * dialect's table changes, then the version bump (so a failed upgrade is retried whole).
+ * Empty when there is nothing to do; every statement is idempotent.
+ */
+export function upgradeSql(dialect: Pick<SqlDialect, 'table' | 'upgradeStatements'>, from: number): string[] {
+  if (from >= SCHEMA_VERSION) return [];
+  return [
+    ...(dialect.upgradeStatements?.(from) ?? []),
+    `UPDATE ${dialect.table('meta')} SET value = ${SCHEMA_VERSION} WHERE name = 'schema_version' AND value < ${SCHEMA_VERSION}`,
+  ];
 }
 
 /** `o.`-qualified row columns. */
