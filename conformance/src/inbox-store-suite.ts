@@ -1,6 +1,8 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { InboxStore, OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
+import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { idVariants } from './support/id-variants.js';
 import { makeEnvelope } from './support/make-envelope.js';
@@ -160,6 +162,43 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       for (const id of variants) expect(await env.inbox.run(id, env.consumer, async () => 'again')).toEqual({ duplicate: true });
       expect(await env.inbox.forget(variants[1]!, env.consumer)).toBe(true);
       expect(await env.inbox.run(variants[0]!, env.consumer, async () => 'again')).toEqual({ duplicate: true });
+    },
+  },
+  {
+    name: 'runs waiting on a first run whose work fails do not fail: one of them runs, the rest see the duplicate',
+    async run(env) {
+      const id = uniqueId();
+      const failure = new Error('first handler failed');
+      const started = deferred();
+      const gate = deferred();
+      const first = env.inbox.run(id, env.consumer, async (tx) => {
+        await env.fixture.recordEffect(tx, 'first');
+        started.resolve();
+        await gate.promise;
+        throw failure;
+      });
+      const firstOutcome = first.then(
+        () => 'resolved',
+        (error: unknown) => error,
+      );
+      await started.promise;
+      const waiters = Array.from({ length: Math.max(3, env.options.concurrentRuns) }, (_, index) =>
+        env.inbox.run(id, env.consumer, async (tx) => {
+          await env.fixture.recordEffect(tx, `waiter-${index}`);
+          return index;
+        }),
+      );
+      // Not a synchronisation: a bounded chance for the waiters to queue behind the first
+      // run's record (on stores that wait there); the assertions hold however far they got.
+      await Promise.race([Promise.allSettled(waiters), sleep(500)]);
+      gate.resolve();
+      expect(await firstOutcome).toBe(failure);
+      const settled = await Promise.allSettled(waiters);
+      expect(settled.filter((outcome) => outcome.status === 'rejected').map((outcome) => String((outcome as PromiseRejectedResult).reason))).toEqual([]);
+      const results = settled.map((outcome) => (outcome as PromiseFulfilledResult<{ duplicate: boolean; value?: number }>).value);
+      const ran = results.filter((result) => !result.duplicate);
+      expect(ran).toHaveLength(1);
+      expect(await env.fixture.readEffects()).toEqual([`waiter-${ran[0]!.value}`]);
     },
   },
   {
