@@ -66,6 +66,7 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
             return await core.orm.em.fork({ clear: true }).transactional(async (em) => {
               const trx = em.getTransactionContext();
               if (trx === undefined) throw new Error('em.transactional() gave no transaction (disableTransactions is set?)');
+              await core.runner.prologue(trx);
               const recorded = await core.dialect.insertInboxRecord(core.runner, trx, messageId, consumer);
               if (!recorded) return { duplicate: true } as const;
               workStarted = true;

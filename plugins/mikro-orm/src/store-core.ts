@@ -42,7 +42,7 @@ export class StoreCore {
     this.orm = config.orm;
     this.names = resolveTableNames(config);
     this.dialect = createDialect(config.orm.em.getPlatform(), this.names, config.dialect);
-    this.runner = new SqlRunner(config.orm.em.getConnection('write'));
+    this.runner = new SqlRunner(config.orm.em.getConnection('write'), this.dialect.transactionPrologue);
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);
@@ -108,6 +108,7 @@ export class StoreCore {
   async #readSchemaVersion(): Promise<void> {
     let rows;
     try {
+      await this.dialect.prepareDatabase?.(this.runner);
       rows = await this.runner.all(`SELECT value FROM ${this.dialect.table('meta')} WHERE name = 'schema_version'`);
     } catch (error) {
       throw toStorageError(error, 'schema check', this.schemaHint);
@@ -148,8 +149,11 @@ export class StoreCore {
         });
       } else {
         // MySQL commits DDL implicitly; each statement is idempotent on its own, the
-        // upgrade included, so racing callers may both run it.
-        for (const statement of statements) await this.runner.run(statement);
+        // upgrade included, so racing callers may both run it. One transaction per
+        // statement, without SQLite's write lock: it writes to the meta table, which may
+        // not exist yet (and a lone first statement waits for the lock like BEGIN IMMEDIATE).
+        await this.dialect.prepareDatabase?.(this.runner);
+        for (const statement of statements) await this.runner.transaction((trx) => this.runner.run(statement, [], trx), { writeLock: false });
         const version = toNumber((await this.runner.all(versionSql))[0]?.['value']);
         for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement);
       }

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { courierMigrations } from '../src/migrations.js';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '../src/index.js';
 import { createMikroOrmFixture, type MikroOrmFixture } from './support/fixture.js';
-import { claimAll, envelope, idsOf, testId } from './support/helpers.js';
+import { envelope, idsOf, testId } from './support/helpers.js';
 
 const open: MikroOrmFixture[] = [];
 afterEach(async () => {

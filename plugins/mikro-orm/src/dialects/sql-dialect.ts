@@ -1,6 +1,6 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import type { SqlRow, SqlRunner } from '../sql-runner.js';
+import type { SqlRow, SqlRunner, TransactionPrologue } from '../sql-runner.js';
 
 /** The SQL families Courier has adapters for. */
 export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
@@ -71,6 +71,16 @@ export interface SqlDialect {
   readonly lockSkipLocked: string;
   /** Whether store transactions should run at READ COMMITTED (MySQL's default is stricter). */
   readonly readCommitted: boolean;
+  /**
+   * Statements that start every store transaction (see `SqlRunner`); SQLite: the busy
+   * timeout and an immediate write lock. Absent where transactions need no preparation.
+   */
+  readonly transactionPrologue?: TransactionPrologue;
+  /**
+   * Prepares the database file once per store, outside any transaction (SQLite: WAL mode,
+   * which lets readers and one writer of several processes work side by side).
+   */
+  prepareDatabase?(runner: SqlRunner): Promise<void>;
   /** Idempotent DDL creating every Courier table, index, sequence and seed row of this version. */
   schemaStatements(): string[];
   /**
