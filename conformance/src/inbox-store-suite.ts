@@ -1,8 +1,11 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ENVELOPE_LIMITS, type InboxStore, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit } from './support/at-limit.js';
+import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
+import { idVariants } from './support/id-variants.js';
 import { makeEnvelope } from './support/make-envelope.js';
 import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
@@ -152,6 +155,67 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       const winner = winners[0]!;
       expect(effects).toEqual([`effect-${winner.duplicate ? -1 : winner.value}`]);
       expect(await env.inbox.run(id, env.consumer, async () => 'late')).toEqual({ duplicate: true });
+    },
+  },
+  {
+    name: 'ids and consumers that differ only in trailing spaces, case or Unicode normalisation are different pairs',
+    async run(env) {
+      const variants = idVariants(`${uniqueId()}-é`);
+      for (const [index, id] of variants.entries()) {
+        expect(await env.inbox.run(id, env.consumer, async (tx) => env.fixture.recordEffect(tx, `id-${index}`).then(() => index))).toEqual({
+          duplicate: false,
+          value: index,
+        });
+      }
+      const id = uniqueId();
+      for (const [index, consumer] of idVariants(`${env.consumer}-é`).entries()) {
+        expect(await env.inbox.run(id, consumer, async (tx) => env.fixture.recordEffect(tx, `consumer-${index}`).then(() => index))).toEqual({
+          duplicate: false,
+          value: index,
+        });
+        expect(await env.inbox.recordStart(id, consumer)).toBe(1);
+      }
+      expect(await env.fixture.readEffects()).toEqual([...variants.map((_, index) => `id-${index}`), ...variants.map((_, index) => `consumer-${index}`)]);
+      for (const id of variants) expect(await env.inbox.run(id, env.consumer, async () => 'again')).toEqual({ duplicate: true });
+      expect(await env.inbox.forget(variants[1]!, env.consumer)).toBe(true);
+      expect(await env.inbox.run(variants[0]!, env.consumer, async () => 'again')).toEqual({ duplicate: true });
+    },
+  },
+  {
+    name: 'runs waiting on a first run whose work fails do not fail: one of them runs, the rest see the duplicate',
+    async run(env) {
+      const id = uniqueId();
+      const failure = new Error('first handler failed');
+      const started = deferred();
+      const gate = deferred();
+      const first = env.inbox.run(id, env.consumer, async (tx) => {
+        await env.fixture.recordEffect(tx, 'first');
+        started.resolve();
+        await gate.promise;
+        throw failure;
+      });
+      const firstOutcome = first.then(
+        () => 'resolved',
+        (error: unknown) => error,
+      );
+      await started.promise;
+      const waiters = Array.from({ length: Math.max(3, env.options.concurrentRuns) }, (_, index) =>
+        env.inbox.run(id, env.consumer, async (tx) => {
+          await env.fixture.recordEffect(tx, `waiter-${index}`);
+          return index;
+        }),
+      );
+      // Not a synchronisation: a bounded chance for the waiters to queue behind the first
+      // run's record (on stores that wait there); the assertions hold however far they got.
+      await Promise.race([Promise.allSettled(waiters), sleep(500)]);
+      gate.resolve();
+      expect(await firstOutcome).toBe(failure);
+      const settled = await Promise.allSettled(waiters);
+      expect(settled.filter((outcome) => outcome.status === 'rejected').map((outcome) => String((outcome as PromiseRejectedResult).reason))).toEqual([]);
+      const results = settled.map((outcome) => (outcome as PromiseFulfilledResult<{ duplicate: boolean; value?: number }>).value);
+      const ran = results.filter((result) => !result.duplicate);
+      expect(ran).toHaveLength(1);
+      expect(await env.fixture.readEffects()).toEqual([`waiter-${ran[0]!.value}`]);
     },
   },
   {

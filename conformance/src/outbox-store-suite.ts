@@ -5,6 +5,7 @@ import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit, tighter } from './support/at-limit.js';
 import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
+import { idVariants } from './support/id-variants.js';
 import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
 import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
@@ -263,6 +264,26 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const batch = await claim(env, 'relay-a');
       expect(ids(batch)).toEqual([original.messageId]);
       expect(batch.records[0]!.envelope.payload).toBe('{"v":1}');
+    },
+  },
+  {
+    name: 'messageIds and keys that differ only in trailing spaces, case or Unicode normalisation are different',
+    async run(env) {
+      const ids = idVariants(`${env.testId}-é`);
+      const keys = idVariants('key-é');
+      const rows = ids.map((messageId, index) => message(env, keys[index]!, { messageId, correlationId: messageId }));
+      // One unit of work per row: a store that compares the ids as equal refuses the later ones.
+      for (const row of rows) await commit(env, [row]);
+      // Distinct keys: every row is the head of its own key.
+      const batch = await claim(env, 'relay-a');
+      expect(sorted(batch.records.map((record) => record.envelope.messageId))).toEqual(sorted(ids));
+      for (const row of rows) {
+        expect(batch.records.find((record) => record.envelope.messageId === row.messageId)?.envelope.key).toBe(row.key);
+      }
+      await env.outbox.fail(batch.lease, [{ sequence: sequenceOf(batch, rows[1]!), error: 'halted', outcome: 'halt' }]);
+      expect(await env.outbox.resume(env.topic, keys[0]!, 'park')).toBe(0);
+      expect(await env.outbox.resume(env.topic, keys[1]!, 'park')).toBe(1);
+      expect((await env.outbox.listDead({ topic: env.topic })).map((record) => record.envelope.messageId)).toEqual([ids[1]]);
     },
   },
   {

@@ -1,13 +1,16 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, type InboxResult, type InboxStore, type PortLimits } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import type { DialectName } from './dialects/sql-dialect.js';
-import { toStorageError } from './storage-errors.js';
+import { isLockConflict, toStorageError } from './storage-errors.js';
 import { pruneInBatches, StoreCore, throwIfAborted, type MikroOrmStoreConfig } from './store-core.js';
 
 /** Arguments of {@link MikroOrmInboxStore}. */
 export type MikroOrmInboxStoreConfig = MikroOrmStoreConfig;
 
 const DEFAULT_PRUNE_BATCH = 1_000;
+// Whole-transaction attempts of a run whose record insert lost a lock conflict (before work ran).
+const LOCK_CONFLICT_ATTEMPTS = 10;
 
 /**
  * The idempotent inbox on MikroORM 6 (PostgreSQL, MySQL/MariaDB, SQLite).
@@ -20,7 +23,9 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  * - A pair recorded by a committed run is reported as `{ duplicate: true }` without
  *   running `work`. Racing first runs meet at the primary key: the insert of the second
  *   waits for the first's transaction and sees the duplicate once it commits, so exactly
- *   one runs `work` to commit.
+ *   one runs `work` to commit. If the first run rolls back, one waiter records the pair and
+ *   runs `work`, the others see its record; a waiter that loses a deadlock there (InnoDB)
+ *   starts its transaction over by itself (work has not run), up to 10 times.
  * - If `work` throws, its error propagates unchanged and nothing (record, effects, outbox
  *   rows) is committed. Database errors of the store's own statements, the final flush and
  *   the commit become `StorageError`s.
@@ -55,25 +60,39 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
         } catch (error) {
           throw toStorageError(error, 'run', core.schemaHint);
         }
-        // Errors of work() propagate unchanged; everything else is the store's.
-        let workFailed = false;
-        try {
-          return await core.orm.em.fork({ clear: true }).transactional(async (em) => {
-            const trx = em.getTransactionContext();
-            if (trx === undefined) throw new Error('em.transactional() gave no transaction (disableTransactions is set?)');
-            const recorded = await core.dialect.insertInboxRecord(core.runner, trx, messageId, consumer);
-            if (!recorded) return { duplicate: true } as const;
-            try {
-              const value = await work(em as EM);
-              return { duplicate: false, value } as const;
-            } catch (error) {
-              workFailed = true;
-              throw error;
+        for (let attempt = 1; ; attempt += 1) {
+          // Errors of work() propagate unchanged; everything else is the store's.
+          let workStarted = false;
+          let workFailed = false;
+          try {
+            return await core.orm.em.fork({ clear: true }).transactional(async (em) => {
+              const trx = em.getTransactionContext();
+              if (trx === undefined) throw new Error('em.transactional() gave no transaction (disableTransactions is set?)');
+              await core.runner.prologue(trx);
+              const recorded = await core.dialect.insertInboxRecord(core.runner, trx, messageId, consumer);
+              if (!recorded) return { duplicate: true } as const;
+              workStarted = true;
+              try {
+                const value = await work(em as EM);
+                return { duplicate: false, value } as const;
+              } catch (error) {
+                workFailed = true;
+                throw error;
+              }
+            });
+          } catch (error) {
+            if (workFailed) throw error;
+            // InnoDB: runs queued behind an uncommitted record all hold a shared lock on it
+            // once its transaction rolls back, and all but one die in a deadlock when they
+            // insert. Nothing ran yet, so the run starts over: it inserts, or meets the
+            // winner's record and reports the duplicate, as documented.
+            if (!workStarted && attempt < LOCK_CONFLICT_ATTEMPTS && isLockConflict(error)) {
+              await sleep(Math.random() * 10 * attempt, undefined, { signal: options.signal }).catch(() => undefined);
+              throwIfAborted(options.signal, 'run');
+              continue;
             }
-          });
-        } catch (error) {
-          if (workFailed) throw error;
-          throw toStorageError(error, 'run', core.schemaHint);
+            throw toStorageError(error, 'run', core.schemaHint);
+          }
         }
       })(),
     );

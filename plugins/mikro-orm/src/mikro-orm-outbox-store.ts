@@ -158,15 +158,23 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
 
   /**
    * Claims with ordered pipelining: heads first (locked, SKIP LOCKED), then up to
-   * `perKey - 1` rows right behind each keyed head while they are pending and due. Rows
-   * behind a head we hold are safe without their own lock: no other claim can take them
-   * while their head is pending.
+   * `perKey - 1` rows right behind each keyed head while they are pending and due. Locks
+   * are taken in one order (the token's counter row, then rows) and every row updated is
+   * locked first, so two claims never wait for each other in a cycle.
    */
   async #claimRuns(query: { owner: string; limit: number; leaseMs: number }, perKey: number): Promise<ClaimResult> {
     const { dialect, runner } = this.#core;
     const outbox = dialect.table('outbox');
     return runner.transaction(
       async (trx) => {
+        // The token first: its counter row (MySQL/MariaDB, SQLite) is the first lock of every
+        // pipelined claim, so they take turns and lock rows in one order. A head scan holds
+        // locks on index entries of rows it passed over; taken after the rows, the token row
+        // let a claim updating its followers wait for such an entry held by a claim that in
+        // turn waited for the token row (InnoDB deadlock). Still greater than the token of
+        // any lease it supersedes: that claim committed before this one could lock its rows,
+        // and drew its token before this one got the counter.
+        const token = await dialect.nextToken(runner, trx);
         const heads = await runner.all(headsSql(dialect, 'o.seq, o.key_hash', dialect.lockSkipLocked), [query.limit], trx);
         const chosen: string[] = heads.map((row) => String(row['seq']));
         const keyed = heads.filter((row) => row['key_hash'] !== null && row['key_hash'] !== undefined);
@@ -196,18 +204,38 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
             .map((row) => ({ key: String(row['key_hash']), seq: toBigInt(row['seq']), due: toNumber(row['due']) === 1 }))
             .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0));
           const stopped = new Set<string>();
+          const runs = new Map<string, string[]>();
+          let room = query.limit - chosen.length;
           for (const row of ordered) {
-            if (chosen.length >= query.limit) break;
+            if (room === 0) break;
             if (stopped.has(row.key)) continue;
             const halt = firstHalted.get(row.key);
             if (!row.due || (halt !== undefined && row.seq > halt)) {
               stopped.add(row.key);
               continue;
             }
-            chosen.push(row.seq.toString());
+            runs.set(row.key, [...(runs.get(row.key) ?? []), row.seq.toString()]);
+            room -= 1;
+          }
+          // Lock what we update: the followers were read without locks. Ascending seq,
+          // skipping rows held elsewhere, so the UPDATE below never waits; a run ends at its
+          // first row not locked here, still pending and due, so it stays contiguous.
+          const wanted = [...runs.values()].flat();
+          if (wanted.length > 0) {
+            const locked = await runner.all(
+              `SELECT o.seq FROM ${outbox} o WHERE o.seq IN (?) AND o.state = 'pending' AND o.available_at <= ${dialect.now} ORDER BY o.seq${dialect.lockSkipLocked}`,
+              [wanted],
+              trx,
+            );
+            const lockedSeqs = new Set(locked.map((row) => String(row['seq'])));
+            for (const run of runs.values()) {
+              for (const seq of run) {
+                if (!lockedSeqs.has(seq)) break;
+                chosen.push(seq);
+              }
+            }
           }
         }
-        const token = await dialect.nextToken(runner, trx);
         if (chosen.length === 0) return { token, rows: [] };
         await runner.run(
           `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,

@@ -1,4 +1,5 @@
 import { IsolationLevel, type Connection, type Transaction } from '@mikro-orm/core';
+import { classifyDriverError } from './storage-errors.js';
 
 /** A row as the driver returns it. */
 export type SqlRow = Readonly<Record<string, unknown>>;
@@ -9,39 +10,87 @@ export interface RunResult {
   readonly insertId: unknown;
 }
 
+/** What a {@link SqlRunner} runs at the start of its transactions. */
+export interface TransactionPrologue {
+  /** Session settings, first in every transaction (SQLite: `PRAGMA busy_timeout`). */
+  readonly session: readonly string[];
+  /** A statement that makes the transaction a writer at once (SQLite's `BEGIN IMMEDIATE`), after `session`. */
+  readonly writeLock: readonly string[];
+}
+
 /**
  * Runs Courier's hand-written SQL on a MikroORM connection, optionally inside a driver
  * transaction. Statements go through `Connection.execute`, so they appear in MikroORM's
  * query log like the ORM's own; values are bound with `?` placeholders and quoted by the
  * platform (MikroORM inlines them with the driver's own escaping).
+ *
+ * With a prologue (SQLite), every transaction starts with it, and statements given no
+ * transaction run in one of their own, so the prologue always precedes them on the same
+ * connection (the pool may replace the connection between two calls).
  */
 export class SqlRunner {
   readonly #connection: Connection;
+  readonly #prologue: TransactionPrologue | undefined;
 
-  constructor(connection: Connection) {
+  constructor(connection: Connection, prologue?: TransactionPrologue) {
     this.#connection = connection;
+    this.#prologue = prologue;
   }
 
   /** Rows of a query. */
   async all(sql: string, params: readonly unknown[] = [], trx?: Transaction): Promise<SqlRow[]> {
+    if (trx === undefined && this.#prologue) return this.transaction((own) => this.all(sql, params, own));
     const result: unknown = await this.#connection.execute(sql, [...params], 'all', trx);
     return Array.isArray(result) ? (result as SqlRow[]) : [];
   }
 
   /** Affected row count of a statement. */
   async run(sql: string, params: readonly unknown[] = [], trx?: Transaction): Promise<RunResult> {
+    if (trx === undefined && this.#prologue) return this.transaction((own) => this.run(sql, params, own));
     const result = (await this.#connection.execute(sql, [...params], 'run', trx)) as { affectedRows?: unknown; insertId?: unknown } | undefined;
     return { affectedRows: Number(result?.affectedRows ?? 0), insertId: result?.insertId };
   }
 
+  /** Runs a statement outside any transaction and without the prologue (pragmas that refuse to run in a transaction). */
+  async untransacted(sql: string): Promise<SqlRow[]> {
+    const result: unknown = await this.#connection.execute(sql, [], 'all');
+    return Array.isArray(result) ? (result as SqlRow[]) : [];
+  }
+
+  /**
+   * Runs the prologue inside `trx` before its first statement, for a transaction opened
+   * elsewhere (an `em.transactional()`). `writeLock: false` runs only the session part.
+   */
+  async prologue(trx: Transaction, options: { writeLock?: boolean } = {}): Promise<void> {
+    if (!this.#prologue) return;
+    for (const statement of this.#prologue.session) await this.#connection.execute(statement, [], 'all', trx);
+    if (options.writeLock === false) return;
+    for (const statement of this.#prologue.writeLock) {
+      try {
+        await this.#connection.execute(statement, [], 'all', trx);
+      } catch (error) {
+        // A missing table is reported by the statement that needs it, with the remedy,
+        // not by the lock statement before it (which writes to the meta table).
+        if (classifyDriverError(error) !== 'schema') throw error;
+        return;
+      }
+    }
+  }
+
   /**
    * Runs `work` in a transaction of its own (committed when it resolves, rolled back when
-   * it throws). `readCommitted` asks for READ COMMITTED where the database's default is
-   * stricter (MySQL/MariaDB), so that store transactions take no gap locks producers
-   * could queue behind.
+   * it throws), after the prologue. `readCommitted` asks for READ COMMITTED where the
+   * database's default is stricter (MySQL/MariaDB), so that store transactions take no gap
+   * locks producers could queue behind. `writeLock: false` skips the prologue's write lock
+   * (schema creation, when the table it writes may not exist yet).
    */
-  transaction<T>(work: (trx: Transaction) => Promise<T>, options: { readCommitted?: boolean } = {}): Promise<T> {
-    return this.#connection.transactional(work, options.readCommitted ? { isolationLevel: IsolationLevel.READ_COMMITTED } : {});
+  transaction<T>(work: (trx: Transaction) => Promise<T>, options: { readCommitted?: boolean; writeLock?: boolean } = {}): Promise<T> {
+    const isolation = options.readCommitted ? { isolationLevel: IsolationLevel.READ_COMMITTED } : {};
+    if (!this.#prologue) return this.#connection.transactional(work, isolation);
+    return this.#connection.transactional(async (trx) => {
+      await this.prologue(trx, options);
+      return work(trx);
+    }, isolation);
   }
 }
 

@@ -69,6 +69,23 @@ function classifyOne(e: DriverErrorShape): DriverErrorKind | undefined {
 }
 
 /**
+ * True when `error` says the transaction lost a lock conflict and was rolled back or
+ * refused without waiting longer: a deadlock (MySQL errno 1213, PostgreSQL `40P01`), a
+ * serialization failure (`40001`) or SQLite's `SQLITE_BUSY`. Running the whole
+ * transaction again is the documented cure.
+ */
+export function isLockConflict(error: unknown): boolean {
+  const seen = new Set<unknown>();
+  for (let current: unknown = error; current !== null && typeof current === 'object' && !seen.has(current); current = (current as DriverErrorShape).cause) {
+    seen.add(current);
+    const e = current as DriverErrorShape;
+    if (e.name === 'DeadlockException' || e.errno === 1213) return true;
+    if (typeof e.code === 'string' && (e.code === '40P01' || e.code === '40001' || e.code.startsWith('SQLITE_BUSY'))) return true;
+  }
+  return false;
+}
+
+/**
  * Turns any error from a database call into a `StorageError` (leaving Courier errors as
  * they are): retriable for connection loss, deadlocks, lock and statement timeouts and
  * serialization failures; code `SCHEMA_MISSING` with the remedy when a Courier table or

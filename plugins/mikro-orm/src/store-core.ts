@@ -2,7 +2,7 @@ import { ClosedError, CourierError, StorageError } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { resolveTableNames, type CourierTableNames, type CourierTablesConfig } from './courier-tables.js';
 import { createDialect } from './dialects/create-dialect.js';
-import { SCHEMA_VERSION, type DialectName, type SqlDialect } from './dialects/sql-dialect.js';
+import { SCHEMA_VERSION, upgradeSql, type DialectName, type SqlDialect } from './dialects/sql-dialect.js';
 import { SqlRunner, toNumber } from './sql-runner.js';
 import { toStorageError } from './storage-errors.js';
 
@@ -42,7 +42,7 @@ export class StoreCore {
     this.orm = config.orm;
     this.names = resolveTableNames(config);
     this.dialect = createDialect(config.orm.em.getPlatform(), this.names, config.dialect);
-    this.runner = new SqlRunner(config.orm.em.getConnection('write'));
+    this.runner = new SqlRunner(config.orm.em.getConnection('write'), this.dialect.transactionPrologue);
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);
@@ -108,6 +108,7 @@ export class StoreCore {
   async #readSchemaVersion(): Promise<void> {
     let rows;
     try {
+      await this.dialect.prepareDatabase?.(this.runner);
       rows = await this.runner.all(`SELECT value FROM ${this.dialect.table('meta')} WHERE name = 'schema_version'`);
     } catch (error) {
       throw toStorageError(error, 'schema check', this.schemaHint);
@@ -128,12 +129,14 @@ export class StoreCore {
   }
 
   /**
-   * Creates every Courier table, index and seed row that is missing (idempotent, safe to
-   * run from several processes at once). For production, prefer the migrations.
+   * Creates every Courier table, index and seed row that is missing and upgrades tables of
+   * an older schema version (idempotent, safe to run from several processes at once). For
+   * production, prefer the migrations.
    */
   async ensureSchema(): Promise<void> {
     this.assertOpen();
     const statements = this.dialect.schemaStatements();
+    const versionSql = `SELECT value FROM ${this.dialect.table('meta')} WHERE name = 'schema_version'`;
     try {
       if (this.dialect.name === 'postgresql') {
         // Concurrent CREATE … IF NOT EXISTS can still collide in the catalog; one
@@ -141,10 +144,18 @@ export class StoreCore {
         await this.runner.transaction(async (trx) => {
           await this.runner.all('SELECT pg_advisory_xact_lock(?, 0)', [this.names.lockNamespace], trx);
           for (const statement of statements) await this.runner.run(statement, [], trx);
+          const version = toNumber((await this.runner.all(versionSql, [], trx))[0]?.['value']);
+          for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement, [], trx);
         });
       } else {
-        // MySQL commits DDL implicitly; each statement is idempotent on its own.
-        for (const statement of statements) await this.runner.run(statement);
+        // MySQL commits DDL implicitly; each statement is idempotent on its own, the
+        // upgrade included, so racing callers may both run it. One transaction per
+        // statement, without SQLite's write lock: it writes to the meta table, which may
+        // not exist yet (and a lone first statement waits for the lock like BEGIN IMMEDIATE).
+        await this.dialect.prepareDatabase?.(this.runner);
+        for (const statement of statements) await this.runner.transaction((trx) => this.runner.run(statement, [], trx), { writeLock: false });
+        const version = toNumber((await this.runner.all(versionSql))[0]?.['value']);
+        for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement);
       }
     } catch (error) {
       throw toStorageError(error, 'ensureSchema', this.schemaHint);

@@ -41,7 +41,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 1/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 2/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -69,14 +69,14 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
     expect(idsOf(await outbox.claim({ owner: 'r', limit: 10, leaseMs: 10_000, perKey: 1 }))).toEqual([message.messageId]);
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix });
     expect(await inbox.run('m-1', 'c', async () => 'ran')).toEqual({ duplicate: false, value: 'ran' });
-    await migrator.down();
+    await migrator.down({ to: 0 });
     await expect(new MikroOrmOutboxStore({ orm: f.orm, tablePrefix }).checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     await outbox.close();
     await inbox.close();

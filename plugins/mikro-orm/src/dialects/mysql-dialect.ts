@@ -4,6 +4,18 @@ import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
 import { headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
+/**
+ * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
+ * byte (see {@link MySqlDialect}). Four bytes per character of the envelope limits
+ * (messageId and consumer 200, topic 249, key 1024), so every accepted value fits.
+ */
+const ID_COLUMNS = {
+  message_id: 'VARBINARY(800)',
+  consumer: 'VARBINARY(800)',
+  topic: 'VARBINARY(996)',
+  msg_key: 'VARBINARY(4096)',
+} as const;
+
 /** Number of lock rows appends of keys hash into (see {@link MySqlDialect}). */
 export const KEY_LOCK_BUCKETS = 1024;
 
@@ -21,6 +33,11 @@ export const KEY_LOCK_BUCKETS = 1024;
  *   own table). The token comes from a counter row updated last, so a re-claim always
  *   draws a greater token than the claim it supersedes.
  * - Times are `DATETIME(3)` in UTC (`UTC_TIMESTAMP(3)`), independent of session time zones.
+ * - Every id or name compared in a key or a `WHERE` (messageId, consumer, topic, key) is a
+ *   `VARBINARY` column holding the UTF-8 bytes, so `'m1'` and `'m1 '` (or two Unicode
+ *   normalisations) are different values. The `utf8mb4_bin` collation of schema version 1
+ *   compares with PAD SPACE on MariaDB and made them equal; binary strings have no
+ *   collation and no padding on MariaDB and MySQL 8 alike, so one DDL serves both.
  */
 export class MySqlDialect implements SqlDialect {
   readonly name = 'mysql' as const;
@@ -61,11 +78,11 @@ export class MySqlDialect implements SqlDialect {
       ...(n.schema === undefined ? [] : [`CREATE DATABASE IF NOT EXISTS ${this.quote(n.schema)}`]),
       `CREATE TABLE IF NOT EXISTS ${this.table('outbox')} (
         seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        message_id VARCHAR(200) NOT NULL,
+        message_id ${ID_COLUMNS.message_id} NOT NULL,
         message_type VARCHAR(200) NOT NULL,
         message_version INT NOT NULL,
-        topic VARCHAR(249) NOT NULL,
-        msg_key VARCHAR(1024) NULL,
+        topic ${ID_COLUMNS.topic} NOT NULL,
+        msg_key ${ID_COLUMNS.msg_key} NULL,
         key_hash CHAR(32) ${ascii} NULL,
         occurred_at VARCHAR(32) NOT NULL,
         correlation_id VARCHAR(200) NOT NULL,
@@ -92,15 +109,15 @@ export class MySqlDialect implements SqlDialect {
       `CREATE TABLE IF NOT EXISTS ${this.table('outboxLocks')} (bucket SMALLINT NOT NULL PRIMARY KEY) ENGINE=InnoDB`,
       `INSERT IGNORE INTO ${this.table('outboxLocks')} (bucket) VALUES ${buckets}`,
       `CREATE TABLE IF NOT EXISTS ${this.table('inbox')} (
-        message_id VARCHAR(200) NOT NULL,
-        consumer VARCHAR(200) NOT NULL,
+        message_id ${ID_COLUMNS.message_id} NOT NULL,
+        consumer ${ID_COLUMNS.consumer} NOT NULL,
         processed_at DATETIME(3) NOT NULL,
         PRIMARY KEY (message_id, consumer),
         KEY ${this.quote(`${n.inbox}_processed_ix`)} (processed_at)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
       `CREATE TABLE IF NOT EXISTS ${this.table('inboxStarts')} (
-        message_id VARCHAR(200) NOT NULL,
-        consumer VARCHAR(200) NOT NULL,
+        message_id ${ID_COLUMNS.message_id} NOT NULL,
+        consumer ${ID_COLUMNS.consumer} NOT NULL,
         starts INT NOT NULL,
         updated_at DATETIME(3) NOT NULL,
         PRIMARY KEY (message_id, consumer),
@@ -111,6 +128,20 @@ export class MySqlDialect implements SqlDialect {
         value BIGINT NOT NULL
       ) ENGINE=InnoDB`,
       `INSERT IGNORE INTO ${this.table('meta')} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}), ('lease_token', 0)`,
+    ];
+  }
+
+  upgradeStatements(from: number): string[] {
+    if (from >= 2) return [];
+    const modify = (columns: readonly (keyof typeof ID_COLUMNS)[], nullable: readonly string[] = []) =>
+      columns.map((column) => `MODIFY ${column} ${ID_COLUMNS[column]} ${nullable.includes(column) ? 'NULL' : 'NOT NULL'}`).join(', ');
+    // Version 1 -> 2: the id columns become binary. Converting a utf8mb4 column to VARBINARY
+    // keeps its UTF-8 bytes, and byte comparison only tells apart values PAD SPACE merged,
+    // so the unique keys hold. Each ALTER rebuilds its table (a copy; size it for the outbox).
+    return [
+      `ALTER TABLE ${this.table('outbox')} ${modify(['message_id', 'topic', 'msg_key'], ['msg_key'])}`,
+      `ALTER TABLE ${this.table('inbox')} ${modify(['message_id', 'consumer'])}`,
+      `ALTER TABLE ${this.table('inboxStarts')} ${modify(['message_id', 'consumer'])}`,
     ];
   }
 

@@ -1,12 +1,15 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import type { SqlRow, SqlRunner } from '../sql-runner.js';
+import type { SqlRow, SqlRunner, TransactionPrologue } from '../sql-runner.js';
 
 /** The SQL families Courier has adapters for. */
 export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
 
-/** The schema version this release writes and expects in the meta table. */
-export const SCHEMA_VERSION = 1;
+/**
+ * The schema version this release writes and expects in the meta table.
+ * 2: MySQL/MariaDB id columns compare byte for byte (no PAD SPACE); elsewhere unchanged.
+ */
+export const SCHEMA_VERSION = 2;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -68,8 +71,24 @@ export interface SqlDialect {
   readonly lockSkipLocked: string;
   /** Whether store transactions should run at READ COMMITTED (MySQL's default is stricter). */
   readonly readCommitted: boolean;
+  /**
+   * Statements that start every store transaction (see `SqlRunner`); SQLite: the busy
+   * timeout and an immediate write lock. Absent where transactions need no preparation.
+   */
+  readonly transactionPrologue?: TransactionPrologue;
+  /**
+   * Prepares the database file once per store, outside any transaction (SQLite: WAL mode,
+   * which lets readers and one writer of several processes work side by side).
+   */
+  prepareDatabase?(runner: SqlRunner): Promise<void>;
   /** Idempotent DDL creating every Courier table, index, sequence and seed row of this version. */
   schemaStatements(): string[];
+  /**
+   * Idempotent statements that bring tables created at schema version `from` (1 or more)
+   * to {@link SCHEMA_VERSION}, without the version bump ({@link upgradeSql} adds it).
+   * Absent when the tables of every version are the same.
+   */
+  upgradeStatements?(from: number): string[];
   /** Statements dropping every Courier object (migration `down`). */
   dropStatements(): string[];
   /**
@@ -109,6 +128,19 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: st
     `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
+}
+
+/**
+ * Everything that upgrades a schema found at version `from` to {@link SCHEMA_VERSION}: the
+ * dialect's table changes, then the version bump (so a failed upgrade is retried whole).
+ * Empty when there is nothing to do; every statement is idempotent.
+ */
+export function upgradeSql(dialect: Pick<SqlDialect, 'table' | 'upgradeStatements'>, from: number): string[] {
+  if (from >= SCHEMA_VERSION) return [];
+  return [
+    ...(dialect.upgradeStatements?.(from) ?? []),
+    `UPDATE ${dialect.table('meta')} SET value = ${SCHEMA_VERSION} WHERE name = 'schema_version' AND value < ${SCHEMA_VERSION}`,
+  ];
 }
 
 /** `o.`-qualified row columns. */

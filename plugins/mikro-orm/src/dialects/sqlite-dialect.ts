@@ -1,7 +1,11 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { classifyDriverError } from '../storage-errors.js';
+import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
 import { headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+
+// How long a store statement waits for another connection's write lock before SQLITE_BUSY.
+const BUSY_TIMEOUT_MS = 5_000;
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
@@ -15,6 +19,11 @@ const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
  * - Claim: one `UPDATE … WHERE seq IN (head-of-key candidates) RETURNING …`, after the
  *   token counter row is bumped in the same transaction.
  * - Times are INTEGER milliseconds since the epoch.
+ * - Several processes on one file: the file is put in WAL mode (readers and the writer do
+ *   not block each other); every store transaction sets a busy timeout of 5 s and takes
+ *   the write lock with its first statement (a `DELETE … WHERE 0`, since MikroORM begins
+ *   with a deferred `BEGIN`), so it waits its turn instead of failing with `SQLITE_BUSY`
+ *   when a read would have to be upgraded while another process writes.
  */
 export class SqliteDialect implements SqlDialect {
   readonly name = 'sqlite' as const;
@@ -24,10 +33,29 @@ export class SqliteDialect implements SqlDialect {
   readonly greatest = 'MAX';
   readonly lockSkipLocked = '';
   readonly readCommitted = false;
+  readonly transactionPrologue: TransactionPrologue;
   readonly #names: CourierTableNames;
 
   constructor(names: CourierTableNames) {
     this.#names = names;
+    this.transactionPrologue = {
+      session: [`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`],
+      writeLock: [`DELETE FROM ${this.table('meta')} WHERE 0`],
+    };
+  }
+
+  async prepareDatabase(runner: SqlRunner): Promise<void> {
+    const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
+    if (mode === 'wal' || mode === 'memory' || mode === '') return;
+    try {
+      await runner.untransacted(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      // Persistent in the file: the first process to get here switches it for all.
+      await runner.untransacted('PRAGMA journal_mode = WAL');
+    } catch (error) {
+      // Another process holds the file; it (or the next check) switches the mode. The
+      // store works without WAL, with more waiting.
+      if (classifyDriverError(error) !== 'transient') throw error;
+    }
   }
 
   quote(identifier: string): string {
@@ -105,8 +133,11 @@ export class SqliteDialect implements SqlDialect {
     return (['outbox', 'inbox', 'inboxStarts', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
   }
 
-  async lockKeys(): Promise<void> {
-    // Nothing to do: see the class comment.
+  async lockKeys(runner: SqlRunner, trx: Transaction): Promise<void> {
+    // No key lock (see the class comment), but the busy timeout and the write lock before
+    // the insert, as in the store's own transactions. In a unit of work that already
+    // wrote, this is a no-op; in one that only read, it fails as the insert would.
+    await runner.prologue(trx);
   }
 
   async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
