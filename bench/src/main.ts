@@ -19,8 +19,9 @@ import { inboxScenario } from './scenarios/inbox.js';
 import { idleScenario, steadyScenario } from './scenarios/latency.js';
 import { orderedScenario } from './scenarios/ordered.js';
 import { producerScenario } from './scenarios/producer.js';
+import { startupScenario } from './scenarios/startup.js';
 
-const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario];
+const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario];
 
 async function main(): Promise<number> {
   let options;

@@ -1,7 +1,7 @@
 import { MikroOrmOutboxStore } from '@courier/mikro-orm';
 import type { MikroORM, Options } from '@mikro-orm/core';
 import { quoteTable, type CourierTableRefs } from './inspectors.js';
-import { SHOP_ENTITIES } from './mikro-orm-shop.js';
+import { requireCjs, SHOP_ENTITIES } from './mikro-orm-shop.js';
 import type { ServiceName } from './snapshot.js';
 
 /**
@@ -24,13 +24,14 @@ const COMMON: Partial<Options> = { entities: SHOP_ENTITIES, debug: false, discov
 
 /** Opens MikroORM on a SQLite file through `@mikro-orm/libsql` (no server). */
 export async function openSqliteOrm(file: string): Promise<MikroORM> {
-  const { MikroORM: LibSqlOrm } = await import('@mikro-orm/libsql');
+  const { MikroORM: LibSqlOrm } = requireCjs('@mikro-orm/libsql') as typeof import('@mikro-orm/libsql');
   return LibSqlOrm.init({ ...COMMON, dbName: file } as Options) as Promise<MikroORM>;
 }
 
 /** Opens MikroORM on PostgreSQL with `schema` as the entities' schema; fails with how to start the server. */
 export async function openPostgresOrm(url: string, schema: string, poolMax = 10): Promise<MikroORM> {
-  const { MikroORM: PgOrm } = await import('@mikro-orm/postgresql');
+  // Loaded on demand (the in-memory setup needs no driver), with `require`: see mikro-orm-shop.ts.
+  const { MikroORM: PgOrm } = requireCjs('@mikro-orm/postgresql') as typeof import('@mikro-orm/postgresql');
   const orm = (await PgOrm.init({ ...COMMON, clientUrl: url, schema, pool: { min: 0, max: poolMax } } as Options)) as MikroORM;
   const check = await orm.em.getConnection().checkConnection();
   if (!check.ok) {

@@ -1,5 +1,16 @@
-import { EntitySchema, type EntityManager, type MikroORM } from '@mikro-orm/core';
+import { createRequire } from 'node:module';
+import type { EntityManager, MikroORM } from '@mikro-orm/core';
 import type { NewOrder, OrderRow, PaymentMark, PaymentRow, ShopStorage } from './shop-storage.js';
+
+/**
+ * `require` for the example's CommonJS dependencies (MikroORM and its drivers).
+ *
+ * Node 20 lexes every module of a CommonJS package to find its named exports when ESM
+ * `import`s it; `require` skips that and loads MikroORM in about half the time, so worker
+ * processes start sooner (bench scenario 9 measures it). Both give the same module instances.
+ */
+export const requireCjs = createRequire(import.meta.url);
+const { EntitySchema } = requireCjs('@mikro-orm/core') as typeof import('@mikro-orm/core');
 
 /** The orders service's entity (table `orders`). */
 export class Order {

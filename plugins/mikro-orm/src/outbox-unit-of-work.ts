@@ -1,5 +1,19 @@
+import { createRequire } from 'node:module';
 import { ConfigError } from '@courier/core';
-import { TransactionContext, type EntityManager, type EventManager, type EventSubscriber, type FlushEventArgs, type Transaction, type TransactionEventArgs } from '@mikro-orm/core';
+import type { EntityManager, EventManager, EventSubscriber, FlushEventArgs, Transaction, TransactionContext as TransactionContextClass, TransactionEventArgs } from '@mikro-orm/core';
+
+/**
+ * MikroORM's `TransactionContext`, loaded on first use with `require`: a value `import` would
+ * make Node's ESM loader lex the whole CommonJS package at start-up (see
+ * `test/module-loading.test.ts`). By the first append the application has loaded MikroORM,
+ * so this is a cache hit on the same module instance (a peer dependency resolves to the
+ * application's copy).
+ */
+let transactionContext: typeof TransactionContextClass | undefined;
+function activeEntityManager(name: string): EntityManager | undefined {
+  transactionContext ??= (createRequire(import.meta.url)('@mikro-orm/core') as { TransactionContext: typeof TransactionContextClass }).TransactionContext;
+  return transactionContext.getEntityManager(name) as EntityManager | undefined;
+}
 
 /** Rows remembered against an EntityManager, with the transaction they were appended in. */
 interface PendingBatch<Row> {
@@ -145,7 +159,7 @@ export class OutboxUnitOfWork<Row> {
     // Inside em.transactional(cb) the outer EntityManager is still usable, but its rows
     // would be flushed by it, outside the callback's transaction (lost if that commits
     // and it is never flushed, published if that rolls back and it is).
-    const active = TransactionContext.getEntityManager(target.name);
+    const active = activeEntityManager(target.name);
     const activeTrx = active !== undefined && active !== target && active.getDriver() === target.getDriver() ? active.getTransactionContext() : undefined;
     if (activeTrx !== undefined && !isCompleted(activeTrx) && (trx === undefined || rootOf(trx) === rootOf(activeTrx))) {
       throw new ConfigError(

@@ -1,5 +1,12 @@
-import { IsolationLevel, type Connection, type Transaction } from '@mikro-orm/core';
+import type { Connection, IsolationLevel, Transaction } from '@mikro-orm/core';
 import { classifyDriverError } from './storage-errors.js';
+
+/**
+ * `IsolationLevel.READ_COMMITTED`, spelled out: a value import of `@mikro-orm/core` would
+ * make Node's ESM loader lex the whole CommonJS package (hundreds of ms at start-up) even
+ * when the application loaded MikroORM with `require`. Type-only imports cost nothing.
+ */
+export const READ_COMMITTED = 'read committed' as IsolationLevel;
 
 /** A row as the driver returns it. */
 export type SqlRow = Readonly<Record<string, unknown>>;
@@ -85,7 +92,7 @@ export class SqlRunner {
    * (schema creation, when the table it writes may not exist yet).
    */
   transaction<T>(work: (trx: Transaction) => Promise<T>, options: { readCommitted?: boolean; writeLock?: boolean } = {}): Promise<T> {
-    const isolation = options.readCommitted ? { isolationLevel: IsolationLevel.READ_COMMITTED } : {};
+    const isolation = options.readCommitted ? { isolationLevel: READ_COMMITTED } : {};
     if (!this.#prologue) return this.#connection.transactional(work, isolation);
     return this.#connection.transactional(async (trx) => {
       await this.prologue(trx, options);

@@ -1,0 +1,95 @@
+// A relay-only or consumer-only Courier process as a user writes one (MikroORM on
+// PostgreSQL + RabbitMQ), or the bare-driver ceiling, for scenario 9 ("time to ready").
+// Plain JavaScript so it runs on plain `node` against the built packages (dist/), the way
+// users run them; the bench may also start it with tsx and the source condition.
+//
+//   node startup-worker.mjs '<json config>'
+//
+// Prints one JSON line per phase on stdout: {"mark": name, "at": epoch ms (high resolution)},
+// then {"done": true} once it stopped. The parent measures from its spawn() call.
+import { createRequire } from 'node:module';
+import { performance } from 'node:perf_hooks';
+
+const at = () => performance.timeOrigin + performance.now();
+const mark = (name) => process.stdout.write(`${JSON.stringify({ mark: name, at: at() })}\n`);
+const config = JSON.parse(process.argv[2] ?? '{}');
+
+// Node's own start-up, relative to this process's time origin.
+const timing = performance.nodeTiming;
+process.stdout.write(`${JSON.stringify({ mark: 'node bootstrapped', at: performance.timeOrigin + timing.bootstrapComplete })}\n`);
+mark('main');
+
+async function bare() {
+  const { default: pg } = await import('pg');
+  const { connect } = await import('amqplib');
+  mark('imported');
+  const client = new pg.Client({ connectionString: config.pgUrl });
+  const [, connection] = await Promise.all([client.connect(), connect(config.rabbitMqUrl)]);
+  await client.query('SELECT 1');
+  const channel = await connection.createConfirmChannel();
+  mark('ready');
+  await channel.close();
+  await connection.close();
+  await client.end();
+}
+
+async function courier() {
+  const core = await import('@courier/core');
+  mark('imported @courier/core');
+  // MikroORM is CommonJS: `import` makes Node 20 lex every module it re-exports (the
+  // whole package tree) before running it; `require` from ESM does not.
+  const { MikroORM, EntitySchema } = config.ormLoader === 'require' ? createRequire(import.meta.url)('@mikro-orm/postgresql') : await import('@mikro-orm/postgresql');
+  mark('imported @mikro-orm/postgresql');
+  // `plugin` lets the bench load another build of the plugin (before/after comparisons).
+  const { MikroOrmOutboxStore, MikroOrmInboxStore } = await import(config.plugin ?? '@courier/mikro-orm');
+  mark('imported @courier/mikro-orm');
+  const { RabbitMqTransport } = await import('@courier/rabbitmq');
+  mark('imported @courier/rabbitmq');
+
+  // The application's own entity, declared as users of EntitySchema do.
+  class Order {}
+  const OrderEntity = new EntitySchema({
+    class: Order,
+    tableName: config.ordersTable,
+    properties: {
+      id: { type: 'string', length: 64, primary: true },
+      totalCents: { type: 'integer', fieldName: 'total_cents' },
+    },
+  });
+  const orm = await MikroORM.init({ clientUrl: config.pgUrl, entities: [OrderEntity], debug: false, pool: { min: 0, max: 8 }, ...(config.ormOptions ?? {}) });
+  mark('MikroORM.init');
+  const tables = { orm, tablePrefix: config.tablePrefix };
+  const outbox = new MikroOrmOutboxStore(tables);
+  const inbox = new MikroOrmInboxStore(tables);
+  if (config.ensureSchema) {
+    await outbox.ensureSchema();
+    mark('ensureSchema');
+  }
+  const transport = new RabbitMqTransport({ connection: config.rabbitMqUrl, prefix: config.prefix });
+  const bus = core.createBus({ outbox, inbox, transport, relay: { pollIntervalMs: 1_000 } });
+  const OrderPlaced = core.defineMessage(config.type, { version: 1, topic: config.topic });
+  if (config.role === 'consumer') bus.subscribe(config.consumer, OrderPlaced, async () => {}, { concurrency: 8 });
+  mark('bus created');
+  await bus.start({ relay: config.role === 'relay', consumers: config.role === 'consumer' });
+  mark('bus.start');
+  if (config.role === 'relay') {
+    // Ready = the pending row seeded before the spawn was claimed, published, confirmed and completed.
+    while (bus.health().relay.sinceLastClaimMs < 0) await new Promise((resolve) => setTimeout(resolve, 1));
+    mark('first claim');
+    while (bus.health().counters.published < 1) await new Promise((resolve) => setTimeout(resolve, 1));
+    mark('first message published');
+  }
+  mark('ready');
+  await bus.stop({ timeoutMs: 5_000 });
+  await transport.close();
+  await Promise.all([outbox.close(), inbox.close()]);
+  await orm.close();
+}
+
+try {
+  await (config.role === 'bare' ? bare() : courier());
+  process.stdout.write(`${JSON.stringify({ done: true })}\n`);
+} catch (error) {
+  process.stderr.write(`startup worker failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = 1;
+}
