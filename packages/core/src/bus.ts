@@ -40,10 +40,27 @@ export interface Bus<Tx> extends AsyncDisposable {
   outbox(tx: Tx): OutboxPublisher;
   /** Registers a handler of `definition` for the consumer (group) `consumer`. Call before `start`. */
   subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
-  /** Starts the relay and/or the consumers. */
+  /**
+   * Starts the relay and/or the consumers, and resolves once each part has made its first
+   * try: every consumer its subscription, the relay its first claim.
+   *
+   * Guarantees: a part whose first try fails with a retriable error (the broker or the
+   * database is down) does not fail `start()`; it keeps trying in the background with
+   * capped, jittered backoff (`relay.pause`), `health()` reports it not ready with the
+   * error, and it becomes ready by itself when its server returns. A non-retriable error
+   * (a bad configuration, queues declared with other settings, a missing schema) rejects
+   * at once, as does any first failure with `failFast: true`; what had started is stopped
+   * first, and `start()` may be called again. Idempotent while started; `stop()` ends
+   * background retries promptly.
+   */
   start(options?: StartOptions): Promise<void>;
   /** Drains and stops what runs; resolves when done or after `timeoutMs`. Idempotent. */
   stop(options?: StopOptions): Promise<void>;
+  /**
+   * A snapshot of the bus's state: `ready` (every part it runs works), each part's
+   * readiness with its last error, and the counters. Cheap and synchronous: no I/O, so a
+   * readiness probe may call it as often as it likes.
+   */
   health(): BusHealth;
   /** Wakes the relay at once, e.g. right after a commit in this process. */
   wake(): void;
@@ -171,7 +188,7 @@ class CourierBus<Tx> implements Bus<Tx> {
   start(options: StartOptions = {}): Promise<void> {
     if (this.#stopping) return Promise.reject(new ClosedError('bus'));
     if (!this.#starting) {
-      const starting = this.#start(options.relay ?? true, options.consumers ?? true);
+      const starting = this.#start(options.relay ?? true, options.consumers ?? true, options.failFast ?? false);
       this.#starting = starting;
       // A failed start may be tried again (say, with consumers: false). Cleared here, not in
       // #start: a check that throws before #start's first await would run before the assignment.
@@ -182,7 +199,7 @@ class CourierBus<Tx> implements Bus<Tx> {
     return this.#starting;
   }
 
-  async #start(runRelay: boolean, runConsumers: boolean): Promise<void> {
+  async #start(runRelay: boolean, runConsumers: boolean, failFast: boolean): Promise<void> {
     this.#status = 'starting';
     const fault = faultCaller(this.#config.faults);
     if (runConsumers && this.#plans.size > 0 && !this.#config.inbox) {
@@ -217,7 +234,6 @@ class CourierBus<Tx> implements Bus<Tx> {
             settings,
             plan.registrations,
           );
-          await worker.start();
           this.#consumers.push(worker);
         }
       }
@@ -234,10 +250,16 @@ class CourierBus<Tx> implements Bus<Tx> {
           },
           this.#relaySettings,
         );
-        await this.#relay.start();
       }
+      // Every part tries at once: during an outage, one failed connect attempt each in
+      // parallel instead of one after another. All settle before the first error is
+      // reported, so the shutdown below never races a start still in flight.
+      const starts = [...this.#consumers.map((consumer) => consumer.start({ failFast })), ...(this.#relay ? [this.#relay.start({ failFast })] : [])];
+      const failure = (await Promise.allSettled(starts)).find((outcome) => outcome.status === 'rejected');
+      if (failure) throw failure.reason;
       this.#status = 'running';
-      this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name) });
+      const waiting = this.#consumers.filter((consumer) => !consumer.connected).map((consumer) => consumer.name);
+      this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name), ready: this.health().ready, waiting });
     } catch (error) {
       await this.#shutdown(0);
       this.#status = 'stopped';
@@ -273,11 +295,20 @@ class CourierBus<Tx> implements Bus<Tx> {
   }
 
   health(): BusHealth {
-    const relay = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
-    const consumers = this.#consumers.map((consumer) => ({ consumer: consumer.name, connected: consumer.connected, inFlight: consumer.inFlight }));
-    const degraded = relay.paused || consumers.some((consumer) => !consumer.connected);
+    const state = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    // Ready once a claim succeeded and nothing failed since (a failure pauses the relay).
+    const relay = { ...state, ready: state.running && !state.paused && state.sinceLastClaimMs >= 0 };
+    const consumers = this.#consumers.map((consumer) => ({
+      consumer: consumer.name,
+      connected: consumer.connected,
+      inFlight: consumer.inFlight,
+      lastError: consumer.lastError,
+    }));
+    const degraded = (this.#relay !== undefined && !relay.ready) || consumers.some((consumer) => !consumer.connected);
+    const status = this.#status === 'running' && degraded ? 'degraded' : this.#status;
     return {
-      status: this.#status === 'running' && degraded ? 'degraded' : this.#status,
+      status,
+      ready: status === 'running',
       relay,
       consumers,
       counters: this.#instruments.snapshot() satisfies BusCounters,
