@@ -116,6 +116,10 @@ class CourierBus<Tx> implements Bus<Tx> {
   #status: BusHealth['status'] = 'stopped';
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
+  /** Aborted when `stop()` is called: ends a relay start still waiting for consumers. */
+  readonly #stopRequested = new AbortController();
+  /** A relay start deferred until the bus's consumers have subscribed (see #start). */
+  #relayDeferred: { readonly waitingFor: readonly string[]; readonly done: Promise<void> } | undefined;
 
   constructor(config: BusConfig<Tx>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
     this.#config = config;
@@ -251,15 +255,25 @@ class CourierBus<Tx> implements Bus<Tx> {
           this.#relaySettings,
         );
       }
-      // Every part tries at once: during an outage, one failed connect attempt each in
+      // The consumers try at once: during an outage, one failed connect attempt each in
       // parallel instead of one after another. All settle before the first error is
       // reported, so the shutdown below never races a start still in flight.
-      const starts = [...this.#consumers.map((consumer) => consumer.start({ failFast })), ...(this.#relay ? [this.#relay.start({ failFast })] : [])];
+      const starts = this.#consumers.map((consumer) => consumer.start({ failFast }));
       const failure = (await Promise.allSettled(starts)).find((outcome) => outcome.status === 'rejected');
       if (failure) throw failure.reason;
+      // The relay starts only once this bus's consumers have subscribed: a subscription
+      // declares its queues, and a message published before they exist may be unroutable
+      // (RabbitMQ) and dead-lettered. If some are still retrying, so does the relay start.
+      const waiting = this.#consumers.filter((consumer) => !consumer.connected);
+      if (this.#relay && waiting.length === 0) await this.#relay.start({ failFast });
+      else if (this.#relay) this.#relayDeferred = { waitingFor: waiting.map((consumer) => consumer.name), done: this.#startRelayLater(this.#relay, waiting) };
       this.#status = 'running';
-      const waiting = this.#consumers.filter((consumer) => !consumer.connected).map((consumer) => consumer.name);
-      this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name), ready: this.health().ready, waiting });
+      this.#logger.info('bus started', {
+        relay: runRelay,
+        consumers: this.#consumers.map((consumer) => consumer.name),
+        ready: this.health().ready,
+        waiting: waiting.map((consumer) => consumer.name),
+      });
     } catch (error) {
       await this.#shutdown(0);
       this.#status = 'stopped';
@@ -267,9 +281,27 @@ class CourierBus<Tx> implements Bus<Tx> {
     }
   }
 
+  /** Starts `relay` once every consumer in `waiting` has subscribed, unless the bus stops first; never rejects. */
+  async #startRelayLater(relay: Relay<Tx>, waiting: readonly Consumer<Tx>[]): Promise<void> {
+    const signal = this.#stopRequested.signal;
+    const stopped = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+    await Promise.race([Promise.all(waiting.map((consumer) => consumer.subscribed)), stopped]);
+    if (signal.aborted) return;
+    try {
+      await relay.start();
+      this.#logger.info('relay started after the consumers subscribed');
+    } catch (error) {
+      // Not retriable (say, a missing schema): the relay keeps trying, and says why in health().
+      this.#logger.error('relay start failed; it keeps retrying', { error: describeError(error) });
+    }
+  }
+
   stop(options: StopOptions = {}): Promise<void> {
     this.#stopping ??= (async () => {
+      this.#stopRequested.abort();
       await this.#starting?.catch(() => undefined);
+      // A deferred relay start in progress finishes first, so `stop` below sees its loops.
+      await this.#relayDeferred?.done;
       this.#status = 'stopping';
       await this.#shutdown(options.timeoutMs ?? 10_000);
       this.#status = 'stopped';
@@ -295,7 +327,11 @@ class CourierBus<Tx> implements Bus<Tx> {
   }
 
   health(): BusHealth {
-    const state = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    let state = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    if (this.#relayDeferred && !state.running) {
+      const names = this.#relayDeferred.waitingFor.map((name) => `'${name}'`).join(', ');
+      state = { ...state, lastError: `relay starts once consumer ${names} has subscribed` };
+    }
     // Ready once a claim succeeded and nothing failed since (a failure pauses the relay).
     const relay = { ...state, ready: state.running && !state.paused && state.sinceLastClaimMs >= 0 };
     const consumers = this.#consumers.map((consumer) => ({

@@ -86,6 +86,11 @@ export class Consumer<Tx> {
   #subscribing: Promise<void> | undefined;
   #stopSubscribing = new AbortController();
   #lastError: string | null = null;
+  #onSubscribed: () => void = () => {};
+  /** Resolves when the subscription has started (never if it is stopped first). */
+  readonly subscribed: Promise<void> = new Promise((resolve) => {
+    this.#onSubscribed = resolve;
+  });
 
   constructor(deps: ConsumerDependencies<Tx>, settings: ConsumerSettings, registrations: ReadonlyMap<string, Registration<Tx>>) {
     this.#deps = deps;
@@ -125,6 +130,7 @@ export class Consumer<Tx> {
     try {
       this.#subscription = await this.#subscribe();
       this.#lastError = null;
+      this.#onSubscribed();
     } catch (error) {
       if (options.failFast || !isRetriable(error)) throw error;
       this.#lastError = describeError(error);
@@ -161,6 +167,7 @@ export class Consumer<Tx> {
         }
         this.#subscription = subscription;
         this.#lastError = null;
+        this.#onSubscribed();
         this.#deps.logger.info('consumer subscribed after retrying', { consumer });
         return;
       } catch (error) {

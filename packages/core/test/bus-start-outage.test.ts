@@ -18,16 +18,23 @@ import { FAST, eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
 
-/** Wraps `inner` so that each `subscribe` call is counted and may be held until released. */
+/**
+ * Wraps `inner` so that each `subscribe` call is counted and may be held until released,
+ * and the order of the first successful subscribe and the publish calls is recorded.
+ */
 function gatedTransport(inner: Transport) {
-  const state = { calls: 0, closed: 0, hold: false, held: [] as (() => void)[] };
+  const state = { calls: 0, closed: 0, hold: false, held: [] as (() => void)[], events: [] as ('subscribed' | 'publish')[] };
   const transport: Transport = {
     capabilities: inner.capabilities,
-    publish: (messages, options) => inner.publish(messages, options),
+    publish: (messages, options) => {
+      state.events.push('publish');
+      return inner.publish(messages, options);
+    },
     subscribe: async (endpoint, handler) => {
       state.calls += 1;
       if (state.hold) await new Promise<void>((resolve) => state.held.push(resolve));
       const subscription = await inner.subscribe(endpoint, handler);
+      state.events.push('subscribed');
       return {
         close: async () => {
           state.closed += 1;
@@ -42,7 +49,8 @@ function gatedTransport(inner: Transport) {
 
 describe('bus.start() during an outage', () => {
   it('broker down: start() resolves, the consumer is not ready with the reason, and it subscribes by itself when the broker returns', async () => {
-    await using h = harness();
+    const gates: ReturnType<typeof gatedTransport>[] = [];
+    await using h = harness({ transport: (inner) => gates[gates.push(gatedTransport(inner)) - 1]!.transport });
     const seen: string[] = [];
     h.bus.subscribe('sink', Placed, async (message) => {
       seen.push(message.messageId);
@@ -59,14 +67,15 @@ describe('bus.start() during an outage', () => {
     await h.commit((tx) => {
       id = h.bus.outbox(tx).publish(Placed, {});
     });
-    // The relay meets the outage at publish and pauses, with the reason.
-    await eventually(() => expect(h.bus.health().relay).toMatchObject({ ready: false, paused: true, lastError: expect.stringContaining('unavailable') }));
+    // The relay waits for the consumer: its queues must exist before anything is published.
+    expect(h.bus.health().relay).toMatchObject({ running: false, ready: false, lastError: expect.stringContaining(`consumer 'sink' has subscribed`) });
 
     h.broker.setAvailable(true);
     await eventually(() => expect(seen).toEqual([id]), 10_000);
     await eventually(() =>
       expect(h.bus.health()).toMatchObject({ status: 'running', ready: true, relay: { ready: true }, consumers: [{ connected: true, lastError: null }] }),
     );
+    expect(gates[0]!.state.events[0]).toBe('subscribed');
   });
 
   it('database down: start() resolves, the relay is not ready with the reason, and it claims by itself (and is woken again) when the database returns', async () => {
