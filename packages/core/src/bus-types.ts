@@ -174,7 +174,7 @@ export interface BusHealth {
   readonly ready: boolean;
   readonly relay: {
     readonly running: boolean;
-    /** True once the relay has claimed from the store and is not paused; false when it does not run. */
+    /** True once the relay has claimed from the store and is not paused; false when it does not run (yet). */
     readonly ready: boolean;
     /** True while the transport or store is unavailable and the relay backs off. */
     readonly paused: boolean;

@@ -42,7 +42,9 @@ export interface Bus<Tx> extends AsyncDisposable {
   subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
   /**
    * Starts the relay and/or the consumers, and resolves once each part has made its first
-   * try: every consumer its subscription, the relay its first claim.
+   * try: every consumer its subscription, then the relay its first claim. The relay starts
+   * only after this bus's consumers subscribed (their queues must exist before anything is
+   * published); while one still retries, the relay start waits for it in the background.
    *
    * Guarantees: a part whose first try fails with a retriable error (the broker or the
    * database is down) does not fail `start()`; it keeps trying in the background with
