@@ -134,12 +134,21 @@ export interface BusConfig<Tx> {
   readonly newId?: () => string;
 }
 
-/** Which parts {@link Bus.start} runs. */
+/** Which parts {@link Bus.start} runs, and what it does when one cannot start yet. */
 export interface StartOptions {
   /** Run the relay (default true). */
   readonly relay?: boolean;
   /** Run the subscriptions (default true). */
   readonly consumers?: boolean;
+  /**
+   * Reject `start()` when any part fails its first try, even for an outage (a broker or
+   * database that cannot be reached), after stopping what did start. Default false: a part
+   * that fails with a retriable error keeps trying in the background and `health()` reports
+   * it not ready with the error. Set it for a process that should exit (and be restarted)
+   * rather than wait. Non-retriable errors (a bad configuration, a missing schema) reject
+   * `start()` either way.
+   */
+  readonly failFast?: boolean;
 }
 
 /** Counters since start, also exported as OpenTelemetry metrics. */
@@ -154,17 +163,37 @@ export interface BusCounters {
   readonly haltedKeys: number;
 }
 
-/** Health snapshot. */
+/**
+ * Health snapshot.
+ *
+ * `ready` is what a readiness probe wants: true while the bus runs and every part it runs
+ * works — the relay has claimed since its last failure, every consumer is subscribed. A
+ * part that could not start yet (or lost its store or broker) is not ready and says why
+ * in its `lastError`; the bus keeps retrying it in the background until `stop()`.
+ */
 export interface BusHealth {
+  /** `degraded`: started, but a part is not ready (an outage, or a part still waiting to start). */
   readonly status: 'stopped' | 'starting' | 'running' | 'degraded' | 'stopping';
+  /** True when `status` is `running`: every part the bus runs is ready. */
+  readonly ready: boolean;
   readonly relay: {
     readonly running: boolean;
+    /** True once the relay has claimed from the store and is not paused; false when it does not run (yet). */
+    readonly ready: boolean;
     /** True while the transport or store is unavailable and the relay backs off. */
     readonly paused: boolean;
+    /** The last claim or publish failure (kept after recovery; read it when not ready). */
     readonly lastError: string | null;
     /** Milliseconds since the relay last completed a claim, -1 before the first. */
     readonly sinceLastClaimMs: number;
   };
-  readonly consumers: readonly { readonly consumer: string; readonly connected: boolean; readonly inFlight: number }[];
+  readonly consumers: readonly {
+    readonly consumer: string;
+    /** True once its subscription started; false while `start()` keeps retrying it in the background. */
+    readonly connected: boolean;
+    readonly inFlight: number;
+    /** Why it is not connected (the last subscribe failure); null once connected. */
+    readonly lastError: string | null;
+  }[];
   readonly counters: BusCounters;
 }

@@ -44,10 +44,29 @@ export interface Bus<Tx> extends AsyncDisposable {
   outbox(tx: Tx): OutboxPublisher;
   /** Registers a handler of `definition` for the consumer (group) `consumer`. Call before `start`. */
   subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
-  /** Starts the relay and/or the consumers. */
+  /**
+   * Starts the relay and/or the consumers, and resolves once each part has made its first
+   * try: every consumer its subscription, then the relay its first claim. The relay starts
+   * only after this bus's consumers subscribed (their queues must exist before anything is
+   * published); while one still retries, the relay start waits for it in the background.
+   *
+   * Guarantees: a part whose first try fails with a retriable error (the broker or the
+   * database is down) does not fail `start()`; it keeps trying in the background with
+   * capped, jittered backoff (`relay.pause`), `health()` reports it not ready with the
+   * error, and it becomes ready by itself when its server returns. A non-retriable error
+   * (a bad configuration, queues declared with other settings, a missing schema) rejects
+   * at once, as does any first failure with `failFast: true`; what had started is stopped
+   * first, and `start()` may be called again. Idempotent while started; `stop()` ends
+   * background retries promptly.
+   */
   start(options?: StartOptions): Promise<void>;
   /** Drains and stops what runs; resolves when done or after `timeoutMs`. Idempotent. */
   stop(options?: StopOptions): Promise<void>;
+  /**
+   * A snapshot of the bus's state: `ready` (every part it runs works), each part's
+   * readiness with its last error, and the counters. Cheap and synchronous: no I/O, so a
+   * readiness probe may call it as often as it likes.
+   */
   health(): BusHealth;
   /** Wakes the relay at once, e.g. right after a commit in this process. */
   wake(): void;
@@ -103,6 +122,10 @@ class CourierBus<Tx> implements Bus<Tx> {
   #status: BusHealth['status'] = 'stopped';
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
+  /** Aborted when `stop()` is called: ends a relay start still waiting for consumers. */
+  readonly #stopRequested = new AbortController();
+  /** A relay start deferred until the bus's consumers have subscribed (see #start). */
+  #relayDeferred: { readonly waitingFor: readonly string[]; readonly done: Promise<void> } | undefined;
 
   constructor(config: BusConfig<Tx>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
     this.#config = config;
@@ -175,7 +198,7 @@ class CourierBus<Tx> implements Bus<Tx> {
   start(options: StartOptions = {}): Promise<void> {
     if (this.#stopping) return Promise.reject(new ClosedError('bus'));
     if (!this.#starting) {
-      const starting = this.#start(options.relay ?? true, options.consumers ?? true);
+      const starting = this.#start(options.relay ?? true, options.consumers ?? true, options.failFast ?? false);
       this.#starting = starting;
       // A failed start may be tried again (say, with consumers: false). Cleared here, not in
       // #start: a check that throws before #start's first await would run before the assignment.
@@ -186,7 +209,7 @@ class CourierBus<Tx> implements Bus<Tx> {
     return this.#starting;
   }
 
-  async #start(runRelay: boolean, runConsumers: boolean): Promise<void> {
+  async #start(runRelay: boolean, runConsumers: boolean, failFast: boolean): Promise<void> {
     this.#status = 'starting';
     const fault = faultCaller(this.#config.faults);
     if (runConsumers && this.#plans.size > 0 && !this.#config.inbox) {
@@ -221,7 +244,6 @@ class CourierBus<Tx> implements Bus<Tx> {
             settings,
             plan.registrations,
           );
-          await worker.start();
           this.#consumers.push(worker);
         }
       }
@@ -238,10 +260,26 @@ class CourierBus<Tx> implements Bus<Tx> {
           },
           this.#relaySettings,
         );
-        await this.#relay.start();
       }
+      // The consumers try at once: during an outage, one failed connect attempt each in
+      // parallel instead of one after another. All settle before the first error is
+      // reported, so the shutdown below never races a start still in flight.
+      const starts = this.#consumers.map((consumer) => consumer.start({ failFast }));
+      const failure = (await Promise.allSettled(starts)).find((outcome) => outcome.status === 'rejected');
+      if (failure) throw failure.reason;
+      // The relay starts only once this bus's consumers have subscribed: a subscription
+      // declares its queues, and a message published before they exist may be unroutable
+      // (RabbitMQ) and dead-lettered. If some are still retrying, so does the relay start.
+      const waiting = this.#consumers.filter((consumer) => !consumer.connected);
+      if (this.#relay && waiting.length === 0) await this.#relay.start({ failFast });
+      else if (this.#relay) this.#relayDeferred = { waitingFor: waiting.map((consumer) => consumer.name), done: this.#startRelayLater(this.#relay, waiting) };
       this.#status = 'running';
-      this.#logger.info('bus started', { relay: runRelay, consumers: this.#consumers.map((consumer) => consumer.name) });
+      this.#logger.info('bus started', {
+        relay: runRelay,
+        consumers: this.#consumers.map((consumer) => consumer.name),
+        ready: this.health().ready,
+        waiting: waiting.map((consumer) => consumer.name),
+      });
     } catch (error) {
       await this.#shutdown(0);
       this.#status = 'stopped';
@@ -249,9 +287,27 @@ class CourierBus<Tx> implements Bus<Tx> {
     }
   }
 
+  /** Starts `relay` once every consumer in `waiting` has subscribed, unless the bus stops first; never rejects. */
+  async #startRelayLater(relay: Relay<Tx>, waiting: readonly Consumer<Tx>[]): Promise<void> {
+    const signal = this.#stopRequested.signal;
+    const stopped = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+    await Promise.race([Promise.all(waiting.map((consumer) => consumer.subscribed)), stopped]);
+    if (signal.aborted) return;
+    try {
+      await relay.start();
+      this.#logger.info('relay started after the consumers subscribed');
+    } catch (error) {
+      // Not retriable (say, a missing schema): the relay keeps trying, and says why in health().
+      this.#logger.error('relay start failed; it keeps retrying', { error: describeError(error) });
+    }
+  }
+
   stop(options: StopOptions = {}): Promise<void> {
     this.#stopping ??= (async () => {
+      this.#stopRequested.abort();
       await this.#starting?.catch(() => undefined);
+      // A deferred relay start in progress finishes first, so `stop` below sees its loops.
+      await this.#relayDeferred?.done;
       this.#status = 'stopping';
       await this.#shutdown(options.timeoutMs ?? 10_000);
       this.#status = 'stopped';
@@ -277,11 +333,24 @@ class CourierBus<Tx> implements Bus<Tx> {
   }
 
   health(): BusHealth {
-    const relay = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
-    const consumers = this.#consumers.map((consumer) => ({ consumer: consumer.name, connected: consumer.connected, inFlight: consumer.inFlight }));
-    const degraded = relay.paused || consumers.some((consumer) => !consumer.connected);
+    let state = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    if (this.#relayDeferred && !state.running) {
+      const names = this.#relayDeferred.waitingFor.map((name) => `'${name}'`).join(', ');
+      state = { ...state, lastError: `relay starts once consumer ${names} has subscribed` };
+    }
+    // Ready once a claim succeeded and nothing failed since (a failure pauses the relay).
+    const relay = { ...state, ready: state.running && !state.paused && state.sinceLastClaimMs >= 0 };
+    const consumers = this.#consumers.map((consumer) => ({
+      consumer: consumer.name,
+      connected: consumer.connected,
+      inFlight: consumer.inFlight,
+      lastError: consumer.lastError,
+    }));
+    const degraded = (this.#relay !== undefined && !relay.ready) || consumers.some((consumer) => !consumer.connected);
+    const status = this.#status === 'running' && degraded ? 'degraded' : this.#status;
     return {
-      status: this.#status === 'running' && degraded ? 'degraded' : this.#status,
+      status,
+      ready: status === 'running',
       relay,
       consumers,
       counters: this.#instruments.snapshot() satisfies BusCounters,

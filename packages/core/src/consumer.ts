@@ -1,6 +1,6 @@
 import { SpanKind, type Tracer } from '@opentelemetry/api';
 import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
-import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError } from './errors.js';
+import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import type { InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
@@ -82,6 +82,15 @@ export class Consumer<Tx> {
   #abort = new AbortController();
   #subscription: Subscription | undefined;
   #inFlight = 0;
+  /** The background subscribe retries after a failed first try, until they succeed or `stop`. */
+  #subscribing: Promise<void> | undefined;
+  #stopSubscribing = new AbortController();
+  #lastError: string | null = null;
+  #onSubscribed: () => void = () => {};
+  /** Resolves when the subscription has started (never if it is stopped first). */
+  readonly subscribed: Promise<void> = new Promise((resolve) => {
+    this.#onSubscribed = resolve;
+  });
 
   constructor(deps: ConsumerDependencies<Tx>, settings: ConsumerSettings, registrations: ReadonlyMap<string, Registration<Tx>>) {
     this.#deps = deps;
@@ -102,20 +111,91 @@ export class Consumer<Tx> {
     return this.#subscription !== undefined;
   }
 
-  async start(): Promise<void> {
-    if (this.#subscription) return;
+  /** Why the subscription is not started (the last subscribe failure); null once it is. */
+  get lastError(): string | null {
+    return this.#subscription ? null : this.#lastError;
+  }
+
+  /**
+   * Subscribes the endpoint. Resolves once subscribed or, when the first try fails with a
+   * retriable error (the broker is down) and `failFast` is false, at once: the subscription
+   * is then retried in the background with capped, jittered backoff until it starts or
+   * `stop()` is called. Rejects with the first try's error when it is not retriable or
+   * `failFast` is set.
+   */
+  async start(options: { readonly failFast?: boolean } = {}): Promise<void> {
+    if (this.#subscription || this.#subscribing) return;
     this.#abort = new AbortController();
+    this.#stopSubscribing = new AbortController();
+    try {
+      this.#subscription = await this.#subscribe();
+      this.#lastError = null;
+      this.#onSubscribed();
+    } catch (error) {
+      if (options.failFast || !isRetriable(error)) throw error;
+      this.#lastError = describeError(error);
+      this.#deps.logger.warn('consumer cannot subscribe yet; retrying in the background', { consumer: this.#settings.consumer, error: this.#lastError });
+      this.#subscribing = this.#retrySubscribe(this.#stopSubscribing.signal);
+    }
+  }
+
+  #subscribe(): Promise<Subscription> {
     const endpoint: Endpoint = {
       consumer: this.#settings.consumer,
       topics: this.#topics,
       ordered: this.#settings.ordered,
       concurrency: this.#settings.concurrency,
     };
-    this.#subscription = await this.#deps.transport.subscribe(endpoint, (delivery) => this.#handle(delivery));
+    return this.#deps.transport.subscribe(endpoint, (delivery) => this.#handle(delivery));
   }
 
-  /** Stops receiving; handlers in flight get `timeoutMs` to finish, then their deliveries are left unsettled (redelivered). */
+  /** Retries the subscription until it starts or `signal` aborts; never rejects. */
+  async #retrySubscribe(signal: AbortSignal): Promise<void> {
+    const { consumer, pauseInitialMs, pauseMaxMs } = this.#settings;
+    let delay = pauseInitialMs;
+    while (!signal.aborted) {
+      // Jitter spreads the retries of many consumers (and processes) restarted together.
+      await sleep(delay * (0.5 + Math.random() / 2), signal);
+      if (signal.aborted) return;
+      delay = Math.min(pauseMaxMs, delay * 2);
+      try {
+        const subscription = await this.#subscribe();
+        if (signal.aborted) {
+          // `stop` came while this try was in flight and will not see it: close it here.
+          await subscription.close().catch(() => undefined);
+          return;
+        }
+        this.#subscription = subscription;
+        this.#lastError = null;
+        this.#onSubscribed();
+        this.#deps.logger.info('consumer subscribed after retrying', { consumer });
+        return;
+      } catch (error) {
+        this.#lastError = describeError(error);
+        // A non-retriable failure (say, queues declared with other settings) is kept trying
+        // too, at the slowest pace: an operator may fix it, and health() shows it meanwhile.
+        const fields = { consumer, error: this.#lastError };
+        if (isRetriable(error)) this.#deps.logger.warn('consumer cannot subscribe yet; retrying', fields);
+        else {
+          delay = pauseMaxMs;
+          this.#deps.logger.error('consumer cannot subscribe: not retriable; retrying slowly', fields);
+        }
+      }
+    }
+  }
+
+  /**
+   * Stops receiving; handlers in flight get `timeoutMs` to finish, then their deliveries are
+   * left unsettled (redelivered). Background subscribe retries stop at once; a try in flight
+   * is waited for at most `timeoutMs` and closed if it succeeds later.
+   */
   async stop(timeoutMs: number): Promise<void> {
+    const subscribing = this.#subscribing;
+    this.#subscribing = undefined;
+    if (subscribing) {
+      this.#stopSubscribing.abort();
+      await withTimeout(subscribing, timeoutMs);
+    }
     const subscription = this.#subscription;
     if (!subscription) return;
     this.#subscription = undefined;

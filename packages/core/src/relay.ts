@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { PoisonPolicy, RelayConfig } from './bus-types.js';
 import type { Envelope } from './envelope.js';
-import { CourierError, describeError } from './errors.js';
+import { CourierError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 import { sleep, Waker, withTimeout } from './internal/async.js';
 import type { Logger } from './logger.js';
@@ -154,27 +154,67 @@ export class Relay<Tx> {
   #pauseMs = 0;
   #lastError: string | null = null;
   #lastClaimAt = -1;
+  /** Told the outcome of the first claim (undefined: it succeeded), then cleared. */
+  #firstClaim: ((error: unknown) => void) | undefined;
 
   constructor(deps: RelayDependencies<Tx>, settings: RelaySettings) {
     this.#deps = deps;
     this.#settings = settings;
   }
 
-  /** Starts the loop (idempotent). Subscribes to the store's wake-up signal when it has one. */
-  async start(): Promise<void> {
+  /**
+   * Starts the loops (idempotent) and resolves once the first claim has been tried.
+   * Subscribes to the store's wake-up signal when it has one.
+   *
+   * A first claim that fails with a retriable error (the database is down) does not reject:
+   * the loops keep claiming with capped backoff and `health()` reports the relay paused with
+   * the error. It rejects, loops still running (the caller stops them), when the first claim
+   * fails with a non-retriable error (a missing schema) or with any error under `failFast`.
+   * A wake-up signal that cannot be set up yet is retried in the background; meanwhile the
+   * relay polls.
+   */
+  async start(options: { readonly failFast?: boolean } = {}): Promise<void> {
     if (this.#loop) return;
     this.#stopping = new AbortController();
     this.#abandon = new AbortController();
-    if (this.#deps.store.watch) {
+    const signal = this.#stopping.signal;
+    if (this.#deps.store.watch) await this.#watch(signal);
+    const firstClaim = new Promise<unknown>((resolve) => {
+      this.#firstClaim = resolve;
+    });
+    const loops = Array.from({ length: RELAY_LOOPS }, (_, index) => this.#run(index === 0));
+    this.#loop = Promise.all(loops).then(() => undefined);
+    // Stopped before any claim was tried: nothing to report.
+    const stopped = new Promise<undefined>((resolve) => signal.addEventListener('abort', () => resolve(undefined), { once: true }));
+    const error = await Promise.race([firstClaim, stopped]);
+    this.#firstClaim = undefined;
+    if (error !== undefined && (options.failFast || !isRetriable(error))) throw error;
+  }
+
+  /** Subscribes to the store's wake-up signal; a retriable failure is retried in the background. */
+  async #watch(signal: AbortSignal): Promise<void> {
+    const watch = async (): Promise<boolean> => {
       try {
-        this.#unwatch = await this.#deps.store.watch(() => this.wake());
+        const unwatch = await this.#deps.store.watch!(() => this.wake());
+        // Stopped meanwhile: `stop` has already looked for something to unwatch.
+        if (signal.aborted) await unwatch().catch(() => undefined);
+        else this.#unwatch = unwatch;
+        return true;
       } catch (error) {
         // Wake-ups are an optimisation: polling still delivers everything.
         this.#deps.logger.warn('outbox wake-up signal unavailable; polling', { error: describeError(error) });
+        return !isRetriable(error);
       }
-    }
-    const loops = Array.from({ length: RELAY_LOOPS }, (_, index) => this.#run(index === 0));
-    this.#loop = Promise.all(loops).then(() => undefined);
+    };
+    if (await watch()) return;
+    void (async () => {
+      let delay = this.#settings.pauseInitialMs;
+      while (!signal.aborted) {
+        await sleep(delay * (0.5 + Math.random() / 2), signal);
+        if (signal.aborted || (await watch())) return;
+        delay = Math.min(this.#settings.pauseMaxMs, delay * 2);
+      }
+    })();
   }
 
   /** Wakes the relay at once (e.g. after an in-process commit). */
@@ -232,6 +272,7 @@ export class Relay<Tx> {
           signal: this.#abandon.signal,
         });
         this.#lastClaimAt = Date.now();
+        this.#firstClaim?.(undefined);
         // A full batch means more may be due: the helper loops claim too.
         if (batch.records.length >= this.#settings.batchSize) this.#helpers.notify();
         if (batch.records.length === 0) {
@@ -246,6 +287,7 @@ export class Relay<Tx> {
         else await this.#pause();
       } catch (error) {
         if (stopping.aborted) break;
+        this.#firstClaim?.(error);
         this.#lastError = describeError(error);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
         await this.#pause();

@@ -210,12 +210,12 @@ describe('bus lifecycle', () => {
     await bus.stop();
   });
 
-  it('a start that fails (broker down) shuts down what it started and may be tried again', async () => {
+  it('a start that fails (broker down, failFast) shuts down what it started and may be tried again', async () => {
     await using h = harness();
     h.bus.subscribe('a', Placed, async () => {});
     h.bus.subscribe('b', Placed, async () => {});
     h.broker.setAvailable(false);
-    await expect(h.bus.start()).rejects.toMatchObject({ name: 'TransportError', retriable: true });
+    await expect(h.bus.start({ failFast: true })).rejects.toMatchObject({ name: 'TransportError', retriable: true });
     expect(h.bus.health()).toMatchObject({ status: 'stopped', relay: { running: false }, consumers: [] });
     h.broker.setAvailable(true);
     await h.bus.start();
@@ -226,7 +226,8 @@ describe('bus lifecycle', () => {
     await using h = harness();
     expect(h.bus.health()).toEqual({
       status: 'stopped',
-      relay: { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 },
+      ready: false,
+      relay: { running: false, ready: false, paused: false, lastError: null, sinceLastClaimMs: -1 },
       consumers: [],
       counters: { published: 0, publishFailures: 0, relayPauses: 0, processed: 0, retries: 0, deadLettered: 0, duplicates: 0, haltedKeys: 0 },
     });
@@ -236,10 +237,11 @@ describe('bus lifecycle', () => {
     await eventually(() => expect(h.bus.health().relay.sinceLastClaimMs).toBeGreaterThanOrEqual(0));
     expect(h.bus.health()).toEqual({
       status: 'running',
-      relay: { running: true, paused: false, lastError: null, sinceLastClaimMs: expect.any(Number) },
+      ready: true,
+      relay: { running: true, ready: true, paused: false, lastError: null, sinceLastClaimMs: expect.any(Number) },
       consumers: [
-        { consumer: 'a', connected: true, inFlight: 0 },
-        { consumer: 'b', connected: true, inFlight: 0 },
+        { consumer: 'a', connected: true, inFlight: 0, lastError: null },
+        { consumer: 'b', connected: true, inFlight: 0, lastError: null },
       ],
       counters: expect.objectContaining({ published: 0 }),
     });
