@@ -503,6 +503,69 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: 'renew extends only the rows still held by the lease; a stale lease renews nothing',
+    async run(env) {
+      if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');
+      const [a, b, c] = [message(env, 'a'), message(env, 'b'), message(env, 'c')];
+      await commit(env, [a, b, c]);
+      const first = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      expect(sorted(ids(first))).toEqual(sorted([a.messageId, b.messageId, c.messageId]));
+      // `a` is completed and `b` released: only `c` is still held by the lease.
+      expect(await env.outbox.complete(first.lease, [sequenceOf(first, a)])).toBe(1);
+      expect(await env.outbox.release(first.lease, [sequenceOf(first, b)])).toBe(1);
+      expect(await env.outbox.renew(first.lease, sequences(first), LONG_LEASE_MS)).toBe(1);
+      const forged = { owner: 'relay-a', token: first.lease.token + 1_000_000n };
+      expect(await env.outbox.renew(forged, [sequenceOf(first, c)], LONG_LEASE_MS)).toBe(0);
+      // `b` (released) is claimable by anyone; `c` (renewed) is not, long after the first lease.
+      const second = await claim(env, 'relay-b', { leaseMs: env.options.shortLeaseMs });
+      expect(ids(second)).toEqual([b.messageId]);
+      await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-c');
+          expect(ids(batch)).toEqual([b.messageId]);
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      // The stale lease of relay-b (expired, re-claimed by relay-c) renews nothing.
+      expect(await env.outbox.renew(second.lease, sequences(second), LONG_LEASE_MS)).toBe(0);
+      expect(await env.outbox.complete(first.lease, [sequenceOf(first, c)])).toBe(1);
+    },
+  },
+  {
+    name: 'renewed rows are re-claimable only after the renewed lease expires',
+    async run(env) {
+      if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');
+      const { shortLeaseMs, timeoutMs } = env.options;
+      const row = message(env, 'k');
+      await commit(env, [row]);
+      const held = await claim(env, 'relay-a', { leaseMs: shortLeaseMs });
+      // Renewed a few times, each before the lease runs out: nobody else gets the row for
+      // several leases in a row.
+      const heldUntil = Date.now() + shortLeaseMs * 3;
+      while (Date.now() < heldUntil) {
+        expect(await env.outbox.renew(held.lease, sequences(held), shortLeaseMs)).toBe(1);
+        expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+        await sleep(shortLeaseMs / 4);
+      }
+      expect(await env.outbox.renew(held.lease, sequences(held), shortLeaseMs)).toBe(1);
+      const renewedAt = Date.now();
+      // Renewals stop: the row comes back once the last renewed lease has run out.
+      const taken = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b');
+          expect(ids(batch)).toEqual([row.messageId]);
+          return batch;
+        },
+        { timeoutMs },
+      );
+      expect(Date.now() - renewedAt).toBeGreaterThanOrEqual(shortLeaseMs - env.options.clockToleranceMs);
+      expect(taken.lease.token > held.lease.token).toBe(true);
+      expect(await env.outbox.renew(held.lease, sequences(held), shortLeaseMs)).toBe(0);
+      expect(await env.outbox.complete(held.lease, sequences(held))).toBe(0);
+      expect(await env.outbox.complete(taken.lease, sequences(taken))).toBe(1);
+    },
+  },
+  {
     name: 'fail records attempts, the last error and the failure time',
     async run(env) {
       const row = message(env, 'k');

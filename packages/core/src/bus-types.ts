@@ -97,9 +97,13 @@ export interface RelayConfig {
   /** Rows claimed per batch. Default 100. */
   readonly batchSize?: number;
   /**
-   * Lease length; a relay that stalls longer is fenced out. Default 30 s. At least twice
-   * the transport's declared `publishTimeoutMs` (`createBus` checks), so a confirm that
-   * comes late is never re-claimed and sent again.
+   * Lease length: how long a claimed batch stays with this relay without a word from it.
+   * When the store renews leases (`OutboxStore.renew`), the relay renews every third of it
+   * while a batch is in hand, so it bounds how long a dead relay's keys stay blocked (about
+   * `leaseMs` plus `pollIntervalMs`). Default 5 s; a renewal that fails for most of a lease
+   * (the database slow or away) stops the batch's sending. When the store cannot renew:
+   * default 30 s, and at least twice the transport's declared `publishTimeoutMs`
+   * (`createBus` checks), so a confirm that comes late is never re-claimed and sent again.
    */
   readonly leaseMs?: number;
   /** Poll interval when the store has no wake-up signal (or as a safety net). Default 1 s. */

@@ -93,7 +93,7 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   );
   const maxPayloadBytes = config.maxPayloadBytes ?? 1024 * 1024;
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) problems.push(`'maxPayloadBytes' must be a positive integer`);
-  const relay = relaySettings(config.relay, config.transport?.capabilities?.publishTimeoutMs);
+  const relay = relaySettings(config.relay, config.transport?.capabilities?.publishTimeoutMs, typeof config.outbox?.renew === 'function');
   problems.push(...relay.problems);
   let consumerRetry;
   try {

@@ -115,6 +115,8 @@ export interface CompleteOptions {
  *   whose lease expired may be claimed again, with a greater fencing token.
  * - `complete`, `fail` and `release` act only on rows still held by `lease` (a stale
  *   relay is fenced out) and return how many rows they changed.
+ * - `renew`, where implemented, moves the lease expiry of rows still held by `lease` to
+ *   `leaseMs` from now (database clock) and touches no other row.
  * - Dead and halted rows are never claimed. `prune` deletes only published rows.
  */
 export interface OutboxStore<Tx> {
@@ -128,6 +130,15 @@ export interface OutboxStore<Tx> {
   fail(lease: OutboxLease, failures: readonly OutboxFailure[], options?: { signal?: AbortSignal }): Promise<number>;
   /** Gives rows back without counting an attempt (transport down, shutdown), due after `delayMs`. */
   release(lease: OutboxLease, sequences: readonly bigint[], delayMs?: number): Promise<number>;
+  /**
+   * Optional heartbeat: extends the lease of rows still held by `lease` (pending, with its
+   * token) to `leaseMs` from now on the database clock, and returns how many it extended.
+   * Rows re-claimed by another relay, completed, failed or released are not touched (a
+   * stale relay is fenced out), so a count below `sequences.length` tells the relay it lost
+   * them. A store that has it lets the relay claim with a short lease and keep it only
+   * while a batch is in hand; without it the relay keeps one long lease per batch.
+   */
+  renew?(lease: OutboxLease, sequences: readonly bigint[], leaseMs: number, options?: { signal?: AbortSignal }): Promise<number>;
   /**
    * Optional wake-up signal: calls `listener` soon after appends commit so the relay
    * need not sleep-poll. Resolves with a function that stops listening.

@@ -7,7 +7,7 @@ import { CourierError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 import { sleep, Waker, withTimeout } from './internal/async.js';
 import type { Logger } from './logger.js';
-import type { ClaimedBatch, OutboxFailure, OutboxRecord, OutboxStore } from './outbox-store.js';
+import type { ClaimedBatch, OutboxFailure, OutboxLease, OutboxRecord, OutboxStore } from './outbox-store.js';
 import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
 import type { Instruments } from './telemetry.js';
 import { inSpan, traceLinks } from './telemetry.js';
@@ -35,9 +35,23 @@ const LEASE_BUDGET = 0.8;
 
 /**
  * Largest share of the lease a transport's declared publish timeout may take
- * (`TransportCapabilities.publishTimeoutMs`): the bus refuses a configuration that breaks it.
+ * (`TransportCapabilities.publishTimeoutMs`) when the store cannot renew leases: the bus
+ * refuses a configuration that breaks it.
  */
 export const PUBLISH_TIMEOUT_LEASE_SHARE = 0.5;
+
+/**
+ * Default lease when the store renews leases (`OutboxStore.renew`): the relay renews it
+ * every third of its length while a batch is in hand, so it only has to outlast two missed
+ * renewals, and a relay that dies hands its keys over within about this long.
+ */
+export const DEFAULT_RENEWED_LEASE_MS = 5_000;
+
+/** Default lease when the store cannot renew: it must cover a whole batch, slow confirms included. */
+export const DEFAULT_FIXED_LEASE_MS = 30_000;
+
+/** Renewals per lease length while a batch is in hand. */
+const RENEWALS_PER_LEASE = 3;
 
 /**
  * Claim → publish → complete cycles one relay runs at once. While one batch waits for its
@@ -75,10 +89,12 @@ export interface RelaySettings {
 
 /**
  * Resolves relay settings, listing every problem. `publishTimeoutMs` is the transport's
- * declared publish timeout: the lease must be at least twice as long, or a confirm that
- * comes late would find its rows re-claimed and sent again.
+ * declared publish timeout; `renews` says whether the store renews leases. Without
+ * renewals the lease must be at least twice the publish timeout, or a confirm that comes
+ * late would find its rows re-claimed and sent again; with them the relay keeps its lease
+ * for as long as it waits, so the lease need only outlast missed renewals.
  */
-export function relaySettings(config: RelayConfig = {}, publishTimeoutMs?: number): { settings?: RelaySettings; problems: string[] } {
+export function relaySettings(config: RelayConfig = {}, publishTimeoutMs?: number, renews = false): { settings?: RelaySettings; problems: string[] } {
   const problems: string[] = [];
   const positive = (name: string, value: number | undefined, fallback: number): number => {
     if (value === undefined) return fallback;
@@ -87,14 +103,14 @@ export function relaySettings(config: RelayConfig = {}, publishTimeoutMs?: numbe
   };
   const batchSize = positive('batchSize', config.batchSize, 100);
   if (!Number.isSafeInteger(batchSize)) problems.push(`'relay.batchSize' must be an integer`);
-  const leaseMs = positive('leaseMs', config.leaseMs, 30_000);
+  const leaseMs = positive('leaseMs', config.leaseMs, renews ? DEFAULT_RENEWED_LEASE_MS : DEFAULT_FIXED_LEASE_MS);
   const pollIntervalMs = positive('pollIntervalMs', config.pollIntervalMs, 1_000);
   const pauseInitialMs = positive('pause.initialDelayMs', config.pause?.initialDelayMs, 100);
   const pauseMaxMs = positive('pause.maxDelayMs', config.pause?.maxDelayMs, 5_000);
-  if (publishTimeoutMs !== undefined && Number.isFinite(leaseMs) && leaseMs > 0 && !(publishTimeoutMs <= leaseMs * PUBLISH_TIMEOUT_LEASE_SHARE)) {
+  if (!renews && publishTimeoutMs !== undefined && Number.isFinite(leaseMs) && leaseMs > 0 && !(publishTimeoutMs <= leaseMs * PUBLISH_TIMEOUT_LEASE_SHARE)) {
     problems.push(
       `'relay.leaseMs' (${leaseMs} ms) must be at least twice the transport's publish timeout (${publishTimeoutMs} ms), ` +
-        `or a late confirm is re-claimed and sent again: raise 'relay.leaseMs' or lower the transport's publish timeout`,
+        `or a late confirm is re-claimed and sent again: raise 'relay.leaseMs', lower the transport's publish timeout, or use a store that renews leases`,
     );
   }
   const poison = config.poison ?? 'park';
@@ -130,8 +146,14 @@ export interface RelayHealth {
  * - a transport or store that is down pauses the relay with capped backoff and counts no
  *   attempts; attempts count only failures the transport attributes to the message, never
  *   a per-message connectivity result (`CONNECTIVITY_CODES`) or a message not sent (`ABORTED`);
- * - every answer of a batch arrives within its lease: nothing is sent after a deadline that
- *   leaves the transport's declared publish timeout before the lease runs out;
+ * - leases are short and kept only while a batch is in hand, where the store renews them
+ *   (`OutboxStore.renew`): the relay renews every third of the lease until the batch is
+ *   completed, failed or released; a relay that dies stops renewing, so its keys flow again
+ *   about one lease later. When a renewal finds rows re-claimed by another relay, or none
+ *   succeeded for most of a lease, nothing more of the batch is sent;
+ * - without renewals, every answer of a batch arrives within its lease: nothing is sent
+ *   after a deadline that leaves the transport's declared publish timeout before the lease
+ *   runs out;
  * - `stop` sends nothing more, completes what the broker confirmed, releases the rest of
  *   its claims without an attempt, and leaves no timer behind;
  * - a head that exhausts its attempts (or is refused as not retriable) is parked (dead,
@@ -300,7 +322,7 @@ export class Relay<Tx> {
    * unwell: it failed as a whole, or reported connectivity trouble for some messages.
    */
   async #process(batch: ClaimedBatch, claimedAt: number): Promise<boolean> {
-    const { store, transport, fault, instruments } = this.#deps;
+    const { store, fault } = this.#deps;
     const stopping = this.#stopping.signal;
     const abandon = this.#abandon.signal;
     const { lease, records } = batch;
@@ -311,12 +333,34 @@ export class Relay<Tx> {
       await store.release(lease, sequences, 0);
       return true;
     }
-    // Nothing is sent after this instant, so that even an answer that takes the whole
-    // publish timeout arrives while the lease still holds. A transport that declares no
-    // timeout promises no bound to plan with: it may send until the budget is spent.
     const { leaseMs } = this.#settings;
-    const sendBy = claimedAt + leaseMs * LEASE_BUDGET - (transport.capabilities.publishTimeoutMs ?? 0);
-    if (Date.now() >= sendBy) {
+    // Started after the stale-relay point on purpose: a stalled process renews nothing, and
+    // the heartbeat counts its lease from the claim, so a stall past the lease is seen here.
+    const heartbeat = store.renew
+      ? new LeaseHeartbeat({ store, lease, sequences, leaseMs, heldSince: claimedAt, logger: this.#deps.logger, signal: abandon })
+      : undefined;
+    try {
+      return await this.#send(batch, claimedAt, heartbeat);
+    } finally {
+      await heartbeat?.stop();
+    }
+  }
+
+  /** The rest of {@link Relay.#process}, with the batch's heartbeat (when the store renews) running. */
+  async #send(batch: ClaimedBatch, claimedAt: number, heartbeat: LeaseHeartbeat | undefined): Promise<boolean> {
+    const { store, transport, fault, instruments } = this.#deps;
+    const stopping = this.#stopping.signal;
+    const abandon = this.#abandon.signal;
+    const { lease, records } = batch;
+    const sequences = records.map((record) => record.sequence);
+    const messageIds = records.map((record) => record.envelope.messageId);
+    const { leaseMs } = this.#settings;
+    // Without renewals nothing is sent after this instant, so that even an answer that
+    // takes the whole publish timeout arrives while the lease still holds. A transport that
+    // declares no timeout promises no bound to plan with: it may send until the budget is
+    // spent. With renewals the heartbeat decides: the lease holds while renewals succeed.
+    const sendBy = heartbeat ? Number.POSITIVE_INFINITY : claimedAt + leaseMs * LEASE_BUDGET - (transport.capabilities.publishTimeoutMs ?? 0);
+    if (Date.now() >= sendBy || heartbeat?.lost.aborted) {
       // The lease is (nearly) gone: publishing now would race the relay that re-claims it.
       // The release is fenced out if another relay has already re-claimed the rows.
       this.#deps.logger.warn('relay stalled past its sending deadline; releasing the batch', { lease: String(lease.token) });
@@ -325,7 +369,7 @@ export class Relay<Tx> {
     }
     await fault('broker-restart', { messageIds });
     const envelopes = records.map((record) => record.envelope);
-    const sending = deadlineSignal(stopping, sendBy - Date.now());
+    const sending = deadlineSignal(heartbeat ? AbortSignal.any([stopping, heartbeat.lost]) : stopping, sendBy - Date.now());
     let results: readonly PublishResult[];
     try {
       results = await inSpan(
@@ -354,6 +398,9 @@ export class Relay<Tx> {
     } finally {
       sending.dispose();
     }
+    // From here on rows leave the lease one by one (complete, fail, release): a renewal
+    // that finds fewer of them is expected, not a sign of another relay.
+    heartbeat?.settle();
     await fault('after-publish-before-complete', { messageIds });
 
     const confirmed: bigint[] = [];
@@ -469,11 +516,11 @@ export class Relay<Tx> {
   }
 }
 
-/** A signal that aborts with `parent` or after `ms`; `dispose` clears its timer and listener. */
+/** A signal that aborts with `parent` or after `ms` (never when infinite); `dispose` clears its timer and listener. */
 function deadlineSignal(parent: AbortSignal, ms: number): { readonly signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
   const abort = () => controller.abort();
-  const timer = setTimeout(abort, Math.max(0, ms));
+  const timer = Number.isFinite(ms) ? setTimeout(abort, Math.max(0, ms)) : undefined;
   if (parent.aborted) abort();
   else parent.addEventListener('abort', abort, { once: true });
   return {
@@ -483,6 +530,107 @@ function deadlineSignal(parent: AbortSignal, ms: number): { readonly signal: Abo
       parent.removeEventListener('abort', abort);
     },
   };
+}
+
+/**
+ * Keeps one claimed batch's lease alive while the relay has it in hand: renews it every
+ * third of the lease (`OutboxStore.renew`, one call at a time) until `stop`.
+ *
+ * Guarantees: `lost` aborts when a renewal before `settle` finds fewer rows than claimed
+ * (another relay re-claimed some: sending the rest could break their order), or when no
+ * renewal has succeeded for `LEASE_BUDGET` of a lease (the database may already count it
+ * expired); it never un-aborts. A failed renewal is retried at the next beat. `stop`
+ * clears every timer and waits for a renewal in flight.
+ */
+class LeaseHeartbeat {
+  readonly #lost = new AbortController();
+  readonly #renew: () => Promise<number>;
+  readonly #expected: number;
+  readonly #leaseMs: number;
+  readonly #logger: Logger;
+  #beat: NodeJS.Timeout | undefined;
+  #lapse: NodeJS.Timeout | undefined;
+  #renewing: Promise<void> | undefined;
+  #settled = false;
+  #stopped = false;
+
+  constructor(options: {
+    readonly store: OutboxStore<unknown>;
+    readonly lease: OutboxLease;
+    readonly sequences: readonly bigint[];
+    readonly leaseMs: number;
+    /** Local time at which the lease was last known to start (the claim's start). */
+    readonly heldSince: number;
+    readonly logger: Logger;
+    readonly signal: AbortSignal;
+  }) {
+    const { store, lease, sequences, leaseMs, signal } = options;
+    this.#renew = () => store.renew!(lease, sequences, leaseMs, { signal });
+    this.#expected = sequences.length;
+    this.#leaseMs = leaseMs;
+    this.#logger = options.logger;
+    this.#holdFrom(options.heldSince);
+    if (!this.#lost.signal.aborted) this.#schedule();
+  }
+
+  /** Aborts once the lease can no longer be trusted (see the class guarantees). */
+  get lost(): AbortSignal {
+    return this.#lost.signal;
+  }
+
+  /** The batch is being recorded: rows leaving the lease from now on are expected. */
+  settle(): void {
+    this.#settled = true;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#beat);
+    clearTimeout(this.#lapse);
+    await this.#renewing;
+  }
+
+  /** The lease is known to hold from `since` (local clock, taken before the store call). */
+  #holdFrom(since: number): void {
+    clearTimeout(this.#lapse);
+    const lapseIn = since + this.#leaseMs * LEASE_BUDGET - Date.now();
+    // Only at construction (a stall before sending): the relay then says so itself.
+    if (lapseIn <= 0) return void this.#lost.abort();
+    this.#lapse = setTimeout(() => this.#lose('relay could not renew its lease in time; sending no more of the batch'), lapseIn);
+  }
+
+  #lose(message: string, fields: Record<string, unknown> = {}): void {
+    if (this.#lost.signal.aborted) return;
+    clearTimeout(this.#lapse);
+    clearTimeout(this.#beat);
+    this.#lost.abort();
+    if (!this.#settled && !this.#stopped) this.#logger.warn(message, fields);
+  }
+
+  #schedule(): void {
+    if (this.#stopped || this.#lost.signal.aborted) return;
+    this.#beat = setTimeout(() => {
+      this.#renewing = this.#tick().finally(() => {
+        this.#renewing = undefined;
+        this.#schedule();
+      });
+    }, this.#leaseMs / RENEWALS_PER_LEASE);
+  }
+
+  async #tick(): Promise<void> {
+    const startedAt = Date.now();
+    try {
+      const renewed = await this.#renew();
+      if (this.#stopped || this.#lost.signal.aborted) return;
+      if (renewed >= this.#expected) this.#holdFrom(startedAt);
+      else if (!this.#settled) this.#lose('relay was fenced: another relay re-claimed part of its batch; sending no more of it', { claimed: this.#expected, renewed });
+      // Settled: the missing rows were completed, failed or released here; the rest still
+      // holds, and the lapse timer is moot once nothing more is sent.
+    } catch (error) {
+      // The next beat retries; the lapse timer bounds how long sending may go on meanwhile.
+      if (!this.#stopped) this.#logger.warn('relay lease renewal failed; retrying', { error: describeError(error) });
+    }
+  }
 }
 
 /** The fault caller of a bus without a fault hook (production). */

@@ -20,9 +20,10 @@ export interface TransportCapabilities {
   /**
    * Longest `publish` waits for the broker's answer to a message it sent before reporting
    * it `PUBLISH_TIMEOUT`, in milliseconds; absent when the transport does not bound it.
-   * `createBus` refuses a relay lease shorter than twice this, and the relay sends nothing
-   * so late in its lease that such an answer could outlive it; so a slow confirm is never
-   * re-claimed and sent again while its first copy is still awaited.
+   * Over an outbox store that cannot renew leases, `createBus` refuses a relay lease shorter
+   * than twice this, and the relay sends nothing so late in its lease that such an answer
+   * could outlive it; so a slow confirm is never re-claimed and sent again while its first
+   * copy is still awaited. A store that renews keeps the lease while the answer is awaited.
    */
   readonly publishTimeoutMs?: number;
 }

@@ -1,17 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryOutboxStore, type InMemoryTransaction, type Transport } from '@courier/core';
-import { eventually, harness } from './support/harness.js';
+import { eventually, harness, withoutRenew } from './support/harness.js';
 import { SendLog, slowTransport } from './support/relay-transports.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
 
-/** A bus config over an in-memory store and a transport declaring `publishTimeoutMs`. */
-function configWith(publishTimeoutMs: number, leaseMs?: number) {
+/** A bus config over an in-memory store (without `renew` unless `renews`) and a transport declaring `publishTimeoutMs`. */
+function configWith(publishTimeoutMs: number, leaseMs?: number, renews = false) {
   const broker = new InMemoryBroker();
   const inner = broker.connect();
   const transport: Transport = { ...inner, publish: inner.publish.bind(inner), subscribe: inner.subscribe.bind(inner), close: inner.close.bind(inner), capabilities: { ...inner.capabilities, publishTimeoutMs } };
   return {
-    outbox: new InMemoryOutboxStore({ database: new InMemoryDatabase() }),
+    outbox: renews ? new InMemoryOutboxStore({ database: new InMemoryDatabase() }) : withoutRenew(new InMemoryOutboxStore({ database: new InMemoryDatabase() })),
     transport,
     ...(leaseMs === undefined ? {} : { relay: { leaseMs } }),
   };
@@ -27,11 +27,17 @@ describe('relay lease and the transport publish timeout', () => {
     }
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as ConfigError).problems).toEqual([
-      "'relay.leaseMs' (30000 ms) must be at least twice the transport's publish timeout (20000 ms), or a late confirm is re-claimed and sent again: raise 'relay.leaseMs' or lower the transport's publish timeout",
+      "'relay.leaseMs' (30000 ms) must be at least twice the transport's publish timeout (20000 ms), or a late confirm is re-claimed and sent again: raise 'relay.leaseMs', lower the transport's publish timeout, or use a store that renews leases",
     ]);
     expect(() => createBus<InMemoryTransaction>(configWith(20_000, 40_000))).not.toThrow();
     // The default lease (30 s) fits what RabbitMQ declares by default (10 s plus a quarter).
     expect(() => createBus<InMemoryTransaction>(configWith(12_500))).not.toThrow();
+  });
+
+  it('accepts a lease shorter than the publish timeout when the store renews leases', () => {
+    // The relay renews the lease while it waits for the answer, so the lease need not cover it.
+    expect(() => createBus<InMemoryTransaction>(configWith(12_500, undefined, true))).not.toThrow();
+    expect(() => createBus<InMemoryTransaction>(configWith(20_000, 1_000, true))).not.toThrow();
   });
 
   // A batch whose confirms together take longer than the lease: without a sending
@@ -40,6 +46,8 @@ describe('relay lease and the transport publish timeout', () => {
     const log = new SendLog();
     const leaseMs = 2_000;
     await using h = harness({
+      // The sending deadline is what keeps a store without renewals safe.
+      renew: false,
       transport: (inner) => slowTransport(inner, log, 100, { publishTimeoutMs: 1_000 }),
       bus: { relay: { leaseMs, batchSize: 30, retry: { maxAttempts: 1 } } },
     });

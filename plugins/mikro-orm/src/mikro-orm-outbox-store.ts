@@ -330,6 +330,26 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
   }
 
   /**
+   * Extends the lease of rows still held by `lease` to `leaseMs` from now (database clock):
+   * one UPDATE by primary key, fenced by the lease token, so rows another relay re-claimed
+   * are not touched. Returns how many it extended.
+   */
+  async renew(lease: OutboxLease, sequences: readonly bigint[], leaseMs: number, options: { signal?: AbortSignal } = {}): Promise<number> {
+    if (!(leaseMs > 0) || !Number.isFinite(leaseMs)) throw new ConfigError(`'leaseMs' must be more than 0`);
+    return this.#core.operation('renew', options.signal, async () => {
+      const { dialect, runner } = this.#core;
+      if (sequences.length === 0) return 0;
+      // The lease expiry is `available_at` (a claim moves it there), so extending it keeps
+      // the rows out of the claim's index range until then, exactly as the claim did.
+      const result = await runner.run(
+        `UPDATE ${dialect.table('outbox')} SET available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`,
+        [Math.ceil(leaseMs), [...new Set(sequences.map(String))], lease.token.toString()],
+      );
+      return result.affectedRows;
+    });
+  }
+
+  /**
    * Calls `listener` soon after a commit appended rows (in this process immediately; from
    * other processes through LISTEN/NOTIFY on PostgreSQL), and after `release`, `replay`
    * and `resume` made rows claimable. Resolves with a function that stops listening.

@@ -55,7 +55,7 @@ const DEFAULT_LIST_LIMIT = 100;
  * unit of work) or at commit (code `DUPLICATE_MESSAGE_ID`, nothing written); `claim`
  * returns due rows (database clock) at the head of their (topic, key) under a lease
  * with a strictly increasing fencing token, and concurrent claims never share a row;
- * `complete`, `fail` and `release` change only rows still held by the given lease.
+ * `complete`, `fail`, `release` and `renew` change only rows still held by the given lease.
  */
 export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
   readonly #db: InMemoryDatabase;
@@ -231,6 +231,19 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
       row.dueAt = now + Math.max(0, delayMs);
     }
     if (held.length > 0) this.#notify();
+    return held.length;
+  }
+
+  /**
+   * Extends the lease of rows still held by `lease` to `leaseMs` from now (database clock).
+   * Returns how many it extended; rows another relay re-claimed are not touched.
+   */
+  async renew(lease: OutboxLease, sequences: readonly bigint[], leaseMs: number, options: { signal?: AbortSignal } = {}): Promise<number> {
+    this.#ready('renew', options.signal);
+    if (!(leaseMs > 0) || !Number.isFinite(leaseMs)) throw new ConfigError([`'leaseMs' must be more than 0`]);
+    const expiresAt = this.#db.now() + leaseMs;
+    const held = this.#held(lease, sequences);
+    for (const row of held) row.leaseExpiresAt = expiresAt;
     return held.length;
   }
 

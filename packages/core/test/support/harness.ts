@@ -12,6 +12,7 @@ import {
   type InMemoryTransaction,
   type OutboxFailure,
   type OutboxLease,
+  type OutboxStore,
   type Transport,
 } from '@courier/core';
 
@@ -90,6 +91,8 @@ export interface HarnessOptions {
   readonly bus?: Partial<BusConfig<InMemoryTransaction>>;
   /** Wraps the transport the bus gets. */
   readonly transport?: (transport: Transport) => Transport;
+  /** `false`: the buses get the outbox without `renew` (a store that cannot renew leases). */
+  readonly renew?: false;
 }
 
 /** A database, stores, broker and bus wired together, with fast retries; disposed with `await using`. */
@@ -123,7 +126,7 @@ export function harness(options: HarnessOptions = {}): Harness {
   const make = (config: Partial<BusConfig<InMemoryTransaction>> = {}) => {
     const connection = broker.connect();
     const bus = createBus<InMemoryTransaction>({
-      outbox,
+      outbox: options.renew === false ? withoutRenew(outbox) : outbox,
       inbox,
       transport: options.transport ? options.transport(connection) : connection,
       retry: FAST.retry,
@@ -148,4 +151,15 @@ export function harness(options: HarnessOptions = {}): Harness {
       await broker.close();
     },
   };
+}
+
+/** `store` as a store that cannot renew leases: every member but `renew`, bound to it. */
+export function withoutRenew<Tx>(store: OutboxStore<Tx>): OutboxStore<Tx> {
+  return new Proxy(store, {
+    get(target, property) {
+      if (property === 'renew') return undefined;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
 }
