@@ -1,10 +1,11 @@
 import { FAULT_POINTS, type FaultPoint } from '@courier/core';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, type TestContext } from 'vitest';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
+import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
 
 /** Options of {@link describeBus}. */
 export interface BusSuiteOptions {
@@ -24,14 +25,16 @@ export interface BusSuiteOptions {
   readonly stressRuns?: number;
 }
 
-const counts = new Map<string, number>();
-
 function failWith(result: ScenarioResult, what: string): string {
   return `${what} (seed ${result.seed}, test ${result.testId}): ${result.problems.join('; ')}`;
 }
 
 function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
-  expect(result.faultFired, `the fault at '${spec.point}' never happened (seed ${result.seed})`).toBe(true);
+  const why =
+    spec.action === 'duplicate'
+      ? ': the second copy never reached the consumer — a broker that drops a re-published messageId must give its fixture injectDuplicate()'
+      : '';
+  expect(result.faultFired, `the fault at '${spec.point}' never happened (seed ${result.seed})${why}`).toBe(true);
   expect(result.problems, failWith(result, 'invariants')).toEqual([]);
   expect(result.applied + result.deadLettered + result.halted).toBe(result.committed);
   switch (spec.action) {
@@ -90,30 +93,39 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     await store.close();
     return features;
   };
-  const count = () => counts.set(suite, (counts.get(suite) ?? 0) + 1);
+  const tally: CaseTally = { ran: 0, failed: 0, skipped: 0 };
+  // Every case counts once, as ran (passed or failed) or skipped, as the port suites do.
+  const tracked =
+    (body: (skip: (reason: string) => never) => Promise<void>) =>
+    (context: TestContext): Promise<void> =>
+      runCase<CaseControls>(
+        { name: '', run: (controls) => body((reason) => controls.skip(reason)) },
+        async (_context, controls) => ({ env: controls, close: async () => {} }),
+        '',
+        (reason) => context.skip(reason),
+        tally,
+      );
 
   describe(suite, () => {
     afterAll(() => {
-      console.log(`[conformance] ${suite}: ${counts.get(suite) ?? 0} cases ran`);
+      console.log(formatTally(suite, tally));
     });
 
-    it('has a scenario for every fault point', () => {
-      count();
+    it('has a scenario for every fault point', tracked(async () => {
       const missing = FAULT_POINTS.filter((point: FaultPoint) => SCENARIOS[point]?.point !== point);
       expect(missing).toEqual([]);
-    });
+    }));
 
     describe(`in-process (${mode})`, () => {
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
-        it(`${point}: ${spec.description}`, async (context) => {
+        it(`${point}: ${spec.description}`, tracked(async (skipCase) => {
           const skip = inProcessSkip(spec, mode, await probeFeatures());
-          if (skip) return context.skip(skip);
-          count();
+          if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runInProcessScenario(factories, spec, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           assertScenario(spec, result);
-        }, 90_000);
+        }), 90_000);
       }
     });
 
@@ -121,13 +133,13 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
-        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, async () => {
-          count();
+        if (reason !== undefined) tally.skipped += 1;
+        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, tracked(async () => {
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
           assertScenario(spec.action === 'stall' || spec.action === 'poison' || spec.action === 'crash-loop' ? spec : { ...spec, action: 'crash' }, result);
-        }, 180_000);
+        }), 180_000);
       }
     });
 
@@ -135,20 +147,19 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       const runs = options.stressRuns ?? Number(process.env['COURIER_STRESS_RUNS'] ?? 2);
       const fixedSeed = process.env['COURIER_STRESS_SEED'];
       for (let run = 0; run < runs; run += 1) {
-        it(`random scenario #${run + 1}`, async () => {
+        it(`random scenario #${run + 1}`, tracked(async () => {
           const seed = fixedSeed !== undefined ? Number(fixedSeed) + run : Math.floor(Math.random() * 2 ** 31);
           const next = seededRandom(seed);
           const features = await probeFeatures();
           const candidates = FAULT_POINTS.filter((point) => !inProcessSkip(SCENARIOS[point], mode, features));
           const point = candidates[Math.floor(next() * candidates.length)]!;
           const spec = SCENARIOS[point];
-          count();
           const tuning: Partial<ScenarioTuning> = { ...options.tuning, batchSize: 1 + Math.floor(next() * 20), concurrency: 1 + Math.floor(next() * 8) };
           const plan = { messages: 20 + Math.floor(next() * 40), keys: 1 + Math.floor(next() * 8), perTransaction: 1 + Math.floor(next() * 5) };
           console.log(`[conformance] ${suite} stress #${run + 1}: seed ${seed} point '${point}' (replay with COURIER_STRESS_SEED=${seed - run})`);
           const result = await runInProcessScenario(factories, spec, mode, { seed, tuning, plan });
           assertScenario(spec, result);
-        }, 120_000);
+        }), 120_000);
       }
     });
   });
