@@ -7,8 +7,10 @@ const skipTest = (reason: string): never => {
 };
 const setup = async () => ({ env: undefined, close: async () => {} });
 
-async function outcome(run: (env: { skip(reason: string): never } | undefined) => Promise<void>, tally: CaseTally, useControls = false): Promise<void> {
-  await runCase(
+type Env = { skip(reason: string): never } | undefined;
+
+async function outcome(run: (env: Env) => Promise<void>, tally: CaseTally, useControls = false): Promise<void> {
+  await runCase<Env>(
     { name: 'case', run: (env) => run(env) },
     useControls ? async (_context, controls) => ({ env: controls, close: async () => {} }) : setup,
     't0',
