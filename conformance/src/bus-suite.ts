@@ -63,7 +63,23 @@ function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
 }
 
 /** Whether the in-process variant of a scenario can run on these fixtures, or why not. */
-function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: { brokerOutage: boolean; databaseOutage: boolean }): string | undefined {
+interface Features {
+  readonly brokerOutage: boolean;
+  readonly databaseOutage: boolean;
+  readonly deadLetters: boolean;
+}
+
+/** Why a scenario cannot run on any crash mode with these fixtures, or undefined. */
+function featureSkip(spec: ScenarioSpec, features: Features): string | undefined {
+  if ((spec.action === 'poison' || spec.action === 'crash-loop') && !features.deadLetters) {
+    return 'the transport has no deadLetters (nativeDeadLetter: false), so the consumer dead letter that ends this scenario cannot be read';
+  }
+  return undefined;
+}
+
+function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: Features): string | undefined {
+  const skip = featureSkip(spec, features);
+  if (skip) return skip;
   if (spec.action === 'crash-loop' && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
   if (spec.action === 'broker-outage' && !features.brokerOutage) return 'the transport fixture has no outage() to take the broker away';
   if (spec.action === 'database-outage' && !features.databaseOutage) return 'the store fixture has no outage() to take the database away';
@@ -82,13 +98,13 @@ function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: {
 export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, options: BusSuiteOptions = {}): void {
   const mode = options.inProcess ?? 'throw';
   const suite = `bus(${name})`;
-  let features: { brokerOutage: boolean; databaseOutage: boolean } | undefined;
+  let features: Features | undefined;
   const probeFeatures = async () => {
     if (features) return features;
     const context = { testId: 'tprobe' };
     const store = await factories.store(context);
     const transport = await factories.transport(context);
-    features = { brokerOutage: transport.outage !== undefined, databaseOutage: store.outage !== undefined };
+    features = { brokerOutage: transport.outage !== undefined, databaseOutage: store.outage !== undefined, deadLetters: transport.transport.deadLetters !== undefined };
     await transport.close();
     await store.close();
     return features;
@@ -134,7 +150,9 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const spec = SCENARIOS[point];
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
-        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, tracked(async () => {
+        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const skip = featureSkip(spec, await probeFeatures());
+          if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
