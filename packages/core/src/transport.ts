@@ -30,7 +30,7 @@ export interface TransportCapabilities {
    * declares the payload room left after its largest envelope fields. The bus refuses a
    * larger payload at `publish()` (`SerializationError` `PAYLOAD_TOO_LARGE`, against
    * min(`maxPayloadBytes`, this)); `publish` refuses one in its result, alone, with a
-   * non-retriable `PAYLOAD_TOO_LARGE` error.
+   * non-retriable error of code `PAYLOAD_TOO_LARGE`.
    */
   readonly maxMessageBytes: number;
   /**
@@ -192,8 +192,8 @@ export interface Transport {
    * Guarantees:
    * - Per-message failures are results, never a rejection: a nack or refusal
    *   (`PUBLISH_REJECTED`), a message no consumer can receive (`PUBLISH_UNROUTABLE`), a
-   *   payload over `maxMessageBytes` or a message the transport cannot encode
-   *   (non-retriable `SerializationError`), no answer in time (`PUBLISH_TIMEOUT`), or the
+   *   payload over `maxMessageBytes` (`PAYLOAD_TOO_LARGE`) or a message the transport
+   *   cannot encode (not retriable), no answer in time (`PUBLISH_TIMEOUT`), or the
    *   connection lost after the message was sent (`TRANSPORT`, retriable: it may still
    *   arrive). The relay counts an attempt for the first kinds only; `TRANSPORT`,
    *   `PUBLISH_TIMEOUT` and `CLOSED` results (`CONNECTIVITY_CODES`) pause it instead.
