@@ -91,6 +91,18 @@ export interface TransportFixture {
    * saying why, when absent.
    */
   refusable?(envelope: Envelope): Envelope;
+  /**
+   * Makes the broker deliver a second copy of `envelope`, which the suite has just
+   * published through `transport`, to the same consumers (bus scenario
+   * `concurrent-duplicate-delivery`). Optional: without it the suite publishes `envelope`
+   * again, which is enough for a broker that keeps every publish (RabbitMQ, the in-memory
+   * broker). A broker that de-duplicates by messageId — JetStream (`Nats-Msg-Id`), Azure
+   * Service Bus duplicate detection, Kafka's idempotent producer — drops that copy, and
+   * the scenario fails with "the fault … never happened": its fixture must provide this,
+   * e.g. publishing the same envelope under a different broker-level de-duplication id,
+   * or with the broker's de-duplication turned off for the test.
+   */
+  injectDuplicate?(envelope: Envelope): Promise<void>;
   close(): Promise<void>;
 }
 

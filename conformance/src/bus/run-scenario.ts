@@ -266,8 +266,15 @@ export async function runInProcessScenario<Tx>(
         payload: JSON.stringify({ key: null, seq }),
       };
       ledger.commit(target, null, seq);
-      const results = await fixture.transport.publish([envelope, envelope]);
+      const results = await fixture.transport.publish([envelope]);
       if (!results.every((result) => result.ok)) throw new Error('could not publish the duplicated message');
+      // The contract lets a broker drop a re-published messageId (JetStream, Service Bus
+      // duplicate detection): such a fixture injects the copy where the consumer sees it.
+      if (fixture.injectDuplicate) await fixture.injectDuplicate(envelope);
+      else {
+        const again = await fixture.transport.publish([envelope]);
+        if (!again.every((result) => result.ok)) throw new Error('could not publish the second copy of the duplicated message');
+      }
     }
 
     // A fixture that broke its outage fails the run at once, under its own name: waiting

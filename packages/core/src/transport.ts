@@ -13,9 +13,25 @@ export interface TransportCapabilities {
   readonly orderedPipelining: boolean;
   /** `retry(delayMs)` waits the exact delay (false: rounded to a delay tier). */
   readonly nativeDelay: boolean;
-  /** Dead-lettered deliveries are kept by the broker and reachable through `deadLetters`. */
+  /**
+   * Dead-lettered deliveries are kept by the broker and reachable through `deadLetters`
+   * (list, replay, purge). When false, `Delivery.deadLetter` must still take the message
+   * out of the consumer's flow and keep it durably with its reason (say, on a dead-letter
+   * topic of the transport's own), but Courier cannot list or replay it: operators use the
+   * broker's tools, and the bus suite skips, saying why, the scenarios whose end state is
+   * a consumer dead letter (`poison-head`, `crash-loop`), since it reads them from
+   * `deadLetters`. A transport declaring false leaves `deadLetters` out.
+   */
   readonly nativeDeadLetter: boolean;
-  /** Largest envelope the broker accepts, in bytes of payload. */
+  /**
+   * Largest payload the broker accepts: the UTF-8 byte length of `envelope.payload` (the
+   * serialised JSON text), not of the encoded message. Headers and other envelope fields
+   * are bounded by `limits`; a transport whose broker limits the whole encoded message
+   * declares the payload room left after its largest envelope fields. The bus refuses a
+   * larger payload at `publish()` (`SerializationError` `PAYLOAD_TOO_LARGE`, against
+   * min(`maxPayloadBytes`, this)); `publish` refuses one in its result, alone, with a
+   * non-retriable error of code `PAYLOAD_TOO_LARGE`.
+   */
   readonly maxMessageBytes: number;
   /**
    * Longest `publish` waits for the broker's answer to a message it sent before reporting
@@ -53,10 +69,20 @@ export interface DeadLetterReason {
 /**
  * One received message. Exactly one of `ack`, `retry` or `deadLetter` must be called;
  * later calls are ignored. If the connection is lost first, the broker redelivers.
+ * A settle that cannot reach the broker (its channel or connection is gone) rejects with
+ * a retriable `TransportError`; the broker then redelivers and the inbox drops the copy.
  */
 export interface Delivery {
   readonly envelope: Envelope;
-  /** 1 for the first delivery, plus one per `retry` settle (broker redeliveries after a crash do not count). */
+  /**
+   * 1 for the first delivery, plus one per `retry` settle. Broker redeliveries after a
+   * crash or a lost connection do not count: the core counts crashes itself (the inbox's
+   * `recordStart` against this number) to find crash loops, and a count that grew with
+   * redeliveries would burn retry attempts on crashes and hide crash loops. A broker whose
+   * own delivery counter includes redeliveries (JetStream `num_delivered`, Service Bus
+   * `deliveryCount`) carries the attempt in a header of the transport's own instead
+   * (RabbitMQ: `courier-attempt`), written on the copy each `retry` publishes.
+   */
   readonly attempt: number;
   /**
    * True when an operator replayed this message from the dead letters. The consumer then
@@ -96,7 +122,7 @@ export interface DeadLetter {
   readonly deadAt: Date;
 }
 
-/** Operator access to a transport's dead letters (present when `nativeDeadLetter`). */
+/** Operator access to a transport's dead letters (present exactly when `nativeDeadLetter`). */
 export interface TransportDeadLetters {
   list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
   /** Re-delivers to the consumer with the original messageId and attempt 1. */
@@ -104,7 +130,11 @@ export interface TransportDeadLetters {
   purge(consumer: string, ids: readonly string[]): Promise<number>;
 }
 
-/** Called for every delivery; it settles the delivery before resolving. */
+/**
+ * Called for every delivery; it settles the delivery before resolving and never rejects
+ * for a handler's failure (the core settles those). A transport need not await it before
+ * taking the next delivery, but keeps at most `endpoint.concurrency` in flight.
+ */
 export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
 
 /**
@@ -129,6 +159,19 @@ export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
  * - `validate`, when present, names every problem that makes the broker refuse an
  *   envelope whatever its state; `publish` refuses such an envelope in its result.
  * - `close` is idempotent and waits for work in flight.
+ *
+ * Lifecycle: there is no connect or start. A transport connects lazily (at its first
+ * `publish` or `subscribe`, or begins in its constructor without failing it) and
+ * reconnects by itself after a lost connection, re-declaring what it needs and resuming
+ * its subscriptions. While the broker is unreachable `publish` and `subscribe` reject
+ * with a retriable `TransportError` after a connect timeout of the transport's own, never
+ * hanging (the bus retries `subscribe` in the background and reports the consumer not
+ * ready in `health()`); a problem no retry fixes (queues declared with other settings)
+ * rejects with a non-retriable error.
+ *
+ * Receiving: a message that is not a valid envelope (`decodeEnvelope` throws) is never
+ * handed to a handler: the transport dead-letters it with code `ENVELOPE_INVALID` (or,
+ * without `nativeDeadLetter`, keeps it aside as it keeps dead letters).
  */
 export interface Transport {
   readonly capabilities: TransportCapabilities;
@@ -142,7 +185,45 @@ export interface Transport {
    * with nothing to check leaves it out.
    */
   validate?(envelope: Envelope): readonly string[];
+  /**
+   * Publishes `messages` in order and resolves with one result per message, in input
+   * order, once the broker has answered for each (publisher confirm, acks=all, SDK send
+   * resolved).
+   *
+   * Guarantees:
+   * - Per-message failures are results, never a rejection: a nack or refusal
+   *   (`PUBLISH_REJECTED`), a message no consumer can receive (`PUBLISH_UNROUTABLE`), a
+   *   payload over `maxMessageBytes` (`PAYLOAD_TOO_LARGE`) or a message the transport
+   *   cannot encode (not retriable), no answer in time (`PUBLISH_TIMEOUT`), or the
+   *   connection lost after the message was sent (`TRANSPORT`, retriable: it may still
+   *   arrive). The relay counts an attempt for the first kinds only; `TRANSPORT`,
+   *   `PUBLISH_TIMEOUT` and `CLOSED` results (`CONNECTIVITY_CODES`) pause it instead.
+   * - The call rejects as a whole (retriable `TransportError`) only when nothing could be
+   *   sent: no connection is open, or it was lost before the first message went out; and
+   *   with a `ClosedError` after `close`. Once a message has been sent, the call resolves
+   *   and reports each message.
+   * - `signal`: already aborted, the call rejects with code `ABORTED` and sends nothing;
+   *   aborted mid-call, messages not yet sent come back as `ABORTED` results (the relay
+   *   releases them without an attempt) while messages already sent are still answered.
+   * - A transport that learns that no consumer group will receive a message (RabbitMQ's
+   *   `basic.return`) reports `PUBLISH_UNROUTABLE`; the relay retries it, then parks it as
+   *   a dead outbox row. Publishing to a topic before any consumer subscribed is otherwise
+   *   allowed: a broker that stores messages per topic (JetStream streams, Kafka topics)
+   *   keeps them for consumers that start later; one that routes into consumer queues
+   *   cannot, and its README says to provision consumers first.
+   */
   publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]>;
+  /**
+   * Starts delivering the endpoint's topics to `handler` with manual acknowledgement,
+   * declaring what the broker needs (queues, consumers, bindings) idempotently.
+   *
+   * Guarantees: deliveries of one consumer (group) are shared among its subscriptions on
+   * every connection; each group gets every message of its topics; at most
+   * `endpoint.concurrency` handlers run at once. On an ordered endpoint each (topic, key)
+   * is delivered in publish order, one at a time, retries in place included, and only one
+   * subscription of the group receives at a time (single active consumer), so order holds
+   * across instances. Rejects as described under Lifecycle while the broker is away.
+   */
   subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
   readonly deadLetters?: TransportDeadLetters;
   close(): Promise<void>;

@@ -1,0 +1,111 @@
+// `@courier/mikro-orm/conformance`: a store fixture for the conformance suites that needs no
+// server, so a transport author can run the bus suite, SIGKILL scenarios included, with one
+// import. It is loaded only through this subpath: the package root stays free of it.
+import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import type { EntityManager, MikroORM, Options } from '@mikro-orm/core';
+import { MikroOrmInboxStore } from './mikro-orm-inbox-store.js';
+import { MikroOrmOutboxStore } from './mikro-orm-outbox-store.js';
+
+/** Options of {@link createSqliteStoreFixture}. */
+export interface SqliteStoreFixtureOptions {
+  /**
+   * Folder of the database files, one `<testId>.db` per test. Default
+   * `<os temp folder>/courier-conformance-sqlite`. A parent and the workers it spawns must
+   * use the same folder (the default is the same in every process of one machine).
+   */
+  readonly directory?: string;
+}
+
+/**
+ * Creates a store fixture over a SQLite file (MikroORM with `@mikro-orm/libsql`, no
+ * server): an outbox and an inbox with tables prefixed `<testId>_`, and an effects table
+ * written in the handler's unit of work.
+ *
+ * Guarantees: the file outlives the process, and `createSqliteStoreFixture` with the same
+ * `testId` in another process opens the same tables, so the bus suite's process-level
+ * (SIGKILL) scenarios can use it from a fixture module's `createFixture`; several
+ * processes share the file safely (the stores use WAL, a busy timeout and immediate
+ * write locks); `close()` releases the connection and deletes nothing. Requires
+ * `@courier/conformance` and `@mikro-orm/libsql` (optional peer dependencies). Files stay
+ * in the folder until you remove them.
+ */
+export async function createSqliteStoreFixture(context: FixtureContext, options: SqliteStoreFixtureOptions = {}): Promise<StoreFixture<EntityManager>> {
+  const { testId } = context;
+  if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId '${testId}' is not safe in table names`);
+  const directory = options.directory ?? join(tmpdir(), 'courier-conformance-sqlite');
+  mkdirSync(directory, { recursive: true });
+  const effectsTable = `${testId}_effects`;
+  // Loaded here, not at the top: importing this subpath must not need the driver until a fixture is made.
+  const [{ EntitySchema }, { MikroORM: LibSqlOrm }] = await Promise.all([import('@mikro-orm/core'), import('@mikro-orm/libsql')]);
+  // A class per fixture: MikroORM keeps metadata on the class, so two open fixtures must not share one.
+  class Effect {
+    seq?: number;
+    effectId!: string;
+  }
+  const schema = new EntitySchema<Effect>({
+    class: Effect,
+    tableName: effectsTable,
+    properties: {
+      seq: { type: 'number', primary: true, autoincrement: true },
+      effectId: { type: 'string', fieldName: 'effect_id' },
+    },
+  });
+  const orm: MikroORM = await LibSqlOrm.init({
+    dbName: join(directory, `${testId}.db`),
+    entities: [schema],
+    debug: false,
+    discovery: { warnWhenNoEntities: false },
+  } as Options);
+  const connection = orm.em.getConnection('write');
+  try {
+    await connection.execute(`CREATE TABLE IF NOT EXISTS "${effectsTable}" (seq INTEGER PRIMARY KEY AUTOINCREMENT, effect_id TEXT NOT NULL)`, [], 'run');
+    const tablePrefix = `${testId}_`;
+    const outbox = new MikroOrmOutboxStore({ orm, tablePrefix });
+    const inbox = new MikroOrmInboxStore({ orm, tablePrefix });
+    await outbox.ensureSchema();
+    return {
+      outbox,
+      inbox,
+      transaction: <T>(work: (tx: EntityManager) => Promise<T>) => orm.em.fork().transactional((em) => work(em)),
+      transactionHeldBeforeCommit: <T>(work: (tx: EntityManager) => Promise<T>, beforeCommit: () => Promise<void>) =>
+        orm.em.fork().transactional((em) => {
+          // The transactional fork has an event manager of its own, so this hook sees only
+          // this transaction; it runs after the store's subscriber has written the rows.
+          em.getEventManager().registerSubscriber({ beforeTransactionCommit: () => beforeCommit() });
+          return work(em);
+        }),
+      reusableUnitOfWork: {
+        async begin() {
+          const em = orm.em.fork();
+          await em.begin();
+          return em;
+        },
+        async rollback(em: EntityManager) {
+          await em.rollback();
+          await em.begin();
+          return em;
+        },
+        commit: (em: EntityManager) => em.commit(),
+      },
+      async recordEffect(tx: EntityManager, id: string) {
+        tx.persist(tx.create(Effect, { effectId: id }));
+        await tx.flush();
+      },
+      async readEffects() {
+        const rows = (await connection.execute(`SELECT effect_id FROM "${effectsTable}" ORDER BY seq`, [], 'all')) as Record<string, unknown>[];
+        return rows.map((row) => String(row['effect_id']));
+      },
+      async close() {
+        await outbox.close();
+        await inbox.close();
+        await orm.close();
+      },
+    };
+  } catch (error) {
+    await orm.close().catch(() => undefined);
+    throw error;
+  }
+}
