@@ -360,7 +360,15 @@ export class NatsJetStreamTransport implements Transport {
       // Bound the PubAcks in flight; the signal is checked again after each wait.
       if (window.length >= 256) await window.shift();
     }
-    return Promise.all(results);
+    const settled = await Promise.all(results);
+    // Messages written while the client was reconnecting never reached the server: when
+    // nothing was answered and every message failed for connectivity, the transport as a
+    // whole was unavailable, and the call rejects (the relay pauses without an attempt).
+    const sent = settled.filter((result) => result.ok || !['ABORTED', 'PAYLOAD_TOO_LARGE', 'MESSAGE_INVALID'].includes(result.error.code));
+    if (sent.length > 0 && sent.every((result) => !result.ok && (result.error.code === 'TRANSPORT' || result.error.code === 'PUBLISH_TIMEOUT')) && !connection.connected) {
+      throw new TransportError('nats connection is down; nothing was acknowledged', { retriable: true, cause: (sent[0] as { error?: unknown }).error });
+    }
+    return settled;
   }
 
   // -------------------------------------------------------------- subscribe
