@@ -545,6 +545,8 @@ class JetStreamSubscription implements Subscription {
   readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[]>();
   readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[] = [];
   #running = 0;
+  /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
+  #leaseUntil = 0;
   #slotWaiters: (() => void)[] = [];
   #iterators = new Set<ConsumerMessages>();
   #closing: Promise<void> | undefined;
@@ -654,6 +656,9 @@ class JetStreamSubscription implements Subscription {
   }
 
   #pump(): void {
+    // An ordered instance whose lease ran out (a stalled process that woke up, say) starts
+    // nothing more: another instance may hold the group by now.
+    if (this.#endpoint.ordered && Date.now() >= this.#leaseUntil - 250) return;
     while (this.#running < this.#endpoint.concurrency && this.#ready.length > 0 && !this.#stop.signal.aborted) {
       const item = this.#ready.shift()!;
       this.#running += 1;
@@ -781,6 +786,7 @@ class JetStreamSubscription implements Subscription {
         await sleep(Math.max(100, Math.floor(leaseMs / 5)), this.#stop.signal);
         continue;
       }
+      this.#leaseUntil = held.until;
       const pulls = new AbortController();
       const stopPulls = () => pulls.abort();
       this.#stop.signal.addEventListener('abort', stopPulls, { once: true });
@@ -793,10 +799,12 @@ class JetStreamSubscription implements Subscription {
           const renewed = await this.#renew(connection, subject, held.seq, leaseMs);
           if (!renewed) break;
           held = renewed;
+          this.#leaseUntil = held.until;
         } catch {
           if (Date.now() > held.until - leaseMs / 4) break;
         }
       }
+      this.#leaseUntil = 0;
       pulls.abort();
       this.#stop.signal.removeEventListener('abort', stopPulls);
       await receiving;
