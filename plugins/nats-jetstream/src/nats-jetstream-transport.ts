@@ -272,22 +272,26 @@ export class NatsJetStreamTransport implements Transport {
     }
   }
 
+  #consumerConfig(consumer: string, source: string, subject: string, startSeq: number) {
+    return {
+      durable_name: this.#durable(consumer, source),
+      description: `courier consumer '${consumer}' on '${source}'`.slice(0, 4000),
+      filter_subject: subject,
+      ack_policy: AckPolicy.Explicit,
+      ...(startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All }),
+      ack_wait: this.#options.ackWaitMs * 1_000_000,
+      max_deliver: -1,
+      max_ack_pending: 1_000,
+    };
+  }
+
   /** Declares the durable pull consumer of `consumer` over `subject`, once per connection. */
   async ensureConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<string> {
     const durable = this.#durable(consumer, source);
     const key = `${durable}`;
     if (this.#declared.has(key)) return durable;
     try {
-      await connection.jsm.consumers.add(this.#stream, {
-        durable_name: durable,
-        description: `courier consumer '${consumer}' on '${source}'`.slice(0, 4000),
-        filter_subject: subject,
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        ack_wait: this.#options.ackWaitMs * 1_000_000,
-        max_deliver: -1,
-        max_ack_pending: 1_000,
-      });
+      await connection.jsm.consumers.add(this.#stream, this.#consumerConfig(consumer, source, subject, 0));
     } catch (error) {
       const info = await connection.jsm.consumers.info(this.#stream, durable).catch(() => undefined);
       if (!info) throw new TransportError(`could not declare consumer '${consumer}' on '${source}': ${describe(error)}`, { cause: error, retriable: true });
@@ -297,6 +301,26 @@ export class NatsJetStreamTransport implements Transport {
     }
     this.#declared.add(key);
     return durable;
+  }
+
+  /**
+   * Re-creates an ordered group's durable consumer to start right after its ack floor, so
+   * that a new holder of the group receives everything not yet acknowledged in stream
+   * order. Without it, deliveries a dead holder left unacknowledged come back only when
+   * the server's AckWait timer finds them — possibly after later messages of their key
+   * were handed to the new holder (seen with nats-server 2.9). Messages acknowledged past
+   * the floor come again; the inbox drops them.
+   */
+  async rewindConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<void> {
+    const durable = this.#durable(consumer, source);
+    const info = await connection.jsm.consumers.info(this.#stream, durable).catch((error: unknown) => {
+      if (/consumer not found/i.test(describe(error))) return undefined;
+      throw error;
+    });
+    if (info && info.num_ack_pending === 0 && info.num_redelivered === 0) return;
+    const floor = info?.ack_floor.stream_seq ?? 0;
+    if (info) await connection.jsm.consumers.delete(this.#stream, durable);
+    await connection.jsm.consumers.add(this.#stream, this.#consumerConfig(consumer, source, subject, floor + 1));
   }
 
   // ---------------------------------------------------------------- publish
@@ -784,6 +808,13 @@ class JetStreamSubscription implements Subscription {
       }
       if (!held) {
         await sleep(Math.max(100, Math.floor(leaseMs / 5)), this.#stop.signal);
+        continue;
+      }
+      try {
+        // Deliveries a previous holder left unsettled come first, in stream order.
+        for (const { source, subject } of this.#durables) await this.#transport.rewindConsumer(connection, this.#endpoint.consumer, source, subject);
+      } catch {
+        await sleep(200, this.#stop.signal);
         continue;
       }
       this.#leaseUntil = held.until;
