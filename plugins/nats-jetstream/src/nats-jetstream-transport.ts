@@ -180,7 +180,7 @@ export class NatsJetStreamTransport implements Transport {
 
   // ------------------------------------------------------------- connection
 
-  /** Resolves the open connection, connecting (and declaring the streams) when there is none. */
+  /** @internal Resolves the open connection, connecting (and declaring the streams) when there is none. */
   async connection(): Promise<Connection> {
     if (this.#closed) throw new ClosedError('nats-jetstream transport is closed');
     if (!this.#connection) {
@@ -285,7 +285,7 @@ export class NatsJetStreamTransport implements Transport {
     };
   }
 
-  /** Declares the durable pull consumer of `consumer` over `subject`, once per connection. */
+  /** @internal Declares the durable pull consumer of `consumer` over `subject`, once per connection. */
   async ensureConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<string> {
     const durable = this.#durable(consumer, source);
     const key = `${durable}`;
@@ -304,7 +304,7 @@ export class NatsJetStreamTransport implements Transport {
   }
 
   /**
-   * Re-creates an ordered group's durable consumer to start right after its ack floor, so
+   * @internal Re-creates an ordered group's durable consumer to start right after its ack floor, so
    * that a new holder of the group receives everything not yet acknowledged in stream
    * order. Without it, deliveries a dead holder left unacknowledged come back only when
    * the server's AckWait timer finds them — possibly after later messages of their key
@@ -420,7 +420,7 @@ export class NatsJetStreamTransport implements Transport {
     return subscription;
   }
 
-  /** Internals the subscription needs (not part of the public API). */
+  /** @internal What the subscription needs (not part of the public API). */
   get internals() {
     return {
       stream: this.#stream,
@@ -498,7 +498,7 @@ export class NatsJetStreamTransport implements Transport {
     await this.#closing;
   }
 
-  /** The open connection, for subscriptions; waits for one while the transport is open. */
+  /** @internal The open connection, for subscriptions; waits for one while the transport is open. */
   async awaitConnection(signal: AbortSignal): Promise<Connection | undefined> {
     let delay = 100;
     while (!signal.aborted && !this.#closed) {
