@@ -4,6 +4,8 @@
 #   MariaDB     user courier/courier at 127.0.0.1 and localhost, database courier_test,
 #               all privileges on courier_test and on every courier_* database
 #   RabbitMQ    guest/guest on loopback (its default)
+#   NATS        with JetStream on 127.0.0.1:4222 (nats-server -js); if a server there
+#               answers without JetStream, a second one is started on 4223 and used
 # Each service that does not answer is started (Debian packages' commands, as on the
 # project's machines), then waited for with a bounded loop; one that never answers fails
 # the script with what failed and how to start it by hand.
@@ -13,7 +15,7 @@
 #   eval "$(bash scripts/services.sh)"  the same from any shell (prints export lines)
 #
 # Environment:
-#   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL  kept if already set
+#   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL, COURIER_NATS_URL  kept if already set
 #   COURIER_SERVICES=skip     touch no service, only export the URLs (your own servers)
 #   COURIER_TESTCONTAINERS=1  the same: the tests start containers themselves
 #   COURIER_SERVICE_TIMEOUT   seconds to wait for each service (default 120)
@@ -197,12 +199,65 @@ _cs_rabbit_prepare() {
   _cs_log "RabbitMQ ready: $COURIER_RABBITMQ_URL"
 }
 
+# ---------------------------------------------------------------- NATS (JetStream)
+# The port of COURIER_NATS_URL (nats://host:port).
+_cs_nats_port() { local rest="${COURIER_NATS_URL##*:}"; printf '%s' "${rest%%/*}"; }
+
+# JetStream answers when $JS.API.INFO gets an account_info_response (plain protocol over /dev/tcp).
+_cs_nats_js_on() {
+  local port="$1"
+  timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port || exit 1
+    printf 'CONNECT {\"verbose\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _INBOX.courier 1\r\nPUB \$JS.API.INFO _INBOX.courier 0\r\n\r\n' >&3
+    timeout 2 cat <&3" 2>/dev/null | grep -q 'account_info_response'
+}
+_cs_nats_up() { _cs_nats_js_on "$(_cs_nats_port)"; }
+
+_cs_nats_start() {
+  local port="$1" dir="$2"
+  command -v nats-server >/dev/null 2>&1 ||
+    { _cs_fail "nats-server is not installed here; install nats-server (Debian: apt-get install nats-server) or set COURIER_NATS_URL and COURIER_SERVICES=skip"; return 1; }
+  _cs_log "starting NATS with JetStream: nats-server -a 127.0.0.1 -p $port -js -sd $dir"
+  _cs_root install -d "$dir" || return 1
+  # Matched by pid file, not by executable: another nats-server on another port is no reason not to start.
+  _cs_root start-stop-daemon --start --oknodo --background --make-pidfile --pidfile "/run/courier-nats-$port.pid" \
+    --exec "$(command -v nats-server)" -- \
+    -a 127.0.0.1 -p "$port" -js -sd "$dir" -l "/var/log/nats-server-$port.log" </dev/null >&2 ||
+    _cs_log "nats-server start exited non-zero; waiting anyway"
+}
+
+_cs_nats_prepare() {
+  local port
+  port="$(_cs_nats_port)"
+  if _cs_nats_up; then
+    _cs_log "NATS JetStream answers on $port"
+  elif _cs_tcp_open "$port"; then
+    # A server without JetStream is someone else's: leave it running, use our own on 4223.
+    _cs_log "NATS on $port answers without JetStream; using a JetStream server on 4223"
+    COURIER_NATS_URL="nats://127.0.0.1:4223"
+    export COURIER_NATS_URL
+    if ! _cs_nats_up; then
+      _cs_nats_start 4223 /var/lib/courier-nats-4223 || return 1
+      _cs_wait "NATS (4223)" _cs_nats_up || { _cs_fail "NATS JetStream did not answer on 4223; see /var/log/nats-server-4223.log"; return 1; }
+    fi
+  else
+    _cs_log "NATS does not answer on $port"
+    # Debian's store folder for the usual port (keeps what that server had), one of ours for others.
+    local dir=/var/lib/nats-server
+    [ "$port" = 4222 ] || dir="/var/lib/courier-nats-$port"
+    _cs_nats_start "$port" "$dir" || return 1
+    _cs_wait NATS _cs_nats_up ||
+      { _cs_fail "NATS JetStream did not answer on $port within ${COURIER_SERVICE_TIMEOUT:-120}s; start: nats-server -a 127.0.0.1 -p $port -js -sd /var/lib/nats-server"; return 1; }
+  fi
+  _cs_log "NATS ready: $COURIER_NATS_URL"
+}
+
 # ---------------------------------------------------------------- main
 courier_services_prepare() {
   : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
   : "${COURIER_MARIADB_URL:=mysql://courier:courier@127.0.0.1:3306/courier_test}"
   : "${COURIER_RABBITMQ_URL:=amqp://guest:guest@127.0.0.1:5672}"
-  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL
+  : "${COURIER_NATS_URL:=nats://127.0.0.1:4222}"
+  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL
   if [ "${COURIER_SERVICES:-}" = "skip" ] || [ "${COURIER_TESTCONTAINERS:-}" = "1" ]; then
     _cs_log "not preparing local services (COURIER_SERVICES=${COURIER_SERVICES:-} COURIER_TESTCONTAINERS=${COURIER_TESTCONTAINERS:-})"
     return 0
@@ -211,6 +266,7 @@ courier_services_prepare() {
   _cs_pg_prepare || failed="$failed PostgreSQL"
   _cs_maria_prepare || failed="$failed MariaDB"
   _cs_rabbit_prepare || failed="$failed RabbitMQ"
+  _cs_nats_prepare || failed="$failed NATS"
   if [ -n "$failed" ]; then
     _cs_fail "not ready:$failed (see the messages above)"
     return 1
@@ -226,4 +282,5 @@ else
   printf 'export COURIER_PG_URL=%q\n' "$COURIER_PG_URL"
   printf 'export COURIER_MARIADB_URL=%q\n' "$COURIER_MARIADB_URL"
   printf 'export COURIER_RABBITMQ_URL=%q\n' "$COURIER_RABBITMQ_URL"
+  printf 'export COURIER_NATS_URL=%q\n' "$COURIER_NATS_URL"
 fi

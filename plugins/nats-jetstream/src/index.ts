@@ -1,0 +1,2 @@
+export type { NatsJetStreamTransportOptions } from './nats-jetstream-transport.js';
+export { NatsJetStreamTransport } from './nats-jetstream-transport.js';

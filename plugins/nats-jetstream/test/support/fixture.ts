@@ -1,0 +1,97 @@
+// The JetStream transport fixture: every connection goes through a TCP proxy of its own, so
+// a test can cut one client (kill) or all of this fixture's clients (outage) without
+// touching the shared NATS server.
+import type { Envelope, Transport } from '@courier/core';
+import type { FixtureContext, TransportFixture } from '@courier/conformance';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { NatsJetStreamTransport } from '../../src/index.js';
+import { TcpProxy, targetOf, throughProxy } from './tcp-proxy.js';
+
+/** Address of the NATS server with JetStream (scripts/services.sh exports it). */
+export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222';
+
+/** Short ack wait: redelivery after a crash is AckWait-driven. */
+export const ACK_WAIT_MS = 2_000;
+
+export async function createJetStreamFixture({ testId }: FixtureContext): Promise<TransportFixture> {
+  const proxies = new Map<Transport, { proxy: TcpProxy; connections: NatsConnection[]; killed: boolean }>();
+  let down = false;
+  let rejecting: ((envelope: Envelope) => boolean) | undefined;
+  let duplicates = 0;
+
+  const make = async (extra: Partial<ConstructorParameters<typeof NatsJetStreamTransport>[0]> = {}): Promise<NatsJetStreamTransport> => {
+    const proxy = await TcpProxy.create(targetOf(natsUrl, 4222));
+    await proxy.open();
+    const entry = { proxy, connections: [] as NatsConnection[], killed: false };
+    const transport = new NatsJetStreamTransport({
+      prefix: testId,
+      ackWaitMs: ACK_WAIT_MS,
+      connectTimeoutMs: 3_000,
+      publishTimeoutMs: 5_000,
+      connection: async () => {
+        if (entry.killed) throw new Error('this connection was killed');
+        const nc = await connect({ servers: throughProxy(natsUrl, proxy), maxReconnectAttempts: -1, reconnectTimeWait: 200, timeout: 2_000 });
+        entry.connections.push(nc);
+        return nc;
+      },
+      // The broker itself refuses these: JetStream checks Nats-Expected-Stream against the stream's name.
+      publishHeaders: (envelope) => (rejecting?.(envelope) ? { 'Nats-Expected-Stream': `${testId}_NOT_THIS_STREAM` } : undefined),
+      // A payload over the stream's max_msg_size is refused by the server for its content.
+      stream: { max_msg_size: 256 * 1024 },
+      ...extra,
+    });
+    proxies.set(transport, entry);
+    return transport;
+  };
+
+  const transport = await make();
+  const duplicator = await make({ publishHeaders: (envelope) => ({ 'Nats-Msg-Id': `${envelope.messageId}#dup-${(duplicates += 1)}` }) });
+
+  return {
+    transport,
+    connect: () => make(),
+    kill: async (target) => {
+      const entry = proxies.get(target);
+      if (!entry) throw new Error('kill: not a transport of this fixture');
+      entry.killed = true;
+      // Cut the socket as a crash would (nothing settled, no drain), then stop its reconnecting.
+      await entry.proxy.close();
+      for (const nc of entry.connections) void nc.close().catch(() => undefined);
+      void target.close().catch(() => undefined);
+    },
+    outage: {
+      begin: async () => {
+        down = true;
+        await Promise.all([...proxies.values()].map((entry) => entry.proxy.close()));
+      },
+      end: async () => {
+        down = false;
+        await Promise.all([...proxies.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy.open()));
+      },
+    },
+    rejectPublish: async (predicate) => {
+      rejecting = predicate;
+    },
+    refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
+    injectDuplicate: async (envelope) => {
+      const [result] = await duplicator.publish([envelope]);
+      if (!result?.ok) throw new Error(`injectDuplicate failed: ${result && !result.ok ? result.error.message : 'no result'}`);
+    },
+    close: async () => {
+      void down;
+      // A killed transport's close may wait forever on a handler the test never settles: it is not awaited.
+      await Promise.all([...proxies].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
+      await Promise.all([...proxies.values()].map((entry) => entry.proxy.close()));
+      // Workers of the process scenarios share this testId's streams with the parent: only the parent deletes them.
+      if (process.env['COURIER_CONFORMANCE_WORKER'] === undefined) {
+        const nc = await connect({ servers: natsUrl, timeout: 2_000 }).catch(() => undefined);
+        if (nc) {
+          const jsm = await jetstreamManager(nc);
+          for (const suffix of ['MSG', 'DLQ', 'LEASE']) await jsm.streams.delete(`${testId}_${suffix}`).catch(() => false);
+          await nc.close();
+        }
+      }
+    },
+  };
+}
