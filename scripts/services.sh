@@ -205,10 +205,13 @@ _cs_nats_port() { local rest="${COURIER_NATS_URL##*:}"; printf '%s' "${rest%%/*}
 
 # JetStream answers when $JS.API.INFO gets an account_info_response (plain protocol over /dev/tcp).
 _cs_nats_js_on() {
-  local port="$1"
-  timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port || exit 1
+  local port="$1" reply
+  # Captured, not piped into grep: the reader always ends by its timeout (status 124), and
+  # under `set -o pipefail` (CI) that status would make the pipeline fail even on a match.
+  reply="$(timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port || exit 1
     printf 'CONNECT {\"verbose\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _INBOX.courier 1\r\nPUB \$JS.API.INFO _INBOX.courier 0\r\n\r\n' >&3
-    timeout 2 cat <&3" 2>/dev/null | grep -q 'account_info_response'
+    timeout 2 cat <&3" 2>/dev/null || true)"
+  [[ "$reply" == *account_info_response* ]]
 }
 _cs_nats_up() { _cs_nats_js_on "$(_cs_nats_port)"; }
 
