@@ -27,6 +27,7 @@ export { SCENARIOS, InjectedFault } from './bus/scenarios.js';
 export type { ScenarioTuning, TrafficPlan, WorkPayload, World } from './bus/world.js';
 export { DEFAULT_TUNING, createWorkerBus, createWorld, produce } from './bus/world.js';
 export { seededRandom } from './bus/seeded-random.js';
+export { TcpProxy, targetOf, throughProxy } from './support/tcp-proxy.js';
 export { IpcBrokerTransport, createIpcBrokerTransportFixture, hostBrokerFor, isScenarioWorker } from './bus/ipc-broker.js';
 export type { CommittedTraffic } from './bus/world.js';
 export { commitScenarioTraffic } from './bus/world.js';

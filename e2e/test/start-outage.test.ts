@@ -3,7 +3,7 @@
 // message end to end once the server is reachable. The outage is a TCP proxy of the test's
 // own that refuses connections, so the shared servers stay up for everyone else.
 import { createBus, defineMessage, type Bus } from '@courier/core';
-import { uniqueId } from '@courier/conformance';
+import { TcpProxy, targetOf, throughProxy, uniqueId } from '@courier/conformance';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { RabbitMqTransport } from '@courier/rabbitmq';
 import type { EntityManager } from '@mikro-orm/core';
@@ -11,7 +11,6 @@ import { MikroORM } from '@mikro-orm/postgresql';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PG_URL, createPostgresFixture } from '../../plugins/mikro-orm/test/support/fixture.js';
 import { BROKER_URL, TEST_TIERS_MS, deleteTopology, eventually } from '../../plugins/rabbitmq/test/support/broker.js';
-import { TcpProxy, targetOf, throughProxy } from './support/tcp-proxy.js';
 
 const Ping = defineMessage('e2e.StartOutagePing', { version: 1 });
 

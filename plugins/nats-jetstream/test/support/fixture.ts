@@ -6,7 +6,7 @@ import type { FixtureContext, TransportFixture } from '@courier/conformance';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { NatsJetStreamTransport } from '../../src/index.js';
-import { TcpProxy, targetOf, throughProxy } from './tcp-proxy.js';
+import { TcpProxy, targetOf, throughProxy } from '@courier/conformance';
 
 /** Address of the NATS server with JetStream (scripts/services.sh exports it). */
 export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222';

@@ -1,9 +1,18 @@
 // A loopback TCP proxy a test can close and open, to put one client (not the shared
 // server) through an outage: closed, nothing listens on its port and connecting is
 // refused (ECONNREFUSED), as with a server that is down; open, it forwards to the target.
+// Published in the kit because a transport fixture needs exactly this for `kill` and
+// `outage` on a broker that other tests share (see docs/writing-a-transport.md).
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
-/** A TCP forwarder in front of `target` on a port of its own. */
+/**
+ * A TCP forwarder in front of `target` on a loopback port of its own, created closed.
+ *
+ * Guarantees: while closed, connecting is refused and every connection it forwarded has
+ * been destroyed (both sides), so clients see a server that went away; `open()` forwards
+ * new connections again on the same port. `close()` and `open()` are idempotent; disposing
+ * closes it.
+ */
 export class TcpProxy implements AsyncDisposable {
   readonly #target: { readonly host: string; readonly port: number };
   readonly #port: number;
