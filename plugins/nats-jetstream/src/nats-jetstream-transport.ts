@@ -81,6 +81,8 @@ interface Connection {
 const hash = (value: string): string => createHash('sha256').update(value).digest('hex').slice(0, 20);
 const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
   new Promise((resolve) => {
+    // An 'abort' listener added after the abort never fires: check first.
+    if (signal?.aborted) return resolve();
     const timer = setTimeout(resolve, ms);
     signal?.addEventListener('abort', () => {
       clearTimeout(timer);
@@ -620,6 +622,9 @@ class JetStreamSubscription implements Subscription {
         this.#iterators.add(messages);
         const stopper = () => messages.stop();
         signal.addEventListener('abort', stopper, { once: true });
+        // Closed while `consumers.get`/`consume` were in flight: the listener came too late
+        // and `close` could not see this iterator, which would otherwise pull forever.
+        if (signal.aborted) stopper();
         try {
           for await (const msg of messages) {
             delay = 100;
@@ -821,6 +826,7 @@ class JetStreamSubscription implements Subscription {
       const pulls = new AbortController();
       const stopPulls = () => pulls.abort();
       this.#stop.signal.addEventListener('abort', stopPulls, { once: true });
+      if (this.#stop.signal.aborted) stopPulls();
       const receiving = this.#runPulls(pulls.signal);
       // Renew until the lease is lost (another holder, or our own deadline passed unrenewed).
       while (!this.#stop.signal.aborted) {
