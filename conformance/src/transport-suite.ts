@@ -210,7 +210,7 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
-    name: "a killed connection's unsettled deliveries are redelivered to another connection",
+    name: "a killed connection's unsettled deliveries are redelivered to another connection, flagged redelivered",
     async run(env) {
       const consumer = env.consumer('crash');
       const doomed = await env.fixture.connect();
@@ -224,6 +224,10 @@ export const transportCases: readonly TransportCase[] = [
       const survivor = await collect(env, { consumer });
       await eventually(() => expect(unique(survivor.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
       expect(survivor.received.every((item) => item.delivery.attempt === 1)).toBe(true);
+      // The consumer writes nothing before a handler's transaction unless a delivery is
+      // flagged: a first delivery must say false, a copy whose holder died must say true.
+      expect(held.received.map((item) => item.delivery.redelivered)).toEqual(held.received.map(() => false));
+      expect(survivor.received.map((item) => item.delivery.redelivered)).toEqual(survivor.received.map(() => true));
     },
   },
   {
@@ -285,6 +289,8 @@ export const transportCases: readonly TransportCase[] = [
       await eventually(() => expect(seen()).toEqual(expect.arrayContaining(['first@2', 'second@1', 'other@1'])), { timeoutMs: timeoutMs + delayMs });
       const ofKey = seen().filter((name) => !name.startsWith('other'));
       expect(ofKey).toEqual(['first@1', 'first@2', 'second@1']);
+      // A retry in place is no redelivery: nothing died with the message in hand.
+      expect(inbox.received.map((item) => item.delivery.redelivered)).toEqual(inbox.received.map(() => false));
       expect(seen().indexOf('other@1')).toBeLessThan(seen().indexOf('first@2'));
     },
   },

@@ -6,6 +6,7 @@ import {
   StorageError,
   UnrecoverableError,
   defineMessage,
+  type Delivery,
   type Envelope,
   type InboxResult,
   type InMemoryTransaction,
@@ -487,7 +488,9 @@ describe('consumer: a failing commit of the handler unit of work', () => {
 describe('consumer: an ordered retry does not stall the bus', () => {
   it('other consumers keep flowing, a suspect delivery included, while an ordered message backs off; its key keeps order', async () => {
     const transports: ReturnType<typeof spyTransport>[] = [];
-    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
+    // The transport reports the suspect as a redelivery: a process died with it in hand.
+    const redelivered = (delivery: Delivery) => delivery.redelivered || delivery.envelope.messageId === 'noted-suspect';
+    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner, {}, redelivered)) - 1]! });
     const Noted = defineMessage('audit.Noted', { version: 1 });
     const events: string[] = [];
     const backoffMs = 4_000;
@@ -511,10 +514,9 @@ describe('consumer: an ordered retry does not stall the bus', () => {
     });
     // a-1 failed once and is backing off.
     await eventually(() => expect(h.bus.health().counters.retries).toBe(1));
-    // A message of another consumer that started before and never finished (its process
-    // died): a suspect, which waits to run alone.
+    // A message of another consumer redelivered after its process died: a suspect, which
+    // waits to run alone.
     const suspect = rawEnvelope('noted-suspect', Noted.type, Noted.topic, '{}');
-    await h.inbox.recordStart(suspect.messageId, 'audit');
     await h.connection.publish([suspect]);
     await eventually(() => expect(events).toContain('noted noted-suspect'), backoffMs * 3);
     const later = [rawEnvelope('noted-later-1', Noted.type, Noted.topic, '{}'), rawEnvelope('noted-later-2', Noted.type, Noted.topic, '{}')];

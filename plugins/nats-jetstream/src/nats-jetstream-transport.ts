@@ -568,8 +568,8 @@ class JetStreamSubscription implements Subscription {
   readonly #stop = new AbortController();
   readonly #inHand = new Map<number, InHand>();
   readonly #handlers = new Set<Promise<void>>();
-  readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[]>();
-  readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[] = [];
+  readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[]>();
+  readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[] = [];
   #running = 0;
   /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
   #leaseUntil = 0;
@@ -665,7 +665,11 @@ class JetStreamSubscription implements Subscription {
     }
     const replayed = msg.headers?.get(REPLAYED_HEADER) === '1';
     this.#inHand.set(msg.seq, { msg, key: envelope.key, settled: false });
-    const item = { msg, envelope, attempt, replayed };
+    // JetStream counts every delivery, the nak that holds a retry copy until its
+    // not-before included, so such a copy also comes back redelivered. It cannot be told
+    // apart from a crash's redelivery, and a false "not redelivered" would hide a crash
+    // loop: the flag is passed on as is (a retry copy then runs alone, off the happy path).
+    const item = { msg, envelope, attempt, replayed, redelivered: msg.info.redelivered };
     if (this.#endpoint.ordered && envelope.key !== null) {
       const queueKey = `${envelope.topic}\u0000${envelope.key}`;
       const queue = this.#keyQueues.get(queueKey);
@@ -702,7 +706,7 @@ class JetStreamSubscription implements Subscription {
   }
 
   /** Hands one delivery to the handler; settling decides what the key does next. */
-  async #run(item: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }): Promise<void> {
+  async #run(item: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }): Promise<void> {
     const { msg, envelope, attempt } = item;
     const ordered = this.#endpoint.ordered && envelope.key !== null;
     let settled = false;
@@ -715,6 +719,7 @@ class JetStreamSubscription implements Subscription {
       envelope,
       attempt,
       ...(item.replayed ? { replayed: true } : {}),
+      redelivered: item.redelivered,
       ack: () =>
         once(async () => {
           await this.#ack(msg);
@@ -726,7 +731,7 @@ class JetStreamSubscription implements Subscription {
             // In place: the message stays at the head of its key; the slot is freed during the delay.
             void sleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
               if (this.#stop.signal.aborted) return;
-              this.#ready.unshift({ ...item, attempt: attempt + 1 });
+              this.#ready.unshift({ ...item, attempt: attempt + 1, redelivered: false });
               this.#pump();
             });
             return;
