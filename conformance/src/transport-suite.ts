@@ -231,6 +231,34 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    name: "an ordered endpoint: a killed holder's unsettled deliveries reach the next holder flagged redelivered, in key order",
+    async run(env) {
+      if (!env.transport.capabilities.orderingByKey) return env.skip('transport declares orderingByKey: false');
+      const consumer = env.consumer('crash-ordered');
+      const doomed = await env.fixture.connect();
+      const never = deferred();
+      const held = await collect(env, { consumer, ordered: true, concurrency: 8 }, () => never.promise, doomed);
+      const envelopes = [message(env, 'a'), message(env, 'b'), message(env, 'a')];
+      await publishOk(env.transport, envelopes);
+      // One at a time per key: the holder has the head of each key in hand.
+      const heads = sorted([envelopes[0]!.messageId, envelopes[1]!.messageId]);
+      await eventually(() => expect(sorted(unique(held.ids()))).toEqual(heads), { timeoutMs: env.options.timeoutMs });
+      expect(held.received.map((item) => item.delivery.redelivered)).toEqual(held.received.map(() => false));
+      await env.fixture.kill(doomed);
+      const survivor = await collect(env, { consumer, ordered: true, concurrency: 8 });
+      const expected = sorted(envelopes.map((envelope) => envelope.messageId));
+      await eventually(() => expect(sorted(unique(survivor.ids()))).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      // Whatever the dead holder had in hand comes flagged (a transport that re-creates its
+      // consumer on takeover must still say so); key order holds.
+      for (const head of heads) {
+        const first = survivor.received.find((item) => item.delivery.envelope.messageId === head);
+        expect(first?.delivery.redelivered, `the held head ${head} must come back flagged redelivered`).toBe(true);
+      }
+      const ofA = survivor.ids().filter((id) => id === envelopes[0]!.messageId || id === envelopes[2]!.messageId);
+      expect(ofA.indexOf(envelopes[0]!.messageId)).toBeLessThan(ofA.indexOf(envelopes[2]!.messageId));
+    },
+  },
+  {
     name: 'retry(delay) redelivers with attempt + 1 after about the delay, without blocking other messages',
     async run(env) {
       const { retryDelayMs, delayToleranceMs, timeoutMs } = env.options;

@@ -312,17 +312,23 @@ export class NatsJetStreamTransport implements Transport {
    * the server's AckWait timer finds them — possibly after later messages of their key
    * were handed to the new holder (seen with nats-server 2.9). Messages acknowledged past
    * the floor come again; the inbox drops them.
+   *
+   * Returns the last stream sequence the old consumer had handed out when it was
+   * re-created, else 0: the new consumer's delivery counts start again at 1, so the
+   * subscription flags messages up to there `redelivered` itself (a previous holder may
+   * have died with them in hand).
    */
-  async rewindConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<void> {
+  async rewindConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<number> {
     const durable = this.#durable(consumer, source);
     const info = await connection.jsm.consumers.info(this.#stream, durable).catch((error: unknown) => {
       if (/consumer not found/i.test(describe(error))) return undefined;
       throw error;
     });
-    if (info && info.num_ack_pending === 0 && info.num_redelivered === 0) return;
+    if (info && info.num_ack_pending === 0 && info.num_redelivered === 0) return 0;
     const floor = info?.ack_floor.stream_seq ?? 0;
     if (info) await connection.jsm.consumers.delete(this.#stream, durable);
     await connection.jsm.consumers.add(this.#stream, this.#consumerConfig(consumer, source, subject, floor + 1));
+    return info?.delivered.stream_seq ?? 0;
   }
 
   // ---------------------------------------------------------------- publish
@@ -573,6 +579,8 @@ class JetStreamSubscription implements Subscription {
   #running = 0;
   /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
   #leaseUntil = 0;
+  /** Ordered only, per source: the last stream sequence a rewound consumer had handed out (see `rewindConsumer`). */
+  readonly #handedOutThrough = new Map<string, number>();
   #slotWaiters: (() => void)[] = [];
   #iterators = new Set<ConsumerMessages>();
   #closing: Promise<void> | undefined;
@@ -628,7 +636,7 @@ class JetStreamSubscription implements Subscription {
         try {
           for await (const msg of messages) {
             delay = 100;
-            await this.#accept(msg);
+            await this.#accept(msg, source);
             if (signal.aborted) break;
           }
         } finally {
@@ -648,7 +656,7 @@ class JetStreamSubscription implements Subscription {
   }
 
   /** Takes one pulled message: decodes it, holds it, and hands it on (waiting for a slot when unordered). */
-  async #accept(msg: JsMsg): Promise<void> {
+  async #accept(msg: JsMsg, source: string): Promise<void> {
     if (this.#inHand.has(msg.seq)) return;
     let envelope: Envelope;
     try {
@@ -669,7 +677,10 @@ class JetStreamSubscription implements Subscription {
     // not-before included, so such a copy also comes back redelivered. It cannot be told
     // apart from a crash's redelivery, and a false "not redelivered" would hide a crash
     // loop: the flag is passed on as is (a retry copy then runs alone, off the happy path).
-    const item = { msg, envelope, attempt, replayed, redelivered: msg.info.redelivered };
+    // A rewound ordered consumer counts deliveries afresh: what the old one had handed out
+    // may have been in a dead holder's hand, so it is flagged here.
+    const redelivered = msg.info.redelivered || msg.seq <= (this.#handedOutThrough.get(source) ?? 0);
+    const item = { msg, envelope, attempt, replayed, redelivered };
     if (this.#endpoint.ordered && envelope.key !== null) {
       const queueKey = `${envelope.topic}\u0000${envelope.key}`;
       const queue = this.#keyQueues.get(queueKey);
@@ -822,7 +833,10 @@ class JetStreamSubscription implements Subscription {
       }
       try {
         // Deliveries a previous holder left unsettled come first, in stream order.
-        for (const { source, subject } of this.#durables) await this.#transport.rewindConsumer(connection, this.#endpoint.consumer, source, subject);
+        for (const { source, subject } of this.#durables) {
+          const handedOut = await this.#transport.rewindConsumer(connection, this.#endpoint.consumer, source, subject);
+          this.#handedOutThrough.set(source, Math.max(this.#handedOutThrough.get(source) ?? 0, handedOut));
+        }
       } catch {
         await sleep(200, this.#stop.signal);
         continue;
