@@ -565,6 +565,9 @@ interface InHand {
   settled: boolean;
 }
 
+/** How many retry copies waiting for their not-before a subscription remembers (see `redelivered`). */
+const NOT_DUE_REMEMBERED = 10_000;
+
 /** One live subscription: pull loops over the endpoint's durables, a lease when ordered. */
 class JetStreamSubscription implements Subscription {
   readonly #transport: NatsJetStreamTransport;
@@ -579,6 +582,8 @@ class JetStreamSubscription implements Subscription {
   #running = 0;
   /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
   #leaseUntil = 0;
+  /** Retry copies put back (nak) until their not-before: stream sequence → delivery count at the nak. */
+  readonly #notDue = new Map<number, number>();
   /** Ordered only, per source: the last stream sequence a rewound consumer had handed out (see `rewindConsumer`). */
   readonly #handedOutThrough = new Map<string, number>();
   #slotWaiters: (() => void)[] = [];
@@ -668,18 +673,26 @@ class JetStreamSubscription implements Subscription {
     const attempt = Number(msg.headers?.get(ATTEMPT_HEADER) || '1') || 1;
     const notBefore = Number(msg.headers?.get(NOT_BEFORE_HEADER) || '0');
     if (notBefore > Date.now()) {
+      this.#notDue.set(msg.seq, msg.info.deliveryCount);
+      // Bounded: a copy another instance takes next is simply flagged (the safe side).
+      if (this.#notDue.size > NOT_DUE_REMEMBERED) this.#notDue.delete(this.#notDue.keys().next().value!);
       msg.nak(notBefore - Date.now());
       return;
     }
+    // A retry copy this subscription put back until its not-before comes again with one
+    // more delivery: that nak is no crash. Anything else JetStream counts is flagged.
+    const putBackAt = this.#notDue.get(msg.seq);
+    this.#notDue.delete(msg.seq);
+    const onlyWaited = putBackAt !== undefined && msg.info.deliveryCount === putBackAt + 1;
     const replayed = msg.headers?.get(REPLAYED_HEADER) === '1';
     this.#inHand.set(msg.seq, { msg, key: envelope.key, settled: false });
-    // JetStream counts every delivery, the nak that holds a retry copy until its
-    // not-before included, so such a copy also comes back redelivered. It cannot be told
-    // apart from a crash's redelivery, and a false "not redelivered" would hide a crash
-    // loop: the flag is passed on as is (a retry copy then runs alone, off the happy path).
-    // A rewound ordered consumer counts deliveries afresh: what the old one had handed out
-    // may have been in a dead holder's hand, so it is flagged here.
-    const redelivered = msg.info.redelivered || msg.seq <= (this.#handedOutThrough.get(source) ?? 0);
+    // JetStream counts every delivery, the naks that hold a retry copy until its
+    // not-before included. Only those this subscription made and saw come back are told
+    // apart (above): a false "not redelivered" would hide a crash loop, a false
+    // "redelivered" only costs a run alone. A rewound ordered consumer counts deliveries
+    // afresh: what the old one had handed out may have been in a dead holder's hand, so it
+    // is flagged here.
+    const redelivered = (msg.info.redelivered && !onlyWaited) || msg.seq <= (this.#handedOutThrough.get(source) ?? 0);
     const item = { msg, envelope, attempt, replayed, redelivered };
     if (this.#endpoint.ordered && envelope.key !== null) {
       const queueKey = `${envelope.topic}\u0000${envelope.key}`;
