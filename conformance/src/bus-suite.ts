@@ -2,7 +2,7 @@ import { FAULT_POINTS, type FaultPoint } from '@courier/core';
 import { afterAll, describe, expect, it, type TestContext } from 'vitest';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
-import { SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
+import { LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
 import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
@@ -25,11 +25,23 @@ export interface BusSuiteOptions {
   readonly stressRuns?: number;
 }
 
+/**
+ * The late-kills scenario's window: short, so each run alone outlives it in under a
+ * second; the handler itself takes milliseconds, so a kill that came within the window
+ * would still be counted (the crash-loop scenario keeps the default window).
+ */
+const LATE_KILLS_TUNING = { crashWindowMs: 500 } as const;
+
 function failWith(result: ScenarioResult, what: string): string {
   return `${what} (seed ${result.seed}, test ${result.testId}): ${result.problems.join('; ')}`;
 }
 
 function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
+  if (spec.action === 'late-kills') {
+    // First, as a consumer that blames such kills parks the message before the last kill.
+    const dead = result.observed.consumerDead.map((letter) => `${letter.envelope.messageId}: ${letter.reason.code} ${letter.reason.message}`);
+    expect(dead, 'a message killed only after its crash window must not be dead-lettered').toEqual([]);
+  }
   const why =
     spec.action === 'duplicate'
       ? ': the second copy never reached the consumer — a broker that drops a re-published messageId must give its fixture injectDuplicate()'
@@ -51,6 +63,11 @@ function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
       expect(result.deadLettered).toBe(1);
       break;
     }
+    case 'late-kills':
+      // Killed from outside each time after its window: not poison, so handled once.
+      expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
+      expect(result.deadLettered).toBe(0);
+      break;
     case 'duplicate':
       expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
       expect(result.deadLettered).toBe(0);
@@ -71,7 +88,7 @@ interface Features {
 
 /** Why a scenario cannot run on any crash mode with these fixtures, or undefined. */
 function featureSkip(spec: ScenarioSpec, features: Features): string | undefined {
-  if ((spec.action === 'poison' || spec.action === 'crash-loop') && !features.deadLetters) {
+  if ((spec.action === 'poison' || spec.action === 'crash-loop' || spec.action === 'late-kills') && !features.deadLetters) {
     return 'the transport has no deadLetters (nativeDeadLetter: false), so the consumer dead letter that ends this scenario cannot be read';
   }
   return undefined;
@@ -80,7 +97,7 @@ function featureSkip(spec: ScenarioSpec, features: Features): string | undefined
 function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: Features): string | undefined {
   const skip = featureSkip(spec, features);
   if (skip) return skip;
-  if (spec.action === 'crash-loop' && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
+  if ((spec.action === 'crash-loop' || spec.action === 'late-kills') && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
   if (spec.action === 'broker-outage' && !features.brokerOutage) return 'the transport fixture has no outage() to take the broker away';
   if (spec.action === 'database-outage' && !features.databaseOutage) return 'the store fixture has no outage() to take the database away';
   return undefined;
@@ -143,6 +160,13 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           assertScenario(spec, result);
         }), 90_000);
       }
+      it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
+        const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());
+        if (skip) return skipCase(skip);
+        const seed = Math.floor(Math.random() * 2 ** 31);
+        const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
+        assertScenario(LATE_KILLS, result);
+      }), 120_000);
     });
 
     describe('process-level (SIGKILL)', () => {
@@ -157,6 +181,17 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
           assertScenario(spec.action === 'stall' || spec.action === 'poison' || spec.action === 'crash-loop' ? spec : { ...spec, action: 'crash' }, result);
+        }), 180_000);
+      }
+      {
+        const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
+        if (reason !== undefined) tally.skipped += 1;
+        it.skipIf(reason !== undefined)(`crash-loop, not its fault: killed from outside after the window${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const skip = featureSkip(LATE_KILLS, await probeFeatures());
+          if (skip) return skipCase(skip);
+          const seed = Math.floor(Math.random() * 2 ** 31);
+          const result = await runProcessScenario<Tx>(LATE_KILLS, options.process!, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
+          assertScenario(LATE_KILLS, result);
         }), 180_000);
       }
     });

@@ -210,7 +210,7 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
-    name: "a killed connection's unsettled deliveries are redelivered to another connection",
+    name: "a killed connection's unsettled deliveries are redelivered to another connection, flagged redelivered",
     async run(env) {
       const consumer = env.consumer('crash');
       const doomed = await env.fixture.connect();
@@ -224,6 +224,38 @@ export const transportCases: readonly TransportCase[] = [
       const survivor = await collect(env, { consumer });
       await eventually(() => expect(unique(survivor.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
       expect(survivor.received.every((item) => item.delivery.attempt === 1)).toBe(true);
+      // The consumer writes nothing before a handler's transaction unless a delivery is
+      // flagged: a first delivery must say false, a copy whose holder died must say true.
+      expect(held.received.map((item) => item.delivery.redelivered)).toEqual(held.received.map(() => false));
+      expect(survivor.received.map((item) => item.delivery.redelivered)).toEqual(survivor.received.map(() => true));
+    },
+  },
+  {
+    name: "an ordered endpoint: a killed holder's unsettled deliveries reach the next holder flagged redelivered, in key order",
+    async run(env) {
+      if (!env.transport.capabilities.orderingByKey) return env.skip('transport declares orderingByKey: false');
+      const consumer = env.consumer('crash-ordered');
+      const doomed = await env.fixture.connect();
+      const never = deferred();
+      const held = await collect(env, { consumer, ordered: true, concurrency: 8 }, () => never.promise, doomed);
+      const envelopes = [message(env, 'a'), message(env, 'b'), message(env, 'a')];
+      await publishOk(env.transport, envelopes);
+      // One at a time per key: the holder has the head of each key in hand.
+      const heads = sorted([envelopes[0]!.messageId, envelopes[1]!.messageId]);
+      await eventually(() => expect(sorted(unique(held.ids()))).toEqual(heads), { timeoutMs: env.options.timeoutMs });
+      expect(held.received.map((item) => item.delivery.redelivered)).toEqual(held.received.map(() => false));
+      await env.fixture.kill(doomed);
+      const survivor = await collect(env, { consumer, ordered: true, concurrency: 8 });
+      const expected = sorted(envelopes.map((envelope) => envelope.messageId));
+      await eventually(() => expect(sorted(unique(survivor.ids()))).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      // Whatever the dead holder had in hand comes flagged (a transport that re-creates its
+      // consumer on takeover must still say so); key order holds.
+      for (const head of heads) {
+        const first = survivor.received.find((item) => item.delivery.envelope.messageId === head);
+        expect(first?.delivery.redelivered, `the held head ${head} must come back flagged redelivered`).toBe(true);
+      }
+      const ofA = survivor.ids().filter((id) => id === envelopes[0]!.messageId || id === envelopes[2]!.messageId);
+      expect(ofA.indexOf(envelopes[0]!.messageId)).toBeLessThan(ofA.indexOf(envelopes[2]!.messageId));
     },
   },
   {
@@ -285,6 +317,8 @@ export const transportCases: readonly TransportCase[] = [
       await eventually(() => expect(seen()).toEqual(expect.arrayContaining(['first@2', 'second@1', 'other@1'])), { timeoutMs: timeoutMs + delayMs });
       const ofKey = seen().filter((name) => !name.startsWith('other'));
       expect(ofKey).toEqual(['first@1', 'first@2', 'second@1']);
+      // A retry in place is no redelivery: nothing died with the message in hand.
+      expect(inbox.received.map((item) => item.delivery.redelivered)).toEqual(inbox.received.map(() => false));
       expect(seen().indexOf('other@1')).toBeLessThan(seen().indexOf('first@2'));
     },
   },

@@ -38,7 +38,7 @@ type ToHost =
 
 type ToWorker =
   | { readonly courier: 'reply'; readonly id: number; readonly value?: unknown; readonly error?: WireError }
-  | { readonly courier: 'deliver'; readonly subscription: number; readonly delivery: number; readonly envelope: Envelope; readonly attempt: number };
+  | { readonly courier: 'deliver'; readonly subscription: number; readonly delivery: number; readonly envelope: Envelope; readonly attempt: number; readonly redelivered: boolean; readonly replayed: boolean };
 
 interface WireError {
   readonly code: string;
@@ -90,7 +90,7 @@ export function hostBrokerFor(broker: InMemoryBroker, child: ChildProcess): void
             new Promise<void>((resolve) => {
               const deliveryId = nextDelivery++;
               deliveries.set(deliveryId, Object.assign(delivery, { done: resolve }));
-              send({ courier: 'deliver', subscription: id, delivery: deliveryId, envelope: delivery.envelope, attempt: delivery.attempt });
+              send({ courier: 'deliver', subscription: id, delivery: deliveryId, envelope: delivery.envelope, attempt: delivery.attempt, redelivered: delivery.redelivered, replayed: delivery.replayed === true });
             });
           subscriptions.set(id, await connection.subscribe(message.endpoint, handler));
         });
@@ -207,6 +207,8 @@ export class IpcBrokerTransport implements Transport {
     const delivery: Delivery = {
       envelope: message.envelope,
       attempt: message.attempt,
+      redelivered: message.redelivered,
+      replayed: message.replayed,
       ack: () => settle('ack'),
       retry: (delayMs, reason) => settle('retry', { delayMs, reason }),
       deadLetter: (reason) => settle('dead-letter', { reason }),

@@ -4,14 +4,15 @@
 import { pathToFileURL } from 'node:url';
 import type { FaultHook, FaultPoint } from '@courier/core';
 import type { ProcessFixtureModule } from '../fixtures.js';
-import { createWorkerBus, createWorld, type ScenarioTuning } from './world.js';
+import { crashWindowWatch, createWorkerBus, createWorld, envLogger, type ScenarioTuning } from './world.js';
 
 /** Configuration passed to a worker process in `COURIER_CONFORMANCE_WORKER` (JSON). */
 export interface WorkerConfig {
   readonly module: string;
   readonly testId: string;
   readonly tuning: ScenarioTuning;
-  readonly fault: { readonly point: FaultPoint; readonly action: 'kill' | 'stall'; readonly target?: string } | null;
+  /** `late-kill`: killed at the point once the consumer said the target's run alone outlived its crash window. */
+  readonly fault: { readonly point: FaultPoint; readonly action: 'kill' | 'stall' | 'late-kill'; readonly target?: string } | null;
 }
 
 const raw = process.env['COURIER_CONFORMANCE_WORKER'];
@@ -24,6 +25,7 @@ const fixtureModule = (await import(pathToFileURL(config.module).href)) as Proce
 const { store, transport } = await fixtureModule.createFixture({ testId: config.testId });
 const world = createWorld(config.testId);
 const fault = config.fault;
+const windows = crashWindowWatch(envLogger());
 let stalled = false;
 const faults: FaultHook | undefined = fault
   ? async (point, at) => {
@@ -36,12 +38,15 @@ const faults: FaultHook | undefined = fault
         process.kill(process.pid, 'SIGSTOP');
         return;
       }
+      if (fault.action === 'late-kill' && fault.target !== undefined) {
+        await windows.passed(fault.target, windows.seen(fault.target), config.tuning.crashWindowMs + 10_000);
+      }
       process.stdout.write(`kill ${point}\n`);
       process.kill(process.pid, 'SIGKILL');
       await new Promise<never>(() => {});
     }
   : undefined;
-const bus = createWorkerBus(world, store, transport.transport, config.tuning, faults ? { faults } : {});
+const bus = createWorkerBus(world, store, transport.transport, config.tuning, { ...(faults ? { faults } : {}), logger: windows.logger });
 await bus.start();
 process.stdout.write('ready\n');
 

@@ -147,6 +147,14 @@ export async function runProcessScenario<Tx>(
         await expectKilled(launch({ point: spec.point, action: 'kill', target: target! }));
       }
       launch({ point: spec.point, action: 'kill', target: target! });
+    } else if (spec.action === 'late-kills') {
+      // Killed at once with the message in hand, then `maxCrashes` times more, each after
+      // its run alone outlived the crash window; then a worker is left to handle it.
+      await expectKilled(launch({ point: spec.point, action: 'kill', target: target! }));
+      for (let round = 0; round < tuning.maxCrashes; round += 1) {
+        await expectKilled(launch({ point: spec.point, action: 'late-kill', target: target! }));
+      }
+      launch(null);
     } else {
       await expectKilled(launch({ point: spec.point, action: 'kill', ...(target !== undefined ? { target } : {}) }));
       launch(null);

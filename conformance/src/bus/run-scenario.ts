@@ -4,7 +4,7 @@ import { checkInvariants, type Ledger, type InvariantReport, type Observed } fro
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
 import { eventually } from '../support/eventually.js';
 import { uniqueId } from '../support/unique-id.js';
-import { commitScenarioTraffic, createWorkerBus, DEFAULT_TUNING, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
+import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
 /** How a worker "crashes" in-process. `freeze` needs a store whose open transactions hold no locks. */
 export type InProcessCrashMode = 'freeze' | 'throw';
@@ -183,6 +183,9 @@ export async function runInProcessScenario<Tx>(
 
     let armed = true;
     let crashLoops = 0;
+    let lateKills = 0;
+    // Shared by every worker: a frozen worker's window timer may still speak after its crash.
+    const windows = crashWindowWatch(envLogger());
     let started = 0;
     let pauses = 0;
     const duplicateArrivals = new Map<string, number>();
@@ -213,6 +216,16 @@ export async function runInProcessScenario<Tx>(
             if (!at.messageIds.includes(target!)) return;
             crashLoops += 1;
             return crash();
+          case 'late-kills': {
+            if (!at.messageIds.includes(target!)) return;
+            if (lateKills > tuning.maxCrashes) return;
+            lateKills += 1;
+            // The first delivery is no suspect and has no window: it is killed at once.
+            // Later ones run alone; each is killed once the consumer says the run outlived
+            // its window (or, from a consumer that never says so, a while after it).
+            if (lateKills > 1) await windows.passed(target!, windows.seen(target!), tuning.crashWindowMs + 10_000);
+            return crash();
+          }
           case 'stall':
             if (!armed) return;
             armed = false;
@@ -239,7 +252,7 @@ export async function runInProcessScenario<Tx>(
             return openOutage('store', store.outage);
         }
       };
-      const self: Worker<Tx> = { bus: createWorkerBus(world, store, connection, tuning, { faults }), connection };
+      const self: Worker<Tx> = { bus: createWorkerBus(world, store, connection, tuning, { faults, logger: windows.logger }), connection };
       const { bus } = self;
       workers.add(self);
       started += 1;
@@ -282,7 +295,7 @@ export async function runInProcessScenario<Tx>(
     const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, fixtureFaults.signal);
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
-      spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
+      spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
     return { ...report, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
   } finally {
     // Before anything stops: the next scenario, and the fixture's close, need the broker and database back.

@@ -9,8 +9,11 @@ import type { FaultPoint } from '@courier/core';
  * - `broker-outage` / `database-outage`: the broker or database goes away briefly.
  * - `crash-loop`: one message kills every worker that starts it.
  * - `poison`: a message whose handler always fails; the crash hits as it is parked.
+ * - `late-kills`: one message's worker is killed from outside while the message is in hand,
+ *   again and again, but each time (after the first) only once the message has run alone
+ *   for longer than its crash window: not the message's fault, so it must be handled.
  */
-export type ScenarioAction = 'crash' | 'stall' | 'duplicate' | 'broker-outage' | 'database-outage' | 'crash-loop' | 'poison';
+export type ScenarioAction = 'crash' | 'stall' | 'duplicate' | 'broker-outage' | 'database-outage' | 'crash-loop' | 'poison' | 'late-kills';
 
 /** One scenario of the bus suite. */
 export interface ScenarioSpec {
@@ -84,6 +87,19 @@ export const SCENARIOS: { readonly [P in FaultPoint]: ScenarioSpec & { readonly 
     action: 'database-outage',
     description: 'the database goes away and comes back while the relay claims',
   },
+};
+
+/**
+ * The counterpart of the `crash-loop` scenario: kills that are not the message's fault.
+ * Its worker is killed at the `crash-loop` point (the message in hand, about to run) once
+ * at once, then `maxCrashes` more times, each only after the consumer said the message's
+ * run alone outlived `crashWindowMs`; then a worker is left to handle it. It must be
+ * applied once and nothing dead-lettered.
+ */
+export const LATE_KILLS: ScenarioSpec = {
+  point: 'crash-loop',
+  action: 'late-kills',
+  description: 'a message whose process is killed from outside, each time after its crash window, is handled, not parked',
 };
 
 /** Error the in-process `throw` mode raises at a fault point. */

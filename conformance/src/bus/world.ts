@@ -44,6 +44,8 @@ export interface ScenarioTuning {
   readonly batchSize: number;
   readonly maxAttempts: number;
   readonly maxCrashes: number;
+  /** The subscription's `crashWindowMs`. */
+  readonly crashWindowMs: number;
   readonly concurrency: number;
   readonly ordered: boolean;
 }
@@ -54,9 +56,16 @@ export const DEFAULT_TUNING: ScenarioTuning = {
   batchSize: 10,
   maxAttempts: 3,
   maxCrashes: 2,
+  crashWindowMs: 10_000,
   concurrency: 4,
   ordered: true,
 };
+
+/** The workers' logger: COURIER_CONFORMANCE_LOG=debug|info|warn shows their logs when a scenario needs explaining. */
+export function envLogger(): Logger | undefined {
+  const level = process.env['COURIER_CONFORMANCE_LOG'];
+  return level === 'debug' || level === 'info' || level === 'warn' ? consoleLogger(level) : undefined;
+}
 
 /**
  * Creates a worker bus (relay and consumer) over the given store and transport
@@ -70,9 +79,7 @@ export function createWorkerBus<Tx>(
   tuning: ScenarioTuning,
   extra: { faults?: FaultHook; logger?: Logger } = {},
 ): Bus<Tx> {
-  // COURIER_CONFORMANCE_LOG=debug|info|warn shows the workers' logs when a scenario needs explaining.
-  const level = process.env['COURIER_CONFORMANCE_LOG'];
-  const logger = extra.logger ?? (level === 'debug' || level === 'info' || level === 'warn' ? consoleLogger(level) : undefined);
+  const logger = extra.logger ?? envLogger();
   const config: BusConfig<Tx> = {
     outbox: store.outbox,
     inbox: store.inbox,
@@ -98,7 +105,7 @@ export function createWorkerBus<Tx>(
       if (message.payload.poison) throw new Error(`poison message ${message.messageId} fails by design`);
       await store.recordEffect(ctx.tx, message.messageId);
     },
-    { ordered: tuning.ordered, concurrency: tuning.concurrency, maxCrashes: tuning.maxCrashes },
+    { ordered: tuning.ordered, concurrency: tuning.concurrency, maxCrashes: tuning.maxCrashes, crashWindowMs: tuning.crashWindowMs },
   );
   return bus;
 }
@@ -204,6 +211,56 @@ export async function commitScenarioTraffic<Tx>(
   };
   const producer = createBus({ outbox: store.outbox, transport });
   const ids = await produce(world, store, producer, ledger, plan, seededRandom(seed));
-  const target = poisonSeq !== undefined ? ids[poisonSeq] : action === 'crash-loop' ? ids[Math.floor(ids.length / 2)] : undefined;
+  const target = poisonSeq !== undefined ? ids[poisonSeq] : action === 'crash-loop' || action === 'late-kills' ? ids[Math.floor(ids.length / 2)] : undefined;
   return { world, ledger, plan, ids, target };
+}
+
+/** What the consumer logs once a suspect's run alone outlived its crash window (its count dropped). */
+const WINDOW_PASSED = 'suspect outlived its crash window';
+
+/**
+ * Watches a worker's log for suspects whose run alone outlived the crash window, passing
+ * every line on to `inner`. `passed(messageId, after)` resolves once more than `after`
+ * such lines were seen for the message, or after `timeoutMs` (the scenario then fails on
+ * its own assertions: a consumer that never says so counts the kill).
+ */
+export function crashWindowWatch(inner: Logger | undefined): {
+  readonly logger: Logger;
+  seen(messageId: string): number;
+  passed(messageId: string, after: number, timeoutMs: number): Promise<void>;
+} {
+  const counts = new Map<string, number>();
+  const waiters = new Set<() => void>();
+  const note = (message: string, fields?: Record<string, unknown>): void => {
+    if (!message.startsWith(WINDOW_PASSED) || typeof fields?.['messageId'] !== 'string') return;
+    counts.set(fields['messageId'], (counts.get(fields['messageId']) ?? 0) + 1);
+    for (const wake of [...waiters]) wake();
+  };
+  const logger: Logger = {
+    debug: (message, fields) => inner?.debug(message, fields),
+    info: (message, fields) => {
+      note(message, fields);
+      inner?.info(message, fields);
+    },
+    warn: (message, fields) => inner?.warn(message, fields),
+    error: (message, fields) => inner?.error(message, fields),
+  };
+  return {
+    logger,
+    seen: (messageId) => counts.get(messageId) ?? 0,
+    passed: (messageId, after, timeoutMs) =>
+      new Promise<void>((resolve) => {
+        const done = (): void => {
+          waiters.delete(check);
+          clearTimeout(timer);
+          resolve();
+        };
+        const check = (): void => {
+          if ((counts.get(messageId) ?? 0) > after) done();
+        };
+        const timer = setTimeout(done, timeoutMs);
+        waiters.add(check);
+        check();
+      }),
+  };
 }

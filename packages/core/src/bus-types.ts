@@ -88,8 +88,23 @@ export interface SubscribeOptions {
   readonly ordered?: boolean;
   /** Retry policy for this subscription; defaults to the bus's. */
   readonly retry?: Partial<RetryPolicy>;
-  /** Starts that never finished before a message counts as poison. Default 3. */
+  /**
+   * Runs that never finished before a message counts as poison (dead-lettered with
+   * `CRASH_LOOP`). Default 3. A message is suspected only when the transport redelivers it
+   * (`Delivery.redelivered`: a process or connection died with it in hand); a suspect runs
+   * alone, and the count is its first unfinished run plus each later run alone whose
+   * process died within `crashWindowMs` of its start. Raise it for services whose
+   * processes are killed often (frequent rollouts, spot instances).
+   */
   readonly maxCrashes?: number;
+  /**
+   * How long a suspect's run alone may be blamed for its process dying, in milliseconds.
+   * Default 10 s. A message that kills its process does so while it runs, so set this to a
+   * few times the handler's usual run time (its p99 under load, commit included): a kill
+   * from outside that comes later than this is not counted against the message, and a
+   * run that is stopped by `bus.stop()` never counts.
+   */
+  readonly crashWindowMs?: number;
 }
 
 /** Relay settings. */

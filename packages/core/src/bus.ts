@@ -181,6 +181,9 @@ class CourierBus<Tx> implements Bus<Tx> {
     if (options.maxCrashes !== undefined && (!Number.isSafeInteger(options.maxCrashes) || options.maxCrashes < 1)) {
       problems.push(`consumer '${consumer}': 'maxCrashes' must be an integer of 1 or more`);
     }
+    if (options.crashWindowMs !== undefined && (!Number.isSafeInteger(options.crashWindowMs) || options.crashWindowMs < 1)) {
+      problems.push(`consumer '${consumer}': 'crashWindowMs' must be an integer of 1 or more (milliseconds)`);
+    }
     if (options.retry !== undefined) {
       try {
         retryPolicy({ ...this.#defaultRetry, ...options.retry }, `${consumer}.retry`);
@@ -226,6 +229,7 @@ class CourierBus<Tx> implements Bus<Tx> {
             concurrency: plan.options.concurrency ?? 8,
             retry: retryPolicy({ ...this.#defaultRetry, ...plan.options.retry }, `${consumer}.retry`),
             maxCrashes: plan.options.maxCrashes ?? 3,
+            crashWindowMs: plan.options.crashWindowMs ?? 10_000,
             pauseInitialMs: this.#relaySettings.pauseInitialMs,
             pauseMaxMs: this.#relaySettings.pauseMaxMs,
           };

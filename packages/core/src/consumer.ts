@@ -36,6 +36,8 @@ export interface ConsumerSettings {
   readonly concurrency: number;
   readonly retry: RetryPolicy;
   readonly maxCrashes: number;
+  /** A suspect's run alone counts as a crash only if its process dies within this many milliseconds of the run's start. */
+  readonly crashWindowMs: number;
   /** Backoff while the inbox store is unavailable (no attempt is counted). */
   readonly pauseInitialMs: number;
   readonly pauseMaxMs: number;
@@ -248,7 +250,6 @@ export class Consumer<Tx> {
       return this.#deadLetter(delivery, { code, message: describeError(error) });
     }
 
-    // Waiting for a turn is not a start: the count is taken once this delivery may run.
     const { gate } = this.#deps;
     let exclusive = false;
     let release = await gate.acquire(exclusive, this.#abort.signal);
@@ -259,49 +260,62 @@ export class Consumer<Tx> {
       await sleep(ms, this.#abort.signal);
       release = await gate.acquire(exclusive, this.#abort.signal);
     };
+    let suspectRun: SuspectRun | undefined;
     try {
-      const starts = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, consumer), pause);
-      if (starts === undefined || this.#abort.signal.aborted) return;
-      const suspect = starts > delivery.attempt;
-      if (delivery.replayed) {
-        // An operator's replay of a dead letter: it runs again, from a clean slate.
+      if (delivery.replayed && (await this.#wasDeadLettered(envelope.messageId))) {
+        // An operator's replay of a dead letter runs again, from a clean slate: the record
+        // the dead-lettering left (which makes relay copies duplicates) goes first, then
+        // the mark, so a replay redelivered after its run committed is a duplicate again.
+        await inbox.forget(envelope.messageId, consumer);
         await inbox.forget(envelope.messageId, `${consumer}${DEAD_SUFFIX}`);
-      } else if (suspect && (await this.#wasDeadLettered(envelope.messageId))) {
-        // A copy of a message already dead-lettered here (the relay publishes at least
-        // once): its end state is the dead letter, so this copy is only acknowledged.
-        this.#deps.instruments.duplicates.add(1, { consumer });
-        this.#deps.logger.info('copy of a dead-lettered message acknowledged', { consumer, messageId: envelope.messageId });
-        return await delivery.ack();
       }
-      let aloneKey: string | undefined;
-      if (suspect) {
-        // Started before and never finished: this message may have killed its process,
-        // or only have been in flight beside the one that did. It now runs alone, and only
-        // runs alone that never finish count against it, so bystanders are not blamed.
+      if (delivery.redelivered) {
+        // Only a redelivery can follow a run that never finished, so only a redelivery
+        // writes anything before the handler's own transaction: a first delivery costs one
+        // commit. This one was in hand when a process or connection died: it may have
+        // killed its process, or only have been in flight beside the one that did. It now
+        // runs alone, and only runs alone that die young count against it (see SuspectRun).
         release();
         exclusive = true;
         release = await gate.acquire(exclusive, this.#abort.signal);
         if (this.#abort.signal.aborted) return;
-        aloneKey = `${consumer}${ALONE_SUFFIX}`;
-        const alone = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, aloneKey!), pause);
+        const aloneKey = `${consumer}${ALONE_SUFFIX}`;
+        // Waiting for a turn is not a start: the count is taken once this delivery may run.
+        const alone = await this.#untilAvailable(() => inbox.recordStart(envelope.messageId, aloneKey), pause);
         if (alone === undefined || this.#abort.signal.aborted) return;
-        // The unfinished run that made it a suspect, plus `alone - 1` unfinished runs alone.
+        // The unfinished run that made it a suspect, plus `alone - 1` runs alone that died
+        // within the crash window.
         const crashes = alone;
         if (crashes >= this.#settings.maxCrashes) {
           await fault('poison-head', { messageIds, consumer });
           return await this.#deadLetter(delivery, {
             code: 'CRASH_LOOP',
-            message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone); treated as poison`,
+            message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone, each dying within ${this.#settings.crashWindowMs} ms of its start); treated as poison`,
           });
         }
+        suspectRun = new SuspectRun(() => this.#clearCrashes(envelope.messageId), this.#settings.crashWindowMs, () =>
+          this.#deps.logger.info('suspect outlived its crash window; a death from now on is not counted against it', {
+            consumer,
+            messageId: envelope.messageId,
+            crashWindowMs: this.#settings.crashWindowMs,
+          }),
+        );
       }
       await fault('crash-loop', { messageIds, consumer });
       await this.#run(delivery, registration, payload, pause);
-      // It finished (handled or failed in a way we saw): the count of unfinished runs alone restarts.
-      if (aloneKey !== undefined && !this.#abort.signal.aborted) await inbox.forget(envelope.messageId, aloneKey).catch(() => false);
     } finally {
+      // It finished (handled or failed in a way we saw) or the bus stopped it: no crash.
+      // The count of unfinished runs alone restarts.
+      if (suspectRun) await suspectRun.finish();
       release();
     }
+  }
+
+  /** Drops the count of a message's unfinished runs alone; never rejects (a count left behind only errs towards parking later). */
+  async #clearCrashes(messageId: string): Promise<void> {
+    await this.#deps.inbox.forget(messageId, `${this.#settings.consumer}${ALONE_SUFFIX}`).catch((error: unknown) => {
+      this.#deps.logger.warn('could not clear the crash count of a suspect', { consumer: this.#settings.consumer, messageId, error: describeError(error) });
+    });
   }
 
   /** Runs the handler through the inbox until it commits or fails; `pause` waits without holding the gate. */
@@ -421,7 +435,12 @@ export class Consumer<Tx> {
     const { messageId } = delivery.envelope;
     const { consumer } = this.#settings;
     try {
+      // The mark first, then the record: a copy (the relay publishes at least once) then
+      // finds the record and is acknowledged as a duplicate by the inbox itself, without
+      // running, and at no cost on the happy path; the mark tells a replay that the record
+      // is the dead letter's, not a handled run's (see #process).
       await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
+      await this.#deps.inbox.run(messageId, consumer, async () => undefined);
       // A crash loop's count of runs alone starts again if an operator replays it.
       if (reason.code === 'CRASH_LOOP') await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
     } catch (error) {
@@ -433,7 +452,7 @@ export class Consumer<Tx> {
     }
   }
 
-  /** Whether this consumer dead-lettered the message before (a read through a unit of work that rolls back). */
+  /** Whether this consumer dead-lettered the message (a read through a unit of work that rolls back); only replays ask. */
   async #wasDeadLettered(messageId: string): Promise<boolean> {
     try {
       const result = await this.#deps.inbox.run(messageId, `${this.#settings.consumer}${DEAD_SUFFIX}`, async () => {
@@ -463,5 +482,39 @@ export class Consumer<Tx> {
         wait = true;
       }
     }
+  }
+}
+
+/**
+ * The crash accounting of one suspect's run alone. The run was counted (a `~alone` start)
+ * before it began; the count is dropped again when the run ends in a way the process saw
+ * (handled, failed, stopped by the bus) and also once the run has lasted `windowMs`: a
+ * message that kills its process does so while it runs, within about its usual run time,
+ * while a death that comes later (a kill from outside during a rollout, an orchestrator's
+ * restart of a process that was only slow) is not plausibly its fault. So only deaths
+ * within the window add up to `maxCrashes`.
+ */
+class SuspectRun {
+  readonly #clear: () => Promise<void>;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #cleared: Promise<void> | undefined;
+
+  constructor(clear: () => Promise<void>, windowMs: number, onWindowPassed: () => void) {
+    this.#clear = clear;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      // Said once the count is dropped, so a reader of the log knows it is.
+      this.#cleared ??= this.#clear().then(onWindowPassed);
+    }, windowMs);
+    // A suspect that runs long must not keep a stopping process alive.
+    this.#timer.unref?.();
+  }
+
+  /** The run ended: stop the window's timer and drop the count (once). */
+  async finish(): Promise<void> {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#cleared ??= this.#clear();
+    await this.#cleared;
   }
 }

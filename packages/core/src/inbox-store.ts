@@ -17,7 +17,9 @@ export type InboxResult<T> = { readonly duplicate: true } | { readonly duplicate
  *   store is unreachable (a pause, no attempt counted); once `work` has been called, any
  *   failure, the final flush and the commit included, counts an attempt of the message.
  * - `recordStart` counts handler starts in a short transaction of its own, so that a
- *   message that kills its process is recognised after a restart.
+ *   message that kills its process is recognised after a restart. The consumer calls it
+ *   only for a redelivered message's runs alone (`Delivery.redelivered`), never on the
+ *   happy path, and `forget`s the count when such a run ends or outlives its crash window.
  */
 export interface InboxStore<Tx> {
   run<T>(messageId: string, consumer: string, work: (tx: Tx) => Promise<T>, options?: { signal?: AbortSignal }): Promise<InboxResult<T>>;

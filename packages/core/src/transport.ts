@@ -76,9 +76,9 @@ export interface Delivery {
   readonly envelope: Envelope;
   /**
    * 1 for the first delivery, plus one per `retry` settle. Broker redeliveries after a
-   * crash or a lost connection do not count: the core counts crashes itself (the inbox's
-   * `recordStart` against this number) to find crash loops, and a count that grew with
-   * redeliveries would burn retry attempts on crashes and hide crash loops. A broker whose
+   * crash or a lost connection do not count (they set `redelivered`): the core counts
+   * crashes itself to find crash loops, and a count that grew with redeliveries would burn
+   * retry attempts on crashes. A broker whose
    * own delivery counter includes redeliveries (JetStream `num_delivered`, Service Bus
    * `deliveryCount`) carries the attempt in a header of the transport's own instead
    * (RabbitMQ: `courier-attempt`), written on the copy each `retry` publishes.
@@ -91,6 +91,17 @@ export interface Delivery {
    * transport that cannot tell leaves it unset, and replays are then treated as duplicates.
    */
   readonly replayed?: boolean;
+  /**
+   * True when the broker may have handed this message to this consumer (group) before
+   * and it was never settled: a connection or process died with it in hand (RabbitMQ
+   * `fields.redelivered`, JetStream `info.redelivered`). False for a first delivery and for
+   * the copy or in-place wait a `retry` settle produces (those are counted in `attempt`).
+   * A transport that cannot tell must say true: the core writes nothing before a
+   * handler's own transaction unless this is set, and uses it to find messages that may
+   * have killed their process (they run alone and their unfinished runs are counted), so
+   * a false `false` would hide crash loops, while a false `true` only costs a run alone.
+   */
+  readonly redelivered: boolean;
   /** Removes the message for this consumer. */
   ack(): Promise<void>;
   /**

@@ -6,6 +6,7 @@ import {
   StorageError,
   UnrecoverableError,
   defineMessage,
+  type Delivery,
   type Envelope,
   type InboxResult,
   type InMemoryTransaction,
@@ -487,7 +488,9 @@ describe('consumer: a failing commit of the handler unit of work', () => {
 describe('consumer: an ordered retry does not stall the bus', () => {
   it('other consumers keep flowing, a suspect delivery included, while an ordered message backs off; its key keeps order', async () => {
     const transports: ReturnType<typeof spyTransport>[] = [];
-    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner)) - 1]! });
+    // The transport reports the suspect as a redelivery: a process died with it in hand.
+    const redelivered = (delivery: Delivery) => delivery.redelivered || delivery.envelope.messageId === 'noted-suspect';
+    await using h = harness({ transport: (inner) => transports[transports.push(spyTransport(inner, {}, redelivered)) - 1]! });
     const Noted = defineMessage('audit.Noted', { version: 1 });
     const events: string[] = [];
     const backoffMs = 4_000;
@@ -511,10 +514,9 @@ describe('consumer: an ordered retry does not stall the bus', () => {
     });
     // a-1 failed once and is backing off.
     await eventually(() => expect(h.bus.health().counters.retries).toBe(1));
-    // A message of another consumer that started before and never finished (its process
-    // died): a suspect, which waits to run alone.
+    // A message of another consumer redelivered after its process died: a suspect, which
+    // waits to run alone.
     const suspect = rawEnvelope('noted-suspect', Noted.type, Noted.topic, '{}');
-    await h.inbox.recordStart(suspect.messageId, 'audit');
     await h.connection.publish([suspect]);
     await eventually(() => expect(events).toContain('noted noted-suspect'), backoffMs * 3);
     const later = [rawEnvelope('noted-later-1', Noted.type, Noted.topic, '{}'), rawEnvelope('noted-later-2', Noted.type, Noted.topic, '{}')];
@@ -526,4 +528,66 @@ describe('consumer: an ordered retry does not stall the bus', () => {
     await eventually(() => expect(events).toContain('applied a-2'), backoffMs * 4);
     expect(events.filter((event) => event.includes('a-'))).toEqual(['a-1@1', 'a-1@2', 'a-1@3', 'applied a-1', 'a-2@1', 'applied a-2']);
   }, 60_000);
+});
+
+describe('consumer: crash-loop accounting', () => {
+  const flagged = (ids: readonly string[]) => (delivery: Delivery) => delivery.redelivered || ids.includes(delivery.envelope.messageId);
+
+  it('a first delivery writes nothing before its handler transaction; a redelivery counts one run alone, dropped once it finished', async () => {
+    await using h = harness({ transport: (inner) => spyTransport(inner, {}, flagged(['redelivered-1'])) });
+    const recordStart = vi.spyOn(h.inbox, 'recordStart');
+    const forget = vi.spyOn(h.inbox, 'forget');
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push(message.messageId);
+    });
+    await h.bus.start();
+    await h.connection.publish(['first-1', 'first-2', 'first-3'].map((id) => rawEnvelope(id, Placed.type, Placed.topic, JSON.stringify({ orderId: id }))));
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(3));
+    expect(recordStart).not.toHaveBeenCalled();
+
+    await h.connection.publish([rawEnvelope('redelivered-1', Placed.type, Placed.topic, JSON.stringify({ orderId: 'r' }))]);
+    await eventually(() => expect(h.bus.health().counters.processed).toBe(4));
+    expect(recordStart.mock.calls).toEqual([['redelivered-1', 'billing~alone']]);
+    await eventually(() => expect(forget).toHaveBeenCalledWith('redelivered-1', 'billing~alone'));
+    // The count restarted: the next unfinished run alone would be the first.
+    expect(await h.inbox.recordStart('redelivered-1', 'billing~alone')).toBe(1);
+  });
+
+  for (const how of ['outlives crashWindowMs', 'is stopped by bus.stop()'] as const) {
+    it(`a run alone that ${how} no longer counts`, async () => {
+      await using h = harness({ transport: (inner) => spyTransport(inner, {}, flagged(['slow-1'])) });
+      let started = false;
+      h.bus.subscribe(
+        'billing',
+        Placed,
+        async (_message, ctx) => {
+          started = true;
+          // Runs until the bus stops it: its delivery stays unsettled.
+          await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+          throw new Error('stopped');
+        },
+        { crashWindowMs: how === 'outlives crashWindowMs' ? 200 : 60_000 },
+      );
+      await h.bus.start();
+      const forget = vi.spyOn(h.inbox, 'forget');
+      await h.connection.publish([rawEnvelope('slow-1', Placed.type, Placed.topic, JSON.stringify({ orderId: 's' }))]);
+      await eventually(() => expect(started).toBe(true));
+      if (how === 'outlives crashWindowMs') {
+        // Still running, but past its window: a death now would not be its fault.
+        await eventually(() => expect(forget).toHaveBeenCalledWith('slow-1', 'billing~alone'));
+      } else {
+        expect(forget).not.toHaveBeenCalled();
+        await h.bus.stop({ timeoutMs: 100 });
+        expect(forget).toHaveBeenCalledWith('slow-1', 'billing~alone');
+      }
+      // The run's count is gone: the next unfinished run alone would be the first.
+      expect(await h.inbox.recordStart('slow-1', 'billing~alone')).toBe(1);
+    });
+  }
+
+  it('refuses a crashWindowMs that is not a positive integer', async () => {
+    await using h = harness();
+    expect(() => h.bus.subscribe('billing', Placed, async () => {}, { crashWindowMs: 0 })).toThrow("consumer 'billing': 'crashWindowMs' must be an integer of 1 or more (milliseconds)");
+  });
 });

@@ -312,17 +312,23 @@ export class NatsJetStreamTransport implements Transport {
    * the server's AckWait timer finds them — possibly after later messages of their key
    * were handed to the new holder (seen with nats-server 2.9). Messages acknowledged past
    * the floor come again; the inbox drops them.
+   *
+   * Returns the last stream sequence the old consumer had handed out when it was
+   * re-created, else 0: the new consumer's delivery counts start again at 1, so the
+   * subscription flags messages up to there `redelivered` itself (a previous holder may
+   * have died with them in hand).
    */
-  async rewindConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<void> {
+  async rewindConsumer(connection: Connection, consumer: string, source: string, subject: string): Promise<number> {
     const durable = this.#durable(consumer, source);
     const info = await connection.jsm.consumers.info(this.#stream, durable).catch((error: unknown) => {
       if (/consumer not found/i.test(describe(error))) return undefined;
       throw error;
     });
-    if (info && info.num_ack_pending === 0 && info.num_redelivered === 0) return;
+    if (info && info.num_ack_pending === 0 && info.num_redelivered === 0) return 0;
     const floor = info?.ack_floor.stream_seq ?? 0;
     if (info) await connection.jsm.consumers.delete(this.#stream, durable);
     await connection.jsm.consumers.add(this.#stream, this.#consumerConfig(consumer, source, subject, floor + 1));
+    return info?.delivered.stream_seq ?? 0;
   }
 
   // ---------------------------------------------------------------- publish
@@ -559,6 +565,9 @@ interface InHand {
   settled: boolean;
 }
 
+/** How many retry copies waiting for their not-before a subscription remembers (see `redelivered`). */
+const NOT_DUE_REMEMBERED = 10_000;
+
 /** One live subscription: pull loops over the endpoint's durables, a lease when ordered. */
 class JetStreamSubscription implements Subscription {
   readonly #transport: NatsJetStreamTransport;
@@ -568,11 +577,15 @@ class JetStreamSubscription implements Subscription {
   readonly #stop = new AbortController();
   readonly #inHand = new Map<number, InHand>();
   readonly #handlers = new Set<Promise<void>>();
-  readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[]>();
-  readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }[] = [];
+  readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[]>();
+  readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[] = [];
   #running = 0;
   /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
   #leaseUntil = 0;
+  /** Retry copies put back (nak) until their not-before: stream sequence → delivery count at the nak. */
+  readonly #notDue = new Map<number, number>();
+  /** Ordered only, per source: the last stream sequence a rewound consumer had handed out (see `rewindConsumer`). */
+  readonly #handedOutThrough = new Map<string, number>();
   #slotWaiters: (() => void)[] = [];
   #iterators = new Set<ConsumerMessages>();
   #closing: Promise<void> | undefined;
@@ -628,7 +641,7 @@ class JetStreamSubscription implements Subscription {
         try {
           for await (const msg of messages) {
             delay = 100;
-            await this.#accept(msg);
+            await this.#accept(msg, source);
             if (signal.aborted) break;
           }
         } finally {
@@ -648,7 +661,7 @@ class JetStreamSubscription implements Subscription {
   }
 
   /** Takes one pulled message: decodes it, holds it, and hands it on (waiting for a slot when unordered). */
-  async #accept(msg: JsMsg): Promise<void> {
+  async #accept(msg: JsMsg, source: string): Promise<void> {
     if (this.#inHand.has(msg.seq)) return;
     let envelope: Envelope;
     try {
@@ -660,12 +673,27 @@ class JetStreamSubscription implements Subscription {
     const attempt = Number(msg.headers?.get(ATTEMPT_HEADER) || '1') || 1;
     const notBefore = Number(msg.headers?.get(NOT_BEFORE_HEADER) || '0');
     if (notBefore > Date.now()) {
+      this.#notDue.set(msg.seq, msg.info.deliveryCount);
+      // Bounded: a copy another instance takes next is simply flagged (the safe side).
+      if (this.#notDue.size > NOT_DUE_REMEMBERED) this.#notDue.delete(this.#notDue.keys().next().value!);
       msg.nak(notBefore - Date.now());
       return;
     }
+    // A retry copy this subscription put back until its not-before comes again with one
+    // more delivery: that nak is no crash. Anything else JetStream counts is flagged.
+    const putBackAt = this.#notDue.get(msg.seq);
+    this.#notDue.delete(msg.seq);
+    const onlyWaited = putBackAt !== undefined && msg.info.deliveryCount === putBackAt + 1;
     const replayed = msg.headers?.get(REPLAYED_HEADER) === '1';
     this.#inHand.set(msg.seq, { msg, key: envelope.key, settled: false });
-    const item = { msg, envelope, attempt, replayed };
+    // JetStream counts every delivery, the naks that hold a retry copy until its
+    // not-before included. Only those this subscription made and saw come back are told
+    // apart (above): a false "not redelivered" would hide a crash loop, a false
+    // "redelivered" only costs a run alone. A rewound ordered consumer counts deliveries
+    // afresh: what the old one had handed out may have been in a dead holder's hand, so it
+    // is flagged here.
+    const redelivered = (msg.info.redelivered && !onlyWaited) || msg.seq <= (this.#handedOutThrough.get(source) ?? 0);
+    const item = { msg, envelope, attempt, replayed, redelivered };
     if (this.#endpoint.ordered && envelope.key !== null) {
       const queueKey = `${envelope.topic}\u0000${envelope.key}`;
       const queue = this.#keyQueues.get(queueKey);
@@ -702,7 +730,7 @@ class JetStreamSubscription implements Subscription {
   }
 
   /** Hands one delivery to the handler; settling decides what the key does next. */
-  async #run(item: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean }): Promise<void> {
+  async #run(item: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }): Promise<void> {
     const { msg, envelope, attempt } = item;
     const ordered = this.#endpoint.ordered && envelope.key !== null;
     let settled = false;
@@ -715,6 +743,7 @@ class JetStreamSubscription implements Subscription {
       envelope,
       attempt,
       ...(item.replayed ? { replayed: true } : {}),
+      redelivered: item.redelivered,
       ack: () =>
         once(async () => {
           await this.#ack(msg);
@@ -726,7 +755,7 @@ class JetStreamSubscription implements Subscription {
             // In place: the message stays at the head of its key; the slot is freed during the delay.
             void sleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
               if (this.#stop.signal.aborted) return;
-              this.#ready.unshift({ ...item, attempt: attempt + 1 });
+              this.#ready.unshift({ ...item, attempt: attempt + 1, redelivered: false });
               this.#pump();
             });
             return;
@@ -817,7 +846,10 @@ class JetStreamSubscription implements Subscription {
       }
       try {
         // Deliveries a previous holder left unsettled come first, in stream order.
-        for (const { source, subject } of this.#durables) await this.#transport.rewindConsumer(connection, this.#endpoint.consumer, source, subject);
+        for (const { source, subject } of this.#durables) {
+          const handedOut = await this.#transport.rewindConsumer(connection, this.#endpoint.consumer, source, subject);
+          this.#handedOutThrough.set(source, Math.max(this.#handedOutThrough.get(source) ?? 0, handedOut));
+        }
       } catch {
         await sleep(200, this.#stop.signal);
         continue;

@@ -42,6 +42,8 @@ interface Job extends Lane {
   /** Per-key lane (`topic\0key`) on ordered endpoints; null when the message keeps no order. */
   lane: string | null;
   attempt: number;
+  /** The broker's `redelivered` flag, cleared once the job waits in place for a retry (that run was settled). */
+  redelivered: boolean;
   envelope: Envelope | null;
   timer: NodeJS.Timeout | null;
 }
@@ -166,7 +168,7 @@ export class RabbitMqSubscription implements Subscription {
       return;
     }
     this.#link.count('deliveries');
-    const job: Job = { channel, message, lane: null, attempt: attemptOf(message.properties.headers), envelope: null, timer: null };
+    const job: Job = { channel, message, lane: null, attempt: attemptOf(message.properties.headers), redelivered: message.fields.redelivered === true, envelope: null, timer: null };
     this.#pending.push(job);
     this.#pump();
   }
@@ -289,6 +291,7 @@ export class RabbitMqSubscription implements Subscription {
       job.timer = null;
       this.#waiting.delete(job);
       job.attempt += 1;
+      job.redelivered = false;
       this.#ready.push(job);
       this.#pump();
     }, delayMs);
@@ -406,6 +409,7 @@ class RabbitMqDelivery implements Delivery {
   readonly envelope: Envelope;
   readonly attempt: number;
   readonly replayed: boolean;
+  readonly redelivered: boolean;
   readonly #subscription: RabbitMqSubscription;
   readonly #job: Job;
   #settled = false;
@@ -416,6 +420,7 @@ class RabbitMqDelivery implements Delivery {
     this.#job = job;
     this.envelope = envelope;
     this.attempt = job.attempt;
+    this.redelivered = job.redelivered;
     this.replayed = job.message.properties.headers?.[COURIER_HEADERS.replayedAt] !== undefined;
   }
 

@@ -45,6 +45,8 @@ interface Entry {
   /** Put back by `deadLetters.replay`. */
   readonly replayed?: boolean;
   attempt: number;
+  /** Handed out before and never settled (a killed connection, a handler that did not settle). */
+  redelivered?: boolean;
   availableAt: number;
   holder: Consumer | null;
 }
@@ -394,10 +396,12 @@ class Consumer implements Subscription {
       envelope: entry.envelope,
       attempt: entry.attempt,
       replayed: entry.replayed === true,
+      redelivered: entry.redelivered === true,
       ack: () => settle(remove),
       retry: (delayMs: number) =>
         settle(() => {
           entry.attempt += 1;
+          entry.redelivered = false;
           entry.availableAt = Date.now() + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0);
           entry.holder = null;
         }),
@@ -415,7 +419,10 @@ class Consumer implements Subscription {
         // like a returned handler that did not settle: the delivery goes back below.
       } finally {
         this.inFlight -= 1;
-        if (!settled && entry.holder === this) entry.holder = null;
+        if (!settled && entry.holder === this) {
+          entry.holder = null;
+          entry.redelivered = true;
+        }
         this.#broker.scheduleDispatch(group);
       }
     })();
@@ -438,7 +445,11 @@ class Consumer implements Subscription {
     this.active = false;
     const group = this.#group;
     if (!group) return;
-    for (const entry of group.queue) if (entry.holder === this) entry.holder = null;
+    for (const entry of group.queue) {
+      if (entry.holder !== this) continue;
+      entry.holder = null;
+      entry.redelivered = true;
+    }
     this.#detach();
   }
 

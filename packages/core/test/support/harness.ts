@@ -50,8 +50,16 @@ export interface Settlement {
   readonly attempt: number;
 }
 
-/** Wraps `inner` so that every settle of every delivery is recorded; `capabilities` may be overridden. */
-export function spyTransport(inner: Transport, capabilities: Partial<Transport['capabilities']> = {}): Transport & { readonly settlements: Settlement[] } {
+/**
+ * Wraps `inner` so that every settle of every delivery is recorded; `capabilities` may be
+ * overridden, and `redelivered` may report deliveries as broker redeliveries (a process
+ * that died with them in hand) without killing one.
+ */
+export function spyTransport(
+  inner: Transport,
+  capabilities: Partial<Transport['capabilities']> = {},
+  redelivered: (delivery: Delivery) => boolean = (delivery) => delivery.redelivered,
+): Transport & { readonly settlements: Settlement[] } {
   const settlements: Settlement[] = [];
   return {
     settlements,
@@ -64,6 +72,8 @@ export function spyTransport(inner: Transport, capabilities: Partial<Transport['
         const spied: Delivery = {
           envelope: delivery.envelope,
           attempt: delivery.attempt,
+          redelivered: redelivered(delivery),
+          ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
           ack: async () => {
             await delivery.ack();
             note('ack');
