@@ -331,18 +331,7 @@ export class SqlTransport implements Transport {
     if (!Array.isArray(endpoint.topics) || endpoint.topics.length === 0) problems.push(`'topics' must list at least one topic`);
     if (!Number.isSafeInteger(endpoint.concurrency) || endpoint.concurrency < 1) problems.push(`'concurrency' must be a positive integer, got ${String(endpoint.concurrency)}`);
     if (problems.length > 0) throw new ConfigError(problems);
-    await this.#track(
-      (async () => {
-        await this.#prepare();
-        try {
-          await this.#runner.transaction(async (trx) => {
-            for (const topic of endpoint.topics) await this.#runner.run(this.#dialect.registerGroupSql, [endpoint.consumer, topic], trx);
-          });
-        } catch (error) {
-          throw this.#error(error, 'subscribe');
-        }
-      })(),
-    );
+    await this.#register(endpoint, 'subscribe');
     this.#assertOpen();
     const subscription = new QueueSubscription({
       endpoint,
@@ -357,6 +346,35 @@ export class SqlTransport implements Transport {
     this.#subscriptions.add(subscription);
     await subscription.start(this.#wakeups);
     return subscription;
+  }
+
+  /**
+   * Registers a consumer group for its topics without consuming (idempotent): from then on
+   * every publish to them keeps a row for the group, so a producer that starts before the
+   * group's first consumer loses nothing to `PUBLISH_UNROUTABLE`. Provision your groups at
+   * deploy time, as you would declare queues on a broker.
+   */
+  async provision(endpoint: Pick<Endpoint, 'consumer' | 'topics'>): Promise<void> {
+    this.#assertOpen();
+    if (typeof endpoint.consumer !== 'string' || endpoint.consumer.length === 0 || !Array.isArray(endpoint.topics) || endpoint.topics.length === 0) {
+      throw new ConfigError(`provision needs a non-empty 'consumer' and at least one topic`);
+    }
+    await this.#register(endpoint, 'provision');
+  }
+
+  #register(endpoint: Pick<Endpoint, 'consumer' | 'topics'>, operation: string): Promise<void> {
+    return this.#track(
+      (async () => {
+        await this.#prepare();
+        try {
+          await this.#runner.transaction(async (trx) => {
+            for (const topic of endpoint.topics) await this.#runner.run(this.#dialect.registerGroupSql, [endpoint.consumer, topic], trx);
+          });
+        } catch (error) {
+          throw this.#error(error, operation);
+        }
+      })(),
+    );
   }
 
   /**

@@ -53,6 +53,19 @@ export function createStoreFixture(dialect: QueueDialectName) {
             em.getEventManager().registerSubscriber({ beforeTransactionCommit: () => beforeCommit() });
             return work(em);
           }),
+        reusableUnitOfWork: {
+          async begin() {
+            const em = orm.em.fork();
+            await em.begin();
+            return em;
+          },
+          async rollback(em: EntityManager) {
+            await em.rollback();
+            await em.begin();
+            return em;
+          },
+          commit: (em: EntityManager) => em.commit(),
+        },
         async recordEffect(tx: EntityManager, id: string) {
           tx.persist(tx.create(Effect, { effectId: id }));
           await tx.flush();
