@@ -280,8 +280,10 @@ class MySqlQueueDialect implements QueueDialect {
 
 // How long a statement waits for another connection's write lock before SQLITE_BUSY. The
 // libsql driver waits synchronously: in one process, give every Courier part one ORM (one
-// connection), so none waits for a lock its own process holds.
-const SQLITE_BUSY_TIMEOUT_MS = 5_000;
+// connection), so none waits for a lock its own process holds. Generous, because with
+// @mikro-orm/libsql 6.6.16 a statement that failed with SQLITE_BUSY in a transaction leaves
+// the connection unusable for good (see the store's SQLite dialect): wait, never fail.
+const SQLITE_BUSY_TIMEOUT_MS = 30_000;
 const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /**
@@ -363,6 +365,13 @@ class SqliteQueueDialect implements QueueDialect {
   }
 
   async claim(runner: SqlRunner, query: QueueClaim): Promise<SqlRow[]> {
+    // A read first, without the write lock (WAL readers never wait): an idle subscription's
+    // polls then do not queue with every other process's writers for the file's one lock.
+    const due = await runner.transaction(
+      (trx) => runner.all(`SELECT 1 AS due FROM ${this.table('queue')} WHERE consumer = ? AND state = 'pending' AND available_at <= ${SQLITE_NOW_MS} LIMIT 1`, [query.consumer], trx),
+      { writeLock: false },
+    );
+    if (due.length === 0) return [];
     return runner.all(
       `UPDATE ${this.table('queue')} SET lease_owner = ?, available_at = ${this.plusMs(SQLITE_NOW_MS)} ` +
         `WHERE seq IN (${candidatesSql(this, 'q.seq', query.ordered, '')}) RETURNING ${QUEUE_COLUMNS}`,
