@@ -1,7 +1,7 @@
 // What the SQL transport promises beyond the conformance suite: ordered groups scale across
 // instances (head-of-key claims, no single active consumer), a topic without groups is
 // unroutable until a group is provisioned, and dead letters are pruned in batches.
-import type { Delivery, Envelope } from '@courier/core';
+import type { Delivery, Envelope, Transport } from '@courier/core';
 import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createSqlTransportFixture } from './support/fixture.js';
@@ -19,7 +19,7 @@ describe.each(['postgresql', 'sqlite'] as const)('sql transport on %s', (dialect
     const log: { instance: string; id: string; key: string }[] = [];
     const busyKeys = new Set<string>();
     const overlaps: string[] = [];
-    const subscribe = (transport: typeof fixture.transport, instance: string) =>
+    const subscribe = (transport: Transport, instance: string) =>
       transport.subscribe({ consumer: 'ordered-group', topics: [topic], ordered: true, concurrency: 2 }, async (delivery: Delivery) => {
         const key = delivery.envelope.key ?? '';
         if (busyKeys.has(key)) overlaps.push(key);
