@@ -3,11 +3,12 @@
 # installs pnpm and the dependencies if needed, prepares the services, then runs the
 # example's `start` script. Arguments go to the example (e.g. its setup choice).
 #
-# The in-memory and SQLite setups need no server: with the setup `in-memory` or `sqlite`
-# (first argument, `--setup`, or COURIER_EXAMPLE_SETUP), or COURIER_SERVICES=skip, no
-# service is touched. Otherwise (postgres-rabbitmq, the default) the services are
-# prepared when the machine has them, and a failure there is only a warning: the example
-# itself says what it needs.
+# The default setup (sqlite-sql: separate worker processes over one SQLite file and the
+# SQL transport) and the in-memory and SQLite setups need no server: with no setup, or
+# `sqlite-sql`, `in-memory` or `sqlite` (first argument, `--setup`, or
+# COURIER_EXAMPLE_SETUP), or COURIER_SERVICES=skip, no service is touched. Otherwise
+# (postgres-rabbitmq) the services are prepared when the machine has them, and a failure
+# there is only a warning: the example itself says what it needs.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,9 +23,9 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
   courier_install
   # The setup comes first (`sqlite`), or as `--setup sqlite` / `--setup=sqlite`, or from
-  # COURIER_EXAMPLE_SETUP; only postgres-rabbitmq (the default) needs the servers.
+  # COURIER_EXAMPLE_SETUP; none given means the default, sqlite-sql, which needs no server.
   setup="${COURIER_EXAMPLE_SETUP:-}"
-  case "${1:-}" in in-memory | memory | sqlite | postgres-rabbitmq) setup="$1" ;; esac
+  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq) setup="$1" ;; esac
   previous=""
   for arg in "$@"; do
     case "$previous:$arg" in
@@ -34,7 +35,7 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
     previous="$arg"
   done
   case "$setup" in
-    in-memory | memory | sqlite) export COURIER_SERVICES=skip ;;
+    "" | in-memory | memory | sqlite | sqlite-sql) export COURIER_SERVICES=skip ;;
   esac
   courier_step "prepare services"
   # shellcheck source=services.sh

@@ -20,8 +20,9 @@ import { idleScenario, steadyScenario } from './scenarios/latency.js';
 import { orderedScenario } from './scenarios/ordered.js';
 import { producerScenario } from './scenarios/producer.js';
 import { startupScenario } from './scenarios/startup.js';
+import { sqlTransportScenario } from './scenarios/sql-transport.js';
 
-const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario];
+const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario];
 
 async function main(): Promise<number> {
   let options;

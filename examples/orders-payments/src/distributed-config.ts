@@ -1,5 +1,8 @@
-import type { BusCounters, Logger } from '@courier/core';
+import type { BusCounters, Logger, Transport, TransportDeadLetters } from '@courier/core';
 import { RabbitMqTransport } from '@courier/rabbitmq';
+import { SqlTransport } from '@courier/sql-transport';
+import type { MikroORM } from '@mikro-orm/core';
+import { openPostgresOrm, openSqliteOrm } from './databases.js';
 
 /**
  * Retry delay tiers of the demo's RabbitMQ queues (one queue per tier per consumer):
@@ -10,6 +13,10 @@ export const DELAY_TIERS_MS: readonly number[] = Object.freeze([250, 1_000, 5_00
 
 /** What the runner hands a worker process (as JSON on its command line). */
 export interface WorkerConfig {
+  /** The distributed setup: which database and transport every process opens. */
+  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq';
+  /** sqlite-sql: the run's database file, shared by the runner and the workers. */
+  readonly sqliteFile: string;
   readonly runId: string;
   /** Which start of this role it is (1, 2, … after chaos restarts), for log prefixes. */
   readonly incarnation: number;
@@ -40,4 +47,39 @@ export type RunnerMessage = { readonly kind: 'stop' };
  */
 export function rabbitMqTransport(url: string, prefix: string, logger: Logger): RabbitMqTransport {
   return new RabbitMqTransport({ connection: url, prefix, delayTiersMs: DELAY_TIERS_MS, connectTimeoutMs: 5_000, publishTimeoutMs: 2_000, logger });
+}
+
+/** The SQL transport's lease in the demo: a SIGKILLed worker's deliveries come back after it (renewed while handled). */
+export const SQL_LEASE_MS = 3_000;
+
+/** One process's database and transport in a distributed run. */
+export interface RunBackend {
+  readonly orm: MikroORM;
+  readonly transport: Transport & { readonly deadLetters: TransportDeadLetters };
+  /** PostgreSQL schema of the run; undefined on SQLite. */
+  readonly schema: string | undefined;
+}
+
+/**
+ * Opens the database and the transport of `config.setup`, as every process of the run
+ * does: PostgreSQL (the run's schema) and RabbitMQ, or the run's SQLite file with the SQL
+ * transport on the same ORM (one connection per process: libsql waits for the file lock
+ * synchronously, so two connections of one process could wait on each other).
+ */
+export async function openBackend(
+  config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'prefix'>,
+  logger: Logger,
+  poolMax: number,
+): Promise<RunBackend> {
+  if (config.setup === 'sqlite-sql') {
+    const orm = await openSqliteOrm(config.sqliteFile);
+    return { orm, transport: sqlTransport(orm, logger), schema: undefined };
+  }
+  const orm = await openPostgresOrm(config.pgUrl, config.schema, poolMax);
+  return { orm, transport: rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger), schema: config.schema };
+}
+
+/** The run's SQL transport (queue tables `courier_queue*` in the run's SQLite file). */
+export function sqlTransport(orm: MikroORM, logger: Logger): SqlTransport {
+  return new SqlTransport({ orm, leaseMs: SQL_LEASE_MS, pollIntervalMs: 100, logger });
 }

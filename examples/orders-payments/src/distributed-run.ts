@@ -1,11 +1,15 @@
 import { randomBytes, randomInt } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describeError } from '@courier/core';
-import type { RabbitMqTransport } from '@courier/rabbitmq';
+import { RabbitMqTransport } from '@courier/rabbitmq';
+import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { ConciseLogger } from './concise-logger.js';
-import { courierTables, dropSchema, openPostgresOrm, prepareDatabase, redact } from './databases.js';
-import { rabbitMqTransport } from './distributed-config.js';
+import { courierTables, dropSchema, prepareDatabase, redact } from './databases.js';
+import { openBackend, type RunBackend } from './distributed-config.js';
 import { sqlInspector } from './inspectors.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
@@ -28,42 +32,59 @@ const ENDPOINTS = [
 const MIN_KILLS = 4;
 
 /**
- * Runs the postgres-rabbitmq setup: a PostgreSQL schema and RabbitMQ names private to
- * the run, the orders and payments services as separate worker processes, optionally the
- * chaos monkey, then waits for the counts to settle and reconciles them from the database
- * and the broker. Drops the schema and deletes the queues at the end unless `keep`.
+ * Runs a distributed setup: the orders and payments services as separate worker
+ * processes, optionally the chaos monkey, then waits for the counts to settle and
+ * reconciles them from the database and the queues. `postgres-rabbitmq`: a PostgreSQL
+ * schema and RabbitMQ names private to the run (dropped and deleted at the end unless
+ * `keep`). `sqlite-sql`: a SQLite file private to the run holding the services' tables and
+ * the SQL transport's queue (deleted at the end unless `keep`); no server at all.
  */
 export async function runDistributed(options: ExampleOptions, write: (line: string) => void): Promise<RunResult> {
   const started = Date.now();
   const runId = randomBytes(4).toString('hex');
+  const setup = options.setup === 'sqlite-sql' ? 'sqlite-sql' : 'postgres-rabbitmq';
   const schema = `example_${runId}`;
   const prefix = `courier-example-${runId}`;
+  const sqliteFile = setup === 'sqlite-sql' ? join(mkdtempSync(join(tmpdir(), 'courier-example-')), 'shop.db') : '';
   const logger = new ConciseLogger('  [runner]', write, options.verbose);
-  write(
-    `setup postgres-rabbitmq: PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix}); ` +
-      `${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`,
-  );
-  const orm = await openPostgresOrm(options.pgUrl, schema, 4);
-  const transport = rabbitMqTransport(options.rabbitMqUrl, prefix, logger);
+  const where =
+    setup === 'sqlite-sql'
+      ? `SQLite file ${sqliteFile} (services' tables and the SQL transport's queue; no server)`
+      : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
+  write(`setup ${setup}: ${where}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
+  const backend = await openBackend({ setup, sqliteFile, pgUrl: options.pgUrl, schema, rabbitMqUrl: options.rabbitMqUrl, prefix }, logger, 4);
+  const { orm, transport } = backend;
   let broker: ChannelModel | undefined;
   let workers: WorkerPool | undefined;
   try {
-    await prepareDatabase(orm, schema);
-    try {
+    await prepareDatabase(orm, backend.schema);
+    let queues: () => Promise<number>;
+    if (transport instanceof SqlTransport) {
+      await transport.ensureSchema();
+      // Groups registered up front, so nothing the orders worker publishes before the payments worker subscribed is unroutable.
       for (const endpoint of ENDPOINTS) await transport.provision(endpoint);
-      broker = await connect(options.rabbitMqUrl);
-      broker.on('error', () => undefined);
-    } catch (error) {
-      throw new Error(
-        `RabbitMQ is not usable at ${redact(options.rabbitMqUrl)}: ${describeError(error)}. Start it (\`rabbitmq-server -detached && rabbitmqctl await_startup\`) ` +
-          `or point COURIER_RABBITMQ_URL at one.`,
-        { cause: error },
-      );
+      queues = sqlQueueDepth(orm);
+    } else if (transport instanceof RabbitMqTransport) {
+      try {
+        for (const endpoint of ENDPOINTS) await transport.provision(endpoint);
+        broker = await connect(options.rabbitMqUrl);
+        broker.on('error', () => undefined);
+      } catch (error) {
+        throw new Error(
+          `RabbitMQ is not usable at ${redact(options.rabbitMqUrl)}: ${describeError(error)}. Start it (\`rabbitmq-server -detached && rabbitmqctl await_startup\`) ` +
+            `or point COURIER_RABBITMQ_URL at one.`,
+          { cause: error },
+        );
+      }
+      queues = queueDepth(broker, transport);
+    } else {
+      throw new Error(`no transport for setup ${setup}`);
     }
-    const queues = queueDepth(broker, transport);
-    const inspector = sqlInspector({ orm, shop: new MikroOrmShop(orm), tables: courierTables(schema), deadLetters: transport.deadLetters, queued: queues });
+    const inspector = sqlInspector({ orm, shop: new MikroOrmShop(orm), tables: courierTables(backend.schema), deadLetters: transport.deadLetters, queued: queues });
     workers = new WorkerPool(
       {
+        setup,
+        sqliteFile,
         runId,
         orders: options.orders,
         pgUrl: options.pgUrl,
@@ -148,16 +169,24 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     const final = { ...report, checks, ok: report.ok && pool.unexpectedExits === 0 };
     const footnotes = [
       `retries: payments ${pool.counters('payments').retries} (flaky gateway), orders ${pool.counters('orders').retries}`,
-      `every count is read from PostgreSQL and RabbitMQ; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
+      `every count is read from ${setup === 'sqlite-sql' ? 'the SQLite file' : 'PostgreSQL and RabbitMQ'}; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
       ...(options.chaos ? [`chaos: ${chaos.kills} SIGKILLs (${[...chaos.killedRoles].join(', ')})`] : []),
       ...logger.summary(),
     ];
-    write(formatReport(final, `reconciliation — setup postgres-rabbitmq, ${options.orders} orders, run ${runId}, ${((Date.now() - started) / 1000).toFixed(1)}s`, footnotes));
+    write(formatReport(final, `reconciliation — setup ${setup}, ${options.orders} orders, run ${runId}, ${((Date.now() - started) / 1000).toFixed(1)}s`, footnotes));
     return { ok: final.ok, report: final, snapshot };
   } finally {
     await workers?.stopAll(5_000);
-    await cleanUp(options, { orm, transport, broker, schema, write });
+    await cleanUp(options, { backend, broker, schema, sqliteFile, write });
   }
+}
+
+/** Rows waiting in the SQL transport's queue (due, in flight or retrying; not the dead letters). */
+function sqlQueueDepth(orm: MikroORM): () => Promise<number> {
+  return async () => {
+    const rows = (await orm.em.getConnection().execute(`SELECT COUNT(*) AS n FROM courier_queue WHERE state = 'pending'`, [], 'all')) as Record<string, unknown>[];
+    return Number(rows[0]?.['n'] ?? 0);
+  };
 }
 
 /** Ready messages in both consumers' queues and retry-tier queues (not the dead-letter queues). */
@@ -183,9 +212,17 @@ function queueDepth(broker: ChannelModel, transport: RabbitMqTransport): () => P
 
 async function cleanUp(
   options: ExampleOptions,
-  resources: { orm: MikroORM; transport: RabbitMqTransport; broker: ChannelModel | undefined; schema: string; write: (line: string) => void },
+  resources: { backend: RunBackend; broker: ChannelModel | undefined; schema: string; sqliteFile: string; write: (line: string) => void },
 ): Promise<void> {
-  const { orm, transport, broker, schema, write } = resources;
+  const { backend, broker, schema, sqliteFile, write } = resources;
+  const { orm, transport } = backend;
+  if (!(transport instanceof RabbitMqTransport)) {
+    await transport.close();
+    await orm.close();
+    if (options.keep) write(`kept the SQLite file ${sqliteFile}`);
+    else rmSync(join(sqliteFile, '..'), { recursive: true, force: true });
+    return;
+  }
   if (options.keep) {
     write(`kept PostgreSQL schema ${schema} and the RabbitMQ queues '${transport.names(PAYMENTS_CONSUMER).exchange.replace(/\.topics$/, '')}.*'`);
   } else {

@@ -25,7 +25,7 @@ async function main(): Promise<number> {
   }
   const { options } = command;
   const result =
-    options.setup === 'postgres-rabbitmq'
+    options.setup === 'postgres-rabbitmq' || options.setup === 'sqlite-sql'
       ? await (await import('./distributed-run.js')).runDistributed(options, write)
       : await runInProcess(options, write);
   return result.ok ? 0 : 1;

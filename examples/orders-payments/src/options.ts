@@ -1,18 +1,21 @@
 import { parseArgs } from 'node:util';
 
 /** The setups the demo runs on. */
-export const SETUPS = ['in-memory', 'sqlite', 'postgres-rabbitmq'] as const;
+export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq'] as const;
 export type SetupName = (typeof SETUPS)[number];
 
 /** The setup used when neither `--setup` nor COURIER_EXAMPLE_SETUP chooses one. */
-export const DEFAULT_SETUP: SetupName = 'postgres-rabbitmq';
+export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
+
+/** The setups whose services run as separate worker processes (and so support `--chaos`). */
+export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq'];
 
 /** What one run of the demo does. */
 export interface ExampleOptions {
   readonly setup: SetupName;
   /** Orders to place. */
   readonly orders: number;
-  /** Kill and restart the worker processes at random while it runs (postgres-rabbitmq). */
+  /** Kill and restart the worker processes at random while it runs (sqlite-sql, postgres-rabbitmq). */
   readonly chaos: boolean;
   /** How long to wait for the counts to settle before reconciling anyway. */
   readonly timeoutMs: number;
@@ -24,15 +27,16 @@ export interface ExampleOptions {
   readonly rabbitMqUrl: string;
 }
 
-/** A worker process's role in the postgres-rabbitmq setup (internal `--worker` flag). */
+/** A worker process's role in the distributed setups (internal `--worker` flag). */
 export type WorkerRole = 'orders' | 'payments';
 
 export const USAGE = `usage: pnpm --filter @courier/example-orders-payments start [setup] [options]
 
-  setup             in-memory | sqlite | postgres-rabbitmq   (or --setup <name>, or COURIER_EXAMPLE_SETUP;
-                    default ${DEFAULT_SETUP})
+  setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq   (or --setup <name>, or COURIER_EXAMPLE_SETUP;
+                    default ${DEFAULT_SETUP}: orders and payments as separate processes over one SQLite file
+                    and the SQL transport, no server needed)
   --orders <n>      orders to place (default 200)
-  --chaos           postgres-rabbitmq only: SIGKILL and restart the worker processes at random while it runs
+  --chaos           sqlite-sql and postgres-rabbitmq: SIGKILL and restart the worker processes at random while it runs
   --timeout <s>     seconds to wait for the counts to settle (default 120)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues
   --verbose         print Courier's info logs and every repeated warning
@@ -89,7 +93,9 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
   if (!Number.isSafeInteger(orders) || orders < 1 || orders > 100_000) problems.push(`--orders must be an integer from 1 to 100000`);
   const timeout = Number(values.timeout ?? 120);
   if (!(timeout > 0) || !Number.isFinite(timeout)) problems.push(`--timeout must be a positive number of seconds`);
-  if (values.chaos && setup !== 'postgres-rabbitmq') problems.push(`--chaos needs the postgres-rabbitmq setup (it kills worker processes; the ${setup} setup runs in one process)`);
+  if (values.chaos && !(DISTRIBUTED_SETUPS as readonly string[]).includes(setup)) {
+    problems.push(`--chaos needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
+  }
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',

@@ -1,4 +1,6 @@
-import { UnrecoverableError, type Bus } from '@courier/core';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isRetriable, UnrecoverableError, type Bus } from '@courier/core';
+import { classifyDriverError } from '@courier/mikro-orm';
 import type { CatalogOrder } from './catalog.js';
 import { OrderPlaced, OrderPlacedV1, PaymentCaptured } from './messages.js';
 import type { ShopStorage } from './shop-storage.js';
@@ -48,7 +50,7 @@ export async function placeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, or
   const worker = async (): Promise<void> => {
     for (let order = queue.shift(); order !== undefined && !options.signal?.aborted; order = queue.shift()) {
       const current = order;
-      await storage.transaction(async (tx) => {
+      await retryTransient(() => storage.transaction(async (tx) => {
         const outbox = bus.outbox(tx);
         const placedMessageId = current.legacy
           ? outbox.publish(OrderPlacedV1, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents }, { key: current.orderId })
@@ -58,7 +60,7 @@ export async function placeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, or
               { key: current.orderId },
             );
         storage.addOrder(tx, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents, currency: 'EUR', placedMessageId });
-      });
+      }));
       placed += 1;
       // The relay may be sleeping between polls: a commit in this process wakes it.
       bus.wake();
@@ -66,4 +68,21 @@ export async function placeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, or
   };
   await Promise.all(Array.from({ length: options.concurrency ?? 8 }, () => worker()));
   return placed;
+}
+
+/**
+ * Runs `work` again (up to 5 tries, with backoff) when it failed in a way a retry can cure:
+ * a lock the database could not grant in time (a SQLite file busy with another process's
+ * writer, a deadlock) or a lost connection. Nothing of a failed try was committed, and
+ * the order's id is its primary key, so a try that did commit unnoticed cannot place it twice.
+ */
+async function retryTransient<T>(work: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await work();
+    } catch (error) {
+      if (attempt >= 5 || !(isRetriable(error) || classifyDriverError(error) === 'transient')) throw error;
+      await sleep(100 * 2 ** attempt);
+    }
+  }
 }

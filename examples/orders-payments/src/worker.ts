@@ -3,8 +3,8 @@ import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import type { EntityManager } from '@mikro-orm/core';
 import { catalog } from './catalog.js';
 import { ConciseLogger } from './concise-logger.js';
-import { openPostgresOrm, TABLE_PREFIXES } from './databases.js';
-import { rabbitMqTransport, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
+import { TABLE_PREFIXES } from './databases.js';
+import { openBackend, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
 import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
 import type { WorkerRole } from './options.js';
@@ -18,7 +18,7 @@ function send(message: WorkerMessage): void {
 }
 
 /**
- * One service as a process of its own (postgres-rabbitmq setup), with its own bus:
+ * One service as a process of its own (sqlite-sql and postgres-rabbitmq setups), with its own bus:
  * - `orders`: places the run's orders (those not committed yet: it may be a restart),
  *   relays OrderPlaced, and consumes PaymentCaptured;
  * - `payments`: consumes OrderPlaced and relays PaymentCaptured.
@@ -28,9 +28,8 @@ function send(message: WorkerMessage): void {
 export async function runWorker(role: WorkerRole, configText: string): Promise<number> {
   const config = JSON.parse(configText) as WorkerConfig;
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
-  const orm = await openPostgresOrm(config.pgUrl, config.schema, 8);
-  const transport = rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
-  const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema: config.schema };
+  const { orm, transport, schema } = await openBackend(config, logger, 8);
+  const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
   const outbox = new MikroOrmOutboxStore({ ...tables, logger });
   const inbox = new MikroOrmInboxStore(tables);
   const shop = new MikroOrmShop(orm);

@@ -5,7 +5,12 @@ import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '..
 import { headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // How long a store statement waits for another connection's write lock before SQLITE_BUSY.
-const BUSY_TIMEOUT_MS = 5_000;
+// Generous: with @mikro-orm/libsql 6.6.16 a statement that fails with SQLITE_BUSY inside a
+// transaction leaves the connection unusable ("cannot commit transaction - SQL statements
+// in progress", then knex's "Transaction query already complete" for good), so a busy
+// file must be waited out, never failed; 5 s ran out on a loaded 2-core machine with three
+// processes on one file.
+const BUSY_TIMEOUT_MS = 30_000;
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";

@@ -1,0 +1,11 @@
+import { fileURLToPath } from 'node:url';
+import { describeBus } from '@courier/conformance';
+import { createSqlTransportFixture } from './support/fixture.js';
+import { createStoreFixture } from './support/store-fixture.js';
+
+// The whole engine over the SQL transport with the MikroORM store on the same database.
+describeBus('sql-sqlite', { store: createStoreFixture('sqlite'), transport: createSqlTransportFixture('sqlite') }, {
+  inProcess: 'throw',
+  // Workers run the workspace packages from source, like vitest does.
+  process: { module: fileURLToPath(new URL('./support/bus-process-sqlite.ts', import.meta.url)), execArgv: ['--conditions=@courier/source'] },
+});
