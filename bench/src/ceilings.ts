@@ -3,6 +3,8 @@
 // hand-written producer transactions (MikroORM, and plain node-postgres).
 import type { EntityManager, Knex } from '@mikro-orm/postgresql';
 import pg from 'pg';
+import { toAmqpMessage } from '@courier/rabbitmq';
+import type { Envelope } from '@courier/core';
 import { amqpOrder, OUTBOX_COLUMNS, outboxValues, TOPIC, type BenchBroker, type BenchDb } from './setup.js';
 import { URLS } from './services.js';
 
@@ -99,6 +101,105 @@ export async function rawClaimLoop(db: BenchDb, batch = 100): Promise<number> {
     done += seqs.length;
   }
   return done / ((performance.now() - started) / 1000);
+}
+
+/** Batch size of the hand-written relay (issue 14's baseline). */
+export const HAND_RELAY_BATCH = 500;
+
+/**
+ * The relay a user would write by hand instead of Courier: in one transaction, claim
+ * `batch` pending rows with `SELECT … FOR UPDATE SKIP LOCKED`, publish them all on one
+ * confirm channel (persistent, mandatory, the transport's own AMQP mapping, so the same
+ * bytes), wait for every confirm, mark them published, commit. No per-key order, no
+ * lease, no fencing; the same durability (synchronous commit, quorum queue, confirms).
+ * One loop, until nothing is pending. Resolves with rows per second.
+ */
+export async function handWrittenRelay(db: BenchDb, broker: BenchBroker, batch = HAND_RELAY_BATCH): Promise<number> {
+  const knex = (db.orm.em as unknown as EntityManager).getConnection('write').getKnex() as Knex;
+  const outbox = db.table('outbox');
+  const now = db.dialect === 'postgresql' ? 'now()' : 'NOW(3)';
+  const connection = await broker.connect();
+  try {
+    const channel = await connection.createConfirmChannel();
+    let done = 0;
+    const started = performance.now();
+    for (;;) {
+      const count = await knex.transaction(async (trx) => {
+        const result = await trx.raw(
+          `SELECT seq, message_id, message_type, message_version, topic, msg_key, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload ` +
+            `FROM ${outbox} WHERE state = 'pending' AND available_at <= ${now} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
+          [batch],
+        );
+        const rows = (db.dialect === 'postgresql' ? result.rows : result[0]) as Record<string, unknown>[];
+        if (rows.length === 0) return 0;
+        const confirms = rows.map((row) => {
+          const envelope = {
+            messageId: String(row['message_id']),
+            type: String(row['message_type']),
+            version: Number(row['message_version']),
+            topic: String(row['topic']),
+            occurredAt: String(row['occurred_at']),
+            key: row['msg_key'] === null ? null : String(row['msg_key']),
+            correlationId: String(row['correlation_id']),
+            causationId: null,
+            traceparent: null,
+            tracestate: null,
+            headers: JSON.parse(String(row['headers'])) as Record<string, string>,
+            payload: String(row['payload']),
+          } as Envelope;
+          const message = toAmqpMessage(envelope);
+          return new Promise<void>((resolve, reject) => {
+            channel.publish(broker.exchange, envelope.topic, message.content, { ...message.properties, persistent: true, mandatory: true }, (error: unknown) =>
+              error ? reject(new Error(`hand-written relay: message ${envelope.messageId} was nacked`)) : resolve(),
+            );
+          });
+        });
+        await Promise.all(confirms);
+        const seqs = rows.map((row) => String(row['seq']));
+        await trx.raw(`UPDATE ${outbox} SET state = 'published', published_at = ${now} WHERE seq IN (${seqs.map(() => '?').join(',')})`, seqs);
+        return rows.length;
+      });
+      if (count === 0) break;
+      done += count;
+    }
+    const elapsed = (performance.now() - started) / 1000;
+    await channel.close();
+    return done / elapsed;
+  } finally {
+    await connection.close().catch(() => undefined);
+  }
+}
+
+/** What a phase cost this process: CPU seconds (user + system) and peak resident set size. */
+export interface ProcessCost<T> {
+  readonly result: T;
+  readonly cpuSeconds: number;
+  /** Highest RSS sampled (every 100 ms, and at the end) during the phase, in MB. */
+  readonly peakRssMb: number;
+  /** RSS when the phase started, in MB (the bench's own baseline: ORM, drivers, earlier phases). */
+  readonly startRssMb: number;
+}
+
+/**
+ * Runs `work` and measures this process around it with `process.cpuUsage()` and sampled
+ * RSS. During a drain the bench process runs only the drain (plus a 10 ms completion
+ * poll), so this is the relay's own cost; the database and broker are other processes.
+ */
+export async function processCost<T>(work: () => Promise<T>): Promise<ProcessCost<T>> {
+  const startRss = process.memoryUsage.rss();
+  let peak = startRss;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage.rss());
+  }, 100);
+  const cpu = process.cpuUsage();
+  try {
+    const result = await work();
+    const used = process.cpuUsage(cpu);
+    peak = Math.max(peak, process.memoryUsage.rss());
+    return { result, cpuSeconds: (used.user + used.system) / 1e6, peakRssMb: peak / 2 ** 20, startRssMb: startRss / 2 ** 20 };
+  } finally {
+    clearInterval(sampler);
+  }
 }
 
 /** Runs `work` on `writers` closed loops for `seconds` (after a short warm-up); resolves with operations per second. */

@@ -135,17 +135,19 @@ export function outboxValues(orderId: string): unknown[] {
 /**
  * Seeds `count` pending outbox rows in one INSERT … SELECT (PostgreSQL generate_series,
  * MariaDB's sequence engine), not through Courier: distinct keys (`order-<n>`) or, with
- * `keys`, `n % keys` keys in sequence order. Then ANALYZE.
+ * `keys`, `n % keys` keys in sequence order, or with `keyless` no key at all. Then ANALYZE.
  */
-export async function seedBacklog(db: BenchDb, count: number, options: { keys?: number; from?: number } = {}): Promise<void> {
+export async function seedBacklog(db: BenchDb, count: number, options: { keys?: number; from?: number; keyless?: boolean } = {}): Promise<void> {
   const from = options.from ?? 1;
   const to = from + count - 1;
+  // Keyless rows (no ordering asked): NULL key and key hash, as Courier writes them.
+  const keyColumns = (key: string, hash: string) => (options.keyless ? 'NULL, NULL' : `${key}, ${hash}`);
   const payload = `'{"orderId":"' || k || '","customerId":"c-1","totalCents":12345,"currency":"EUR"}'`;
   if (db.dialect === 'postgresql') {
     const key = options.keys ? `'order-' || (i % ${options.keys})` : `'order-' || i`;
     await db.sql(
       `INSERT INTO ${db.table('outbox')} (${OUTBOX_COLUMNS}) ` +
-        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', k, substr(encode(sha256(convert_to('${TOPIC}', 'UTF8') || '\\x00'::bytea || convert_to(k, 'UTF8')), 'hex'), 1, 32), ` +
+        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', ${keyColumns('k', `substr(encode(sha256(convert_to('${TOPIC}', 'UTF8') || '\\x00'::bytea || convert_to(k, 'UTF8')), 'hex'), 1, 32)`)}, ` +
         `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), m, NULL, NULL, NULL, '{}', ${payload}, 'pending', 0, now(), now() ` +
         `FROM (SELECT i, ${key} AS k, 'seed-' || md5(random()::text || i) AS m FROM generate_series(${from}, ${to}) AS i) AS s ORDER BY i`,
     );
@@ -154,7 +156,7 @@ export async function seedBacklog(db: BenchDb, count: number, options: { keys?: 
     const key = options.keys ? `CONCAT('order-', seq % ${options.keys})` : `CONCAT('order-', seq)`;
     await db.sql(
       `INSERT INTO ${db.table('outbox')} (${OUTBOX_COLUMNS}) ` +
-        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', k, LEFT(SHA2(CONCAT('${TOPIC}', CHAR(0), k), 256), 32), ` +
+        `SELECT m, '${OrderPlaced.type}', 1, '${TOPIC}', ${keyColumns('k', `LEFT(SHA2(CONCAT('${TOPIC}', CHAR(0), k), 256), 32)`)}, ` +
         `CONCAT(LEFT(DATE_FORMAT(UTC_TIMESTAMP(3), '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z'), m, NULL, NULL, NULL, '{}', CONCAT('{"orderId":"', k, '","customerId":"c-1","totalCents":12345,"currency":"EUR"}'), 'pending', 0, NOW(3), NOW(3) ` +
         `FROM (SELECT seq, ${key} AS k, CONCAT('seed-', MD5(CONCAT(RAND(), seq))) AS m FROM seq_${from}_to_${to}) AS s ORDER BY seq`,
     );

@@ -503,6 +503,38 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: 'completeAndClaim completes only rows its lease holds, together with a claim; a stale lease or refused claim completes nothing',
+    async run(env) {
+      const done = env.outbox.completeAndClaim?.bind(env.outbox);
+      if (!done) return env.skip('the store has no completeAndClaim(): it is optional and the relay then completes and claims separately');
+      const [a, b, c, d] = [message(env, 'k1'), message(env, 'k2'), message(env, null), message(env, 'k1')];
+      await commit(env, [a, b, c, d]);
+      const first = await claim(env, 'relay-a');
+      expect(sorted(ids(first))).toEqual(sorted([a, b, c].map((row) => row.messageId)));
+      const options = { owner: 'relay-a', limit: 1_000, leaseMs: LONG_LEASE_MS, perKey: 1 };
+      // A forged lease completes nothing; its claim finds nothing due (`d` waits behind `a`).
+      const forged = await done({ lease: { owner: 'relay-a', token: first.lease.token + 1_000_000n }, sequences: sequences(first) }, options);
+      expect(forged.completed).toBe(0);
+      expect(ids(forged)).toEqual([]);
+      // A claim refused for its options throws before anything is completed.
+      await expect(done({ lease: first.lease, sequences: sequences(first, [a]) }, { ...options, limit: 0 })).rejects.toBeInstanceOf(CourierError);
+      const both = await done({ lease: first.lease, sequences: sequences(first, [a, b]) }, options);
+      expect(both.completed).toBe(2);
+      expect(both.lease.token).toBeGreaterThan(forged.lease.token);
+      // `d` (behind the completed `a`) comes in this claim or the next one, never before `a` was published.
+      const next = both.records.length > 0 ? both : await claim(env, 'relay-b');
+      expect(ids(next)).toEqual([d.messageId]);
+      // `c` is still held by the first lease; completing twice changes nothing the second time.
+      expect(await env.outbox.complete(first.lease, sequences(first, [c]))).toBe(1);
+      const last = await done({ lease: next.lease, sequences: sequences(next) }, { ...options, perKey: 2 });
+      expect(last.completed).toBe(1);
+      expect(ids(last)).toEqual([]);
+      expect((await done({ lease: next.lease, sequences: sequences(next) }, options)).completed).toBe(0);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0 });
+      expect(await env.outbox.listDead()).toEqual([]);
+    },
+  },
+  {
     name: 'renew extends only the rows still held by the lease; a stale lease renews nothing',
     async run(env) {
       if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');

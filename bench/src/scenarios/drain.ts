@@ -1,7 +1,10 @@
-// 2. Relay drain PostgreSQL → RabbitMQ vs the raw publish loop; 3. a big backlog vs a
+// 2. Relay drain PostgreSQL → RabbitMQ vs the raw publish loop and a hand-written relay
+// (distinct keys and keyless, with the relay's CPU and RSS); 3. a big backlog vs a
 // small one; 8. the same drain from MariaDB.
-import { rawClaimLoop, rawPublishLoop } from '../ceilings.js';
-import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, type BenchDb, type Dialect } from '../setup.js';
+import { HAND_RELAY_BATCH, handWrittenRelay, processCost, RAW_CONFIRM_WINDOW, rawClaimLoop, rawPublishLoop } from '../ceilings.js';
+import { URLS } from '../services.js';
+import { anyPending, BenchBroker, benchBus, openDb, OrderPlaced, seedBacklog, TimedTransport, TOPIC, until, type BenchDb, type Dialect } from '../setup.js';
+import { builtPackages, startWorker } from './startup.js';
 import type { Scenario, ScenarioContext } from './context.js';
 
 const BATCH = 100;
@@ -11,15 +14,27 @@ async function truncate(db: BenchDb): Promise<void> {
   await db.sql(db.dialect === 'postgresql' ? `TRUNCATE ${db.table('outbox')}` : `TRUNCATE TABLE ${db.table('outbox')}`);
 }
 
+/** What one relay drain measured: throughput and the process's cost during the drain itself. */
+export interface DrainRun {
+  readonly rate: number;
+  readonly seedSeconds: number;
+  /** CPU seconds (user + system) of this process from the wake-up to the last completed row. */
+  readonly cpuSeconds: number;
+  /** Highest RSS sampled during the drain, and at its start (MB). */
+  readonly peakRssMb: number;
+  readonly startRssMb: number;
+}
+
 /**
- * Seeds `count` rows, then lets Courier's relay drain them to the sink queue; resolves
- * with messages per second from the wake-up to the last completed row. The relay and
- * its connection are warmed with one message first; polling is off, so the clock starts
- * at the wake-up.
+ * Seeds `count` rows (distinct keys, or `keyless`), then lets Courier's relay drain them
+ * to the sink queue; resolves with messages per second from the wake-up to the last
+ * completed row, and the CPU and peak RSS of this process over the same span (it runs
+ * nothing but the relay and a completion poll then). The relay and its connection are
+ * warmed with one message first; polling is off, so the clock starts at the wake-up.
  */
-export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number): Promise<{ rate: number; seedSeconds: number }> {
+export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number, options: { keyless?: boolean; batchSize?: number } = {}): Promise<DrainRun> {
   const transport = new TimedTransport(broker.transport());
-  const bus = benchBus(db, transport, { batchSize: BATCH, pollIntervalMs: 600_000 });
+  const bus = benchBus(db, transport, { batchSize: options.batchSize ?? BATCH, pollIntervalMs: 600_000 });
   try {
     await bus.start({ relay: true, consumers: false });
     await seedBacklog(db, 1, { from: 1_000_000_000 });
@@ -27,14 +42,16 @@ export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number
     await until(() => transport.confirmed >= 1 && bus.health().relay.sinceLastClaimMs >= 0, 30_000, 'the warm-up message');
     await until(async () => !(await anyPending(db)), 30_000, 'the warm-up message to complete', 20);
     const seedStarted = performance.now();
-    await seedBacklog(db, count);
+    await seedBacklog(db, count, { keyless: options.keyless === true });
     const seedSeconds = (performance.now() - seedStarted) / 1000;
-    const started = performance.now();
-    bus.wake();
-    await until(() => transport.confirmed >= count + 1, 3_600_000, `${count} confirms`, 10);
-    await until(async () => !(await anyPending(db)), 60_000, 'the last rows to complete', 5);
-    const elapsed = (performance.now() - started) / 1000;
-    return { rate: count / elapsed, seedSeconds };
+    const cost = await processCost(async () => {
+      const started = performance.now();
+      bus.wake();
+      await until(() => transport.confirmed >= count + 1, 3_600_000, `${count} confirms`, 10);
+      await until(async () => !(await anyPending(db)), 60_000, 'the last rows to complete', 5);
+      return (performance.now() - started) / 1000;
+    });
+    return { rate: count / cost.result, seedSeconds, cpuSeconds: cost.cpuSeconds, peakRssMb: cost.peakRssMb, startRssMb: cost.startRssMb };
   } finally {
     await bus.stop({ timeoutMs: 10_000 });
     await transport.close();
@@ -53,18 +70,34 @@ async function storeClaimLoop(db: BenchDb): Promise<number> {
   return done / ((performance.now() - started) / 1000);
 }
 
+const us = (cpuSeconds: number, count: number) => (cpuSeconds * 1e6) / count;
+
 async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, shared }: ScenarioContext): Promise<void> {
   const count = quick ? 2_000 : 100_000;
+  const n = count.toLocaleString('en-US');
   const db = await openDb(dialect, { prefix, wakeups: false });
   const broker = new BenchBroker(prefix);
   try {
     await broker.declareSink();
     await rawPublishLoop(broker, Math.min(count, 2_000)); // warm-up: connection, queue, JIT
     const rawBefore = await rawPublishLoop(broker, count);
+    // Every drain below runs between the two raw loops, so drift evens out in the ratios.
+    await seedBacklog(db, count);
+    const hand = await processCost(() => handWrittenRelay(db, broker));
+    await truncate(db);
+    await seedBacklog(db, count);
+    const handSmall = await processCost(() => handWrittenRelay(db, broker, BATCH));
+    await truncate(db);
     const drain = await relayDrain(db, broker, count);
+    await truncate(db);
+    const keyless = await relayDrain(db, broker, count, { keyless: true });
     const rawAfter = await rawPublishLoop(broker, count);
     const raw = (rawBefore + rawAfter) / 2;
-    report.measure('raw amqplib publish loop, window 256', raw, 'msg/s', { note: `mean of ${Math.round(rawBefore)} before and ${Math.round(rawAfter)} after` });
+    const rawLabel = `raw amqplib publish loop, window ${RAW_CONFIRM_WINDOW}`;
+    const handLabel = `hand-written relay, SKIP LOCKED batch ${HAND_RELAY_BATCH} → publish with confirms → mark → commit`;
+    report.measure(rawLabel, raw, 'msg/s', { note: `mean of ${Math.round(rawBefore)} before and ${Math.round(rawAfter)} after` });
+    report.measure(handLabel, hand.result, 'msg/s', { vs: rawLabel });
+    report.measure(`hand-written relay, batch ${BATCH}`, handSmall.result, 'msg/s', { vs: rawLabel });
     await truncate(db);
     await seedBacklog(db, count);
     const rawClaim = await rawClaimLoop(db, BATCH);
@@ -72,12 +105,50 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     await truncate(db);
     await seedBacklog(db, count);
     const storeClaim = await storeClaimLoop(db);
-    report.measure('Courier store claim + complete, batch 100', storeClaim, 'rows/s', { vs: 'raw SQL claim + complete loop, batch 100' });
-    const courier = report.measure(`Courier relay drain of ${count.toLocaleString('en-US')}`, drain.rate, 'msg/s', { vs: 'raw amqplib publish loop, window 256' });
-    report.target('relay drain ≥ 0.70 × raw publish loop', `${courier.ratio?.toFixed(3)}`, (courier.ratio ?? 0) >= 0.7);
+    const store = report.measure('Courier store claim + complete, batch 100', storeClaim, 'rows/s', { vs: 'raw SQL claim + complete loop, batch 100' });
+    const courierLabel = `Courier relay drain of ${n}, distinct keys`;
+    const courier = report.measure(courierLabel, drain.rate, 'msg/s', { vs: rawLabel });
+    const versusHand = report.measure(`${courierLabel}, vs the hand-written relay`, drain.rate, 'msg/s', { vs: handLabel });
+    const keylessLine = report.measure(`Courier relay drain of ${n}, keyless`, keyless.rate, 'msg/s', { vs: rawLabel });
+    report.measure(`hand-written relay CPU per message (batch ${HAND_RELAY_BATCH})`, us(hand.cpuSeconds, count), 'µs', { note: `${hand.cpuSeconds.toFixed(2)} CPU s for ${n}` });
+    // Target 11 compares CPU at the same batch size.
+    const handCpu = `hand-written relay CPU per message (batch ${BATCH})`;
+    report.measure(handCpu, us(handSmall.cpuSeconds, count), 'µs', { note: `${handSmall.cpuSeconds.toFixed(2)} CPU s for ${n}` });
+    const cpu = report.measure(`Courier relay CPU per message, distinct keys (batch ${BATCH})`, us(drain.cpuSeconds, count), 'µs', {
+      vs: handCpu,
+      note: `${drain.cpuSeconds.toFixed(2)} CPU s for ${n}`,
+    });
+    report.measure(`Courier relay CPU per message, keyless (batch ${BATCH})`, us(keyless.cpuSeconds, count), 'µs', { vs: handCpu, note: `${keyless.cpuSeconds.toFixed(2)} CPU s for ${n}` });
+    report.measure('hand-written relay: peak RSS of the bench process', hand.peakRssMb, 'MB', { note: `${hand.startRssMb.toFixed(0)} MB at its start` });
+    report.measure('Courier relay drain, distinct keys: peak RSS of the bench process', drain.peakRssMb, 'MB', { note: `${drain.startRssMb.toFixed(0)} MB at its start` });
+    report.measure('Courier relay drain, keyless: peak RSS of the bench process', keyless.peakRssMb, 'MB', { note: `${keyless.startRssMb.toFixed(0)} MB at its start` });
+    // 12: a relay-only process as users run one (the startup worker: MikroORM + RabbitMQ,
+    // default relay settings), draining the same backlog; its peak RSS includes start-up.
+    let processRss: number | undefined;
+    if (dialect === 'postgresql') {
+      await truncate(db);
+      await seedBacklog(db, count);
+      const built = builtPackages();
+      const config = { pgUrl: URLS.postgresql, rabbitMqUrl: URLS.rabbitmq, tablePrefix: `${prefix}_`, ordersTable: `${prefix}_orders`, prefix: broker.prefix, type: OrderPlaced.type, topic: TOPIC, drain: count };
+      const marks = await startWorker({ role: 'relay', ormLoader: 'require' }, config, built, 3_600_000);
+      const how = built ? 'built packages, plain node' : 'dist/ not built: sources through tsx (run `pnpm build` for what users see)';
+      processRss = marks.get('drain.maxRssMb') ?? Number.NaN;
+      report.measure(`relay-only process draining ${n}: peak RSS`, processRss, 'MB', { note: how });
+      report.measure(`relay-only process draining ${n}: CPU per message`, us(marks.get('drain.cpuSeconds') ?? Number.NaN, count), 'µs', {
+        note: `${(count / (marks.get('drain.seconds') ?? Number.NaN)).toFixed(0)} msg/s; ${how}`,
+      });
+    }
+    const drainTarget = dialect === 'postgresql' ? 0.75 : 0.7;
+    report.target(`relay drain ≥ ${drainTarget.toFixed(2)} × raw publish loop`, `${courier.ratio?.toFixed(3)}`, (courier.ratio ?? 0) >= drainTarget);
+    report.target('relay drain ≥ 1.00 × hand-written relay', `${versusHand.ratio?.toFixed(3)}`, (versusHand.ratio ?? 0) >= 1);
+    report.target('keyless relay drain ≥ 0.80 × raw publish loop', `${keylessLine.ratio?.toFixed(3)}`, (keylessLine.ratio ?? 0) >= 0.8);
+    report.target('store claim + complete ≥ 0.95 × raw SQL claim loop', `${store.ratio?.toFixed(3)}`, (store.ratio ?? 0) >= 0.95);
+    report.target('relay CPU per message ≤ 1.2 × hand-written relay', `${cpu.ratio?.toFixed(3)}`, (cpu.ratio ?? Infinity) <= 1.2);
+    if (processRss !== undefined) report.target(`relay-only process peak RSS draining ${n} ≤ 120 MB`, `${Math.round(processRss)} MB`, processRss <= 120);
     report.note(
-      `${count.toLocaleString('en-US')} seeded rows (distinct keys, ~190-byte envelopes), relay batch ${BATCH}, one relay, to a durable quorum queue capped at 1,000 (drop-head) ` +
-        `so the broker never fills; persistent messages, publisher confirms (transport window 256).`,
+      `${n} seeded rows (~190-byte envelopes), relay batch ${BATCH}, one relay, to a durable quorum queue capped at 1,000 (drop-head) ` +
+        `so the broker never fills; persistent messages, publisher confirms (transport window 256). The hand-written relay publishes into the same queue with the same bytes. ` +
+        `CPU and RSS are this process's during each drain (process.cpuUsage, RSS sampled every 100 ms); the database and broker are separate processes.`,
     );
     shared.set(`drainRate.${dialect}`, drain.rate);
   } finally {

@@ -16,7 +16,7 @@ const CONSUMER = 'bench-startup';
 /** What the child starts as; `tsx` runs the workspace sources through tsx, the others the built packages. */
 type Mode = 'bare' | 'relay' | 'consumer' | 'consumer, MikroORM loaded with require' | 'consumer via tsx (sources)';
 
-/** Milliseconds from spawn() to each mark the child printed, in order. */
+/** Milliseconds from spawn() to each mark the child printed, in order (and a draining relay's `drain.*` figures). */
 export type Marks = ReadonlyMap<string, number>;
 
 /** The built entry points plain `node` resolves @courier/* to. */
@@ -70,8 +70,10 @@ export function startWorker(launch: WorkerLaunch, config: Record<string, unknown
       while ((newline = stdout.indexOf('\n')) >= 0) {
         const line = stdout.slice(0, newline);
         stdout = stdout.slice(newline + 1);
-        const parsed = JSON.parse(line) as { mark?: string; at?: number; done?: boolean };
+        const parsed = JSON.parse(line) as { mark?: string; at?: number; done?: boolean; drain?: Record<string, number> };
         if (parsed.mark !== undefined && parsed.at !== undefined) marks.set(parsed.mark, parsed.at - spawnedAt);
+        // A draining relay's figures (not times since spawn): `drain.seconds`, `drain.cpuSeconds`, `drain.maxRssMb`.
+        for (const [name, value] of Object.entries(parsed.drain ?? {})) marks.set(`drain.${name}`, value);
         if (parsed.done) done = true;
       }
     });

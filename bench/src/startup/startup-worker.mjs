@@ -6,7 +6,8 @@
 //   node startup-worker.mjs '<json config>'
 //
 // Prints one JSON line per phase on stdout: {"mark": name, "at": epoch ms (high resolution)},
-// then {"done": true} once it stopped. The parent measures from its spawn() call.
+// then {"done": true} once it stopped. A relay given `drain: n` first publishes n messages
+// and prints {"drain": {seconds, cpuSeconds, maxRssMb}}. The parent measures from its spawn() call.
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
 
@@ -78,6 +79,16 @@ async function courier() {
     mark('first claim');
     while (bus.health().counters.published < 1) await new Promise((resolve) => setTimeout(resolve, 1));
     mark('first message published');
+    if (config.drain) {
+      // Scenario 2's relay-only process: drain the seeded backlog, then report this process's
+      // CPU over the drain and its peak RSS (start-up included, as `ps` would show it).
+      const cpu = process.cpuUsage();
+      const started = performance.now();
+      while (bus.health().counters.published < config.drain) await new Promise((resolve) => setTimeout(resolve, 5));
+      const used = process.cpuUsage(cpu);
+      const drain = { seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, maxRssMb: process.resourceUsage().maxRSS / 1024 };
+      process.stdout.write(`${JSON.stringify({ drain })}\n`);
+    }
   }
   mark('ready');
   await bus.stop({ timeoutMs: 5_000 });

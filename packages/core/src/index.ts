@@ -35,6 +35,7 @@ export type {
   ClaimOptions,
   ClaimedBatch,
   CompleteOptions,
+  CompletedAndClaimed,
   DeadOutboxRecord,
   HaltedKey,
   ListOptions,
@@ -45,6 +46,7 @@ export type {
   OutboxState,
   OutboxStats,
   OutboxStore,
+  PendingCompletion,
 } from './outbox-store.js';
 export type { InboxResult, InboxStore } from './inbox-store.js';
 export type {

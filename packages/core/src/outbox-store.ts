@@ -95,6 +95,18 @@ export interface HaltedKey {
   readonly held: number;
 }
 
+/** The rows {@link OutboxStore.completeAndClaim} marks published before it claims. */
+export interface PendingCompletion {
+  readonly lease: OutboxLease;
+  readonly sequences: readonly bigint[];
+}
+
+/** The outcome of {@link OutboxStore.completeAndClaim}: the claimed batch and how many rows the completion changed. */
+export interface CompletedAndClaimed extends ClaimedBatch {
+  /** Rows the completion marked published (as `complete` would return). */
+  readonly completed: number;
+}
+
 /** Per-call options of {@link OutboxStore.complete}. */
 export interface CompleteOptions {
   /** Called after the update ran and before it commits (fault point `complete-before-commit`). */
@@ -126,6 +138,16 @@ export interface OutboxStore<Tx> {
   claim(options: ClaimOptions): Promise<ClaimedBatch>;
   /** Marks rows published. */
   complete(lease: OutboxLease, sequences: readonly bigint[], options?: CompleteOptions): Promise<number>;
+  /**
+   * Optional: `complete(done.lease, done.sequences)` and `claim(options)` in one round trip
+   * and one commit — both take effect, or neither. The completion is fenced exactly as
+   * `complete` (only rows still held by `done.lease`) and the claim keeps every `claim`
+   * guarantee. Rows the completion makes claimable (a key's next row) may or may not be
+   * in this claim: a store whose claim reads a snapshot from before the completion leaves
+   * them to the next one, which never breaks per-key order. The relay uses it to complete
+   * a confirmed batch with its next claim, halving its statements and commits.
+   */
+  completeAndClaim?(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed>;
   /** Records failures: counts an attempt and reschedules, or marks the row dead or halted. */
   fail(lease: OutboxLease, failures: readonly OutboxFailure[], options?: { signal?: AbortSignal }): Promise<number>;
   /** Gives rows back without counting an attempt (transport down, shutdown), due after `delayMs`. */

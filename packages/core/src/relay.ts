@@ -7,7 +7,7 @@ import { CourierError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 import { sleep, Waker, withTimeout } from './internal/async.js';
 import type { Logger } from './logger.js';
-import type { ClaimedBatch, OutboxFailure, OutboxLease, OutboxRecord, OutboxStore } from './outbox-store.js';
+import type { ClaimedBatch, ClaimOptions, OutboxFailure, OutboxLease, OutboxRecord, OutboxStore, PendingCompletion } from './outbox-store.js';
 import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
 import type { Instruments } from './telemetry.js';
 import { inSpan, traceLinks } from './telemetry.js';
@@ -279,12 +279,18 @@ export class Relay<Tx> {
 
   async #run(primary: boolean): Promise<void> {
     const stopping = this.#stopping.signal;
+    const { store } = this.#deps;
+    // A confirmed batch waiting to be completed with this loop's next claim (one round
+    // trip and one commit instead of two), where the store can and no fault hook needs
+    // complete's own transaction. It is never more than one claim behind.
+    let pending: PendingCompletion | undefined;
+    const defer = store.completeAndClaim && this.#deps.fault === NO_FAULTS ? (done: PendingCompletion) => void (pending = done) : undefined;
     if (primary) this.#primaryBusy = true;
     while (!stopping.aborted) {
       try {
         await this.#deps.fault('database-restart', { messageIds: [] });
         const claimedAt = Date.now();
-        const batch = await this.#deps.store.claim({
+        const options: ClaimOptions = {
           owner: this.#settings.owner,
           limit: this.#settings.batchSize,
           leaseMs: this.#settings.leaseMs,
@@ -292,19 +298,36 @@ export class Relay<Tx> {
           // Not `stopping`: a claim cut short could still take rows this loop would then not
           // know to release; a claim that finishes during a stop is released in #process.
           signal: this.#abandon.signal,
-        });
+        };
+        let batch: ClaimedBatch;
+        let completedNow = false;
+        if (pending) {
+          const done = pending;
+          // Kept until a claim succeeds: a failed one may or may not have completed it, and
+          // completing again changes nothing (only pending rows of the lease are touched).
+          const result = await store.completeAndClaim!(done, options);
+          pending = undefined;
+          this.#completed(done.sequences.length, result.completed);
+          completedNow = result.completed > 0;
+          batch = result;
+        } else {
+          batch = await store.claim(options);
+        }
         this.#lastClaimAt = Date.now();
         this.#firstClaim?.(undefined);
         // A full batch means more may be due: the helper loops claim too.
         if (batch.records.length >= this.#settings.batchSize) this.#helpers.notify();
         if (batch.records.length === 0) {
           if (this.#paused) this.#resume();
+          // The completion may have made a key's next row claimable, which a claim reading
+          // from before it cannot see: look once more before sleeping.
+          if (completedNow) continue;
           if (primary) this.#primaryBusy = false;
           await (primary ? this.#waker : this.#helpers).wait(this.#settings.pollIntervalMs, stopping);
           if (primary) this.#primaryBusy = true;
           continue;
         }
-        const transportOk = await this.#process(batch, claimedAt);
+        const transportOk = await this.#process(batch, claimedAt, defer);
         if (transportOk) this.#resume();
         else await this.#pause();
       } catch (error) {
@@ -315,13 +338,30 @@ export class Relay<Tx> {
         await this.#pause();
       }
     }
+    // Stopping: what the broker confirmed is completed now, not left to its lease.
+    const done = pending as PendingCompletion | undefined;
+    if (done) {
+      try {
+        this.#completed(done.sequences.length, await store.complete(done.lease, done.sequences, { signal: this.#abandon.signal }));
+      } catch (error) {
+        this.#deps.logger.warn('complete failed while stopping; confirmed rows are published again after their lease', { error: describeError(error) });
+      }
+    }
+  }
+
+  /** Counts completed rows; fewer than confirmed means another relay holds part of the batch. */
+  #completed(confirmed: number, completed: number): void {
+    this.#deps.instruments.published.add(completed);
+    if (completed < confirmed) {
+      this.#deps.logger.warn('relay was fenced: another relay holds part of this batch', { confirmed, completed });
+    }
   }
 
   /**
    * Publishes one batch and records the outcome. Returns false when the transport is
    * unwell: it failed as a whole, or reported connectivity trouble for some messages.
    */
-  async #process(batch: ClaimedBatch, claimedAt: number): Promise<boolean> {
+  async #process(batch: ClaimedBatch, claimedAt: number, defer: ((done: PendingCompletion) => void) | undefined): Promise<boolean> {
     const { store, fault } = this.#deps;
     const stopping = this.#stopping.signal;
     const abandon = this.#abandon.signal;
@@ -340,14 +380,18 @@ export class Relay<Tx> {
       ? new LeaseHeartbeat({ store, lease, sequences, leaseMs, heldSince: claimedAt, logger: this.#deps.logger, signal: abandon })
       : undefined;
     try {
-      return await this.#send(batch, claimedAt, heartbeat);
+      return await this.#send(batch, claimedAt, heartbeat, defer);
     } finally {
       await heartbeat?.stop();
     }
   }
 
-  /** The rest of {@link Relay.#process}, with the batch's heartbeat (when the store renews) running. */
-  async #send(batch: ClaimedBatch, claimedAt: number, heartbeat: LeaseHeartbeat | undefined): Promise<boolean> {
+  /**
+   * The rest of {@link Relay.#process}, with the batch's heartbeat (when the store renews)
+   * running. With `defer`, the confirmed rows are handed to it (completed with the loop's
+   * next claim) instead of completed here.
+   */
+  async #send(batch: ClaimedBatch, claimedAt: number, heartbeat: LeaseHeartbeat | undefined, defer: ((done: PendingCompletion) => void) | undefined): Promise<boolean> {
     const { store, transport, fault, instruments } = this.#deps;
     const stopping = this.#stopping.signal;
     const abandon = this.#abandon.signal;
@@ -434,19 +478,17 @@ export class Relay<Tx> {
       if (keyId !== null) failedKeys.add(keyId);
     });
 
-    if (confirmed.length > 0) {
+    if (confirmed.length > 0 && defer) {
+      // Completed by the loop's next claim, right after this batch is recorded (or by
+      // `stop`). Rows of other keys are unaffected; a key's next row waits for it, as it
+      // would for a separate complete.
+      defer({ lease, sequences: confirmed });
+    } else if (confirmed.length > 0) {
       // The hook makes the store complete in a transaction of several statements; without
       // fault injection a single UPDATE is enough (and ~4× fewer round trips). A stop does
       // not cut it short (the broker has these messages); only an expired stop timeout does.
       const options = fault === NO_FAULTS ? { signal: abandon } : { beforeCommit: (point: FaultPoint, context: FaultContext) => fault(point, context), signal: abandon };
-      const completed = await store.complete(lease, confirmed, options);
-      instruments.published.add(completed);
-      if (completed < confirmed.length) {
-        this.#deps.logger.warn('relay was fenced: another relay holds part of this batch', {
-          confirmed: confirmed.length,
-          completed,
-        });
-      }
+      this.#completed(confirmed.length, await store.complete(lease, confirmed, options));
     }
     await fault('mid-batch', { messageIds });
     if (failed.length > 0) await this.#recordFailures(batch, failed);

@@ -21,6 +21,26 @@ function collect(h: ReturnType<typeof harness>, consumer = 'sink'): string[] {
 }
 
 describe('relay', () => {
+  it('completes each confirmed batch with its next claim (one store call, one commit), and everything is published', async () => {
+    await using h = harness({ bus: { relay: { batchSize: 10 } } });
+    const seen = collect(h);
+    await h.bus.start();
+    const ids = Array.from({ length: 60 }, (_, index) => `m${index}`);
+    await h.commit((tx) => {
+      // Six keys, ten messages each: a key's next row waits for its head's completion.
+      for (const [index, id] of ids.entries()) h.bus.outbox(tx).publish(Placed, { id }, { key: `k${index % 6}` });
+    });
+    await eventually(() => expect([...seen].sort()).toEqual([...ids].sort()));
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0 }));
+    for (let key = 0; key < 6; key += 1) {
+      const mine = ids.filter((_, index) => index % 6 === key);
+      expect(seen.filter((id) => mine.includes(id))).toEqual(mine);
+    }
+    expect(h.bus.health().counters.published).toBe(60);
+    expect(h.outbox.calls.complete).toBe(0);
+    expect(h.outbox.calls.completeAndClaim).toBeGreaterThanOrEqual(6);
+  });
+
   it('publishes committed messages only; a rolled-back unit of work publishes nothing', async () => {
     await using h = harness();
     const seen = collect(h);

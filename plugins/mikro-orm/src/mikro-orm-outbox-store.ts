@@ -8,6 +8,7 @@ import {
   type ClaimedBatch,
   type ClaimOptions,
   type CompleteOptions,
+  type CompletedAndClaimed,
   type DeadOutboxRecord,
   type Envelope,
   type HaltedKey,
@@ -19,10 +20,11 @@ import {
   type OutboxRecord,
   type OutboxStats,
   type OutboxStore,
+  type PendingCompletion,
   type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
-import { headsSql, qualifiedColumns, type ClaimResult, type DialectName } from './dialects/sql-dialect.js';
+import { completeSql, headsSql, qualifiedColumns, type ClaimResult, type CompletionQuery, type DialectName } from './dialects/sql-dialect.js';
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
 import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
@@ -72,7 +74,8 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  * - `claim` compares only with the database clock, returns due head-of-key rows under a
  *   lease with a strictly increasing fencing token; concurrent claims never share a row
  *   (`FOR UPDATE SKIP LOCKED`; SQLite has one writer). `complete`, `fail` and `release`
- *   change only rows whose current lease token is the caller's.
+ *   change only rows whose current lease token is the caller's. `completeAndClaim` does a
+ *   `complete` and a `claim` in one transaction (one statement on PostgreSQL).
  * - Payload and headers are stored as text, byte for byte.
  * - Database errors become `StorageError` (retriable for lost connections, deadlocks, lock
  *   and statement timeouts, serialization failures); a missing or outdated schema is a
@@ -140,6 +143,21 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
 
   /** Claims up to `limit` due head-of-key rows (up to `perKey` contiguous rows per key) under a new lease. */
   async claim(options: ClaimOptions): Promise<ClaimedBatch> {
+    return this.#claim(options, undefined);
+  }
+
+  /**
+   * `complete(done.lease, done.sequences)` and `claim(options)` in one transaction (on
+   * PostgreSQL one statement): both commit or neither does. On PostgreSQL the claim reads
+   * from before the completion, so a key whose head it completes is claimable from the next
+   * claim on; MySQL/MariaDB and SQLite complete first and may claim that key's next row at once.
+   */
+  async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
+    const batch = await this.#claim(options, { token: done.lease.token.toString(), sequences: done.sequences.map(String) });
+    return { ...batch, completed: batch.completed ?? 0 };
+  }
+
+  async #claim(options: ClaimOptions, done: CompletionQuery | undefined): Promise<ClaimedBatch & { completed?: number }> {
     const problems: string[] = [];
     if (typeof options.owner !== 'string' || options.owner.length === 0 || options.owner.length > 200) {
       problems.push(`'owner' must be a non-empty string of at most 200 characters`);
@@ -150,9 +168,9 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     if (problems.length > 0) throw new ConfigError(problems);
     return this.#core.operation('claim', options.signal, async () => {
       const query = { owner: options.owner, limit: options.limit, leaseMs: Math.ceil(options.leaseMs) };
-      const result = options.perKey === 1 ? await this.#core.dialect.claimHeads(this.#core.runner, query) : await this.#claimRuns(query, options.perKey);
+      const result = options.perKey === 1 ? await this.#core.dialect.claimHeads(this.#core.runner, query, done) : await this.#claimRuns(query, options.perKey, done);
       const records = result.rows.map((row) => toRecord(row)).sort((a, b) => (a.sequence < b.sequence ? -1 : a.sequence > b.sequence ? 1 : 0));
-      return { lease: { owner: options.owner, token: result.token }, records };
+      return { lease: { owner: options.owner, token: result.token }, records, ...(result.completed === undefined ? {} : { completed: result.completed }) };
     });
   }
 
@@ -162,7 +180,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
    * are taken in one order (the token's counter row, then rows) and every row updated is
    * locked first, so two claims never wait for each other in a cycle.
    */
-  async #claimRuns(query: { owner: string; limit: number; leaseMs: number }, perKey: number): Promise<ClaimResult> {
+  async #claimRuns(query: { owner: string; limit: number; leaseMs: number }, perKey: number, done: CompletionQuery | undefined): Promise<ClaimResult> {
     const { dialect, runner } = this.#core;
     const outbox = dialect.table('outbox');
     return runner.transaction(
@@ -175,6 +193,10 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
         // any lease it supersedes: that claim committed before this one could lock its rows,
         // and drew its token before this one got the counter.
         const token = await dialect.nextToken(runner, trx);
+        // The completion right after the token (so the token row stays the first lock): it
+        // touches only rows of its own lease, which every claim skips, and the heads see it.
+        const completed =
+          done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(dialect), [[...done.sequences], done.token], trx)).affectedRows;
         const heads = await runner.all(headsSql(dialect, 'o.seq, o.key_hash', dialect.lockSkipLocked), [query.limit], trx);
         const chosen: string[] = heads.map((row) => String(row['seq']));
         const keyed = heads.filter((row) => row['key_hash'] !== null && row['key_hash'] !== undefined);
@@ -236,14 +258,15 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
             }
           }
         }
-        if (chosen.length === 0) return { token, rows: [] };
+        const outcome = completed === undefined ? {} : { completed };
+        if (chosen.length === 0) return { token, rows: [], ...outcome };
         await runner.run(
           `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
           [query.owner, token.toString(), query.leaseMs, chosen],
           trx,
         );
         const rows = await runner.all(`SELECT ${qualifiedColumns('o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
-        return { token, rows };
+        return { token, rows, ...outcome };
       },
       { readCommitted: dialect.readCommitted },
     );
@@ -259,9 +282,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
       const { dialect, runner } = this.#core;
       if (sequences.length === 0) return 0;
       const outbox = dialect.table('outbox');
-      // The lease stays on published rows (which relay published them, for operators);
-      // only pending rows carry a live lease, so fencing is unaffected.
-      const update = `UPDATE ${outbox} SET state = 'published', published_at = ${dialect.now} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`;
+      const update = completeSql(dialect);
       const params = [sequences.map(String), lease.token.toString()];
       const hook = options.beforeCommit;
       if (!hook) return (await runner.run(update, params)).affectedRows;

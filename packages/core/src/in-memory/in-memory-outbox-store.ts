@@ -4,6 +4,7 @@ import type {
   ClaimOptions,
   ClaimedBatch,
   CompleteOptions,
+  CompletedAndClaimed,
   DeadOutboxRecord,
   HaltedKey,
   ListOptions,
@@ -14,6 +15,7 @@ import type {
   OutboxState,
   OutboxStats,
   OutboxStore,
+  PendingCompletion,
 } from '../outbox-store.js';
 import { requireTransaction, throwIfAborted, type InMemoryDatabase, type InMemoryTransaction } from './in-memory-database.js';
 
@@ -140,11 +142,31 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
   /** Claims up to `limit` due head-of-key rows under a new lease (see the class guarantees). */
   async claim(options: ClaimOptions): Promise<ClaimedBatch> {
     this.#ready('claim', options.signal);
+    this.#checkClaim(options);
+    return this.#claimNow(options);
+  }
+
+  /**
+   * `complete` then `claim` in one step (nothing runs in between, and a claim refused for
+   * its options completes nothing). The claim sees the completion: a key's next row may be
+   * in the same batch.
+   */
+  async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
+    this.#ready('claim', options.signal);
+    this.#checkClaim(options);
+    const completed = this.#completeNow(done.lease, this.#held(done.lease, done.sequences));
+    return { ...this.#claimNow(options), completed };
+  }
+
+  #checkClaim(options: ClaimOptions): void {
     const problems: string[] = [];
     if (!Number.isSafeInteger(options.limit) || options.limit < 1) problems.push(`'limit' must be an integer of 1 or more`);
     if (!(options.leaseMs > 0)) problems.push(`'leaseMs' must be more than 0`);
     if (!Number.isSafeInteger(options.perKey) || options.perKey < 1) problems.push(`'perKey' must be an integer of 1 or more`);
     if (problems.length > 0) throw new ConfigError(problems);
+  }
+
+  #claimNow(options: ClaimOptions): ClaimedBatch {
     const now = this.#db.now();
     this.#lastToken += 1n;
     const lease: OutboxLease = { owner: options.owner, token: this.#lastToken };
@@ -188,10 +210,14 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
       await options.beforeCommit('complete-before-commit', { messageIds: held.map((row) => row.envelope.messageId) });
       this.#ready('complete', options.signal);
     }
+    return this.#completeNow(lease, held);
+  }
+
+  #completeNow(lease: OutboxLease, held: readonly Row[]): number {
     const now = this.#db.now();
     let changed = 0;
-    // Re-checked after the hook: no row lock is held across it (a frozen worker would
-    // hold it forever), so another relay may have re-claimed a row meanwhile.
+    // Re-checked after complete's hook: no row lock is held across it (a frozen worker
+    // would hold it forever), so another relay may have re-claimed a row meanwhile.
     for (const row of held) {
       if (row.state !== 'pending' || row.leaseToken !== lease.token) continue;
       row.state = 'published';

@@ -7,12 +7,16 @@ import {
   createBus,
   type Bus,
   type BusConfig,
+  type ClaimOptions,
+  type CompletedAndClaimed,
+  type CompleteOptions,
   type Delivery,
   type InMemoryBrokerConfig,
   type InMemoryTransaction,
   type OutboxFailure,
   type OutboxLease,
   type OutboxStore,
+  type PendingCompletion,
   type Transport,
 } from '@courier/core';
 
@@ -35,6 +39,18 @@ export async function eventually<T>(check: () => T | Promise<T>, timeoutMs = 5_0
 /** An outbox store that records every `fail` call, to observe the relay's retry decisions. */
 export class SpyOutboxStore extends InMemoryOutboxStore {
   readonly failures: OutboxFailure[][] = [];
+  /** How often the relay called `complete` and `completeAndClaim`. */
+  readonly calls = { complete: 0, completeAndClaim: 0 };
+
+  override async complete(lease: OutboxLease, sequences: readonly bigint[], options?: CompleteOptions): Promise<number> {
+    this.calls.complete += 1;
+    return super.complete(lease, sequences, options);
+  }
+
+  override async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
+    this.calls.completeAndClaim += 1;
+    return super.completeAndClaim(done, options);
+  }
 
   override async fail(lease: OutboxLease, failures: readonly OutboxFailure[], options?: { signal?: AbortSignal }): Promise<number> {
     this.failures.push([...failures]);

@@ -2,7 +2,7 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
-import { headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
@@ -156,9 +156,13 @@ export class MySqlDialect implements SqlDialect {
     await runner.all(`SELECT bucket FROM ${this.table('outboxLocks')} WHERE bucket IN (?) ORDER BY bucket FOR UPDATE`, [buckets], trx);
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
     return runner.transaction(
       async (trx) => {
+        // The completion first: it locks only rows of its own lease, which no claim waits
+        // for (they are skipped), so it adds no lock cycle; the head scan then sees it.
+        const completed =
+          done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
         const rows = await runner.all(headsSql(this, qualifiedColumns('o'), this.lockSkipLocked), [query.limit], trx);
         // Drawn after the rows are locked: whoever held them before has committed, so this
         // token is greater than the one their previous lease carries.
@@ -170,7 +174,7 @@ export class MySqlDialect implements SqlDialect {
             trx,
           );
         }
-        return { token, rows };
+        return { token, rows, ...(completed === undefined ? {} : { completed }) };
       },
       { readCommitted: true },
     );

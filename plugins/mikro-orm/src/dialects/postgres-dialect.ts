@@ -1,7 +1,7 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
-import { headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * PostgreSQL 12+ adapter.
@@ -131,19 +131,31 @@ export class PostgresDialect implements SqlDialect {
     await runner.all('SELECT count(pg_advisory_xact_lock(?, k)) FROM (SELECT unnest(ARRAY[?]::int4[]) AS k ORDER BY 1) AS s', [this.#names.lockNamespace, keys], trx);
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
     const outbox = this.table('outbox');
+    const completing = done !== undefined && done.sequences.length > 0;
+    // With a completion: one statement still. A data-modifying CTE runs whether or not it
+    // is referenced; the claim's snapshot predates it, so a key whose head it completes
+    // waits for the next claim (never earlier than allowed). The completed rows hold a
+    // live lease (available_at in the future), so they are never candidates here.
     const sql =
-      `WITH token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
+      'WITH ' +
+      (completing ? `done AS (${completeSql(this)} RETURNING 1), ` : '') +
+      `token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
       `candidates AS (${headsSql(this, 'o.seq', this.lockSkipLocked)}), ` +
       `claimed AS (UPDATE ${outbox} u SET lease_owner = ?, lease_token = token.value, available_at = ${this.plusMs('now()')} ` +
       `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}) ` +
       // The LEFT JOIN returns the token even when nothing was due.
-      `SELECT token.value AS claim_token, claimed.* FROM token LEFT JOIN claimed ON true`;
-    const rows = await runner.all(sql, [query.limit, query.owner, query.leaseMs]);
+      `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, claimed.* FROM token LEFT JOIN claimed ON true`;
+    const params = [query.limit, query.owner, query.leaseMs];
+    const rows = await runner.all(sql, completing ? [[...done.sequences], done.token, ...params] : params);
     const first = rows[0];
     if (!first) throw new Error('the claim statement returned no token row');
-    return { token: toBigInt(first['claim_token']), rows: rows.filter((row) => row['seq'] !== null && row['seq'] !== undefined) };
+    return {
+      token: toBigInt(first['claim_token']),
+      rows: rows.filter((row) => row['seq'] !== null && row['seq'] !== undefined),
+      ...(done ? { completed: toNumber(first['completed_count']) } : {}),
+    };
   }
 
   async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {

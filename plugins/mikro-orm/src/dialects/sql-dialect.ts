@@ -36,10 +36,18 @@ export interface ClaimQuery {
   readonly leaseMs: number;
 }
 
+/** Rows a claim completes first (`completeAndClaim`): sequences and lease token as strings. */
+export interface CompletionQuery {
+  readonly token: string;
+  readonly sequences: readonly string[];
+}
+
 /** Result of a claim: the fencing token and the claimed rows (any order). */
 export interface ClaimResult {
   readonly token: bigint;
   readonly rows: readonly SqlRow[];
+  /** Rows the completion changed, when one was asked for. */
+  readonly completed?: number;
 }
 
 /**
@@ -97,8 +105,11 @@ export interface SqlDialect {
    * every key the transaction appended, so two appenders never deadlock on each other.
    */
   lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void>;
-  /** Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way. */
-  claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult>;
+  /**
+   * Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way; with `done`,
+   * first completes those rows ({@link completeSql}) in the same transaction.
+   */
+  claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult>;
   /** Allocates the next fencing token inside `trx` (strictly increasing, never reused). */
   nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint>;
   /** Inserts the inbox record inside `trx`; false when the pair is already recorded. Waits for a racing uncommitted insert. */
@@ -128,6 +139,16 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: st
     `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
+}
+
+/**
+ * `complete`'s statement: marks published the rows of `seq IN (?)` (first placeholder, a
+ * list) that are still pending under lease token `?` (second), so a stale relay changes
+ * nothing. The lease stays on published rows (which relay published them, for operators);
+ * only pending rows carry a live lease, so fencing is unaffected.
+ */
+export function completeSql(dialect: Pick<SqlDialect, 'table' | 'now'>): string {
+  return `UPDATE ${dialect.table('outbox')} SET state = 'published', published_at = ${dialect.now} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`;
 }
 
 /**

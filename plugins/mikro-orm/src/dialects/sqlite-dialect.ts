@@ -2,7 +2,7 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
-import { headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // How long a store statement waits for another connection's write lock before SQLITE_BUSY.
 // Generous: with @mikro-orm/libsql 6.6.16 a statement that fails with SQLITE_BUSY inside a
@@ -145,8 +145,11 @@ export class SqliteDialect implements SqlDialect {
     await runner.prologue(trx);
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery): Promise<ClaimResult> {
+  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
     return runner.transaction(async (trx) => {
+      // One writer at a time (BEGIN IMMEDIATE): the completion, then the claim, which sees it.
+      const completed =
+        done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
       const token = await this.nextToken(runner, trx);
       const rows = await runner.all(
         `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(NOW_MS)} ` +
@@ -154,7 +157,7 @@ export class SqliteDialect implements SqlDialect {
         [query.owner, token.toString(), query.leaseMs, query.limit],
         trx,
       );
-      return { token, rows };
+      return { token, rows, ...(completed === undefined ? {} : { completed }) };
     });
   }
 
