@@ -55,7 +55,7 @@ export interface QueueClaim {
 }
 
 /** Columns a claim and a dead-letter listing return. */
-export const QUEUE_COLUMNS = 'seq, body, attempt, replayed';
+export const QUEUE_COLUMNS = 'seq, body, attempt, replayed, claims';
 
 /**
  * What differs between PostgreSQL, MySQL/MariaDB and SQLite for the queue. Every time
@@ -147,6 +147,7 @@ class PostgresQueueDialect implements QueueDialect {
         state varchar(7) NOT NULL DEFAULT 'pending',
         available_at timestamptz NOT NULL,
         attempt integer NOT NULL DEFAULT 1,
+        claims integer NOT NULL DEFAULT 0,
         replayed smallint NOT NULL DEFAULT 0,
         lease_owner varchar(64),
         reason_code varchar(200),
@@ -170,8 +171,8 @@ class PostgresQueueDialect implements QueueDialect {
     const queue = this.table('queue');
     return runner.all(
       `WITH candidates AS (${candidatesSql(this, 'q.seq', query.ordered, ' FOR UPDATE OF q SKIP LOCKED')}) ` +
-        `UPDATE ${queue} u SET lease_owner = ?, available_at = ${this.plusMs('now()')} FROM candidates WHERE u.seq = candidates.seq ` +
-        `RETURNING u.seq, u.body, u.attempt, u.replayed`,
+        `UPDATE ${queue} u SET lease_owner = ?, claims = u.claims + 1, available_at = ${this.plusMs('now()')} FROM candidates WHERE u.seq = candidates.seq ` +
+        `RETURNING u.seq, u.body, u.attempt, u.replayed, u.claims`,
       [query.consumer, query.limit, query.owner, query.leaseMs],
     );
   }
@@ -234,6 +235,7 @@ class MySqlQueueDialect implements QueueDialect {
         state VARCHAR(7) ${ascii} NOT NULL DEFAULT 'pending',
         available_at DATETIME(3) NOT NULL,
         attempt INT NOT NULL DEFAULT 1,
+        claims INT NOT NULL DEFAULT 0,
         replayed TINYINT NOT NULL DEFAULT 0,
         lease_owner VARCHAR(64) ${ascii} NULL,
         reason_code VARCHAR(200) NULL,
@@ -261,12 +263,13 @@ class MySqlQueueDialect implements QueueDialect {
         const rows = await runner.all(candidatesSql(this, `q.${QUEUE_COLUMNS.split(', ').join(', q.')}`, query.ordered, ' FOR UPDATE SKIP LOCKED'), [query.consumer, query.limit], trx);
         if (rows.length > 0) {
           await runner.run(
-            `UPDATE ${this.table('queue')} SET lease_owner = ?, available_at = ${this.plusMs(this.now)} WHERE seq IN (?)`,
+            `UPDATE ${this.table('queue')} SET lease_owner = ?, claims = claims + 1, available_at = ${this.plusMs(this.now)} WHERE seq IN (?)`,
             [query.owner, query.leaseMs, rows.map((row) => String(row['seq']))],
             trx,
           );
         }
-        return rows;
+        // The rows were read before the update: report the claim count as it now stands, as the other dialects' RETURNING does.
+        return rows.map((row) => ({ ...row, claims: Number(row['claims']) + 1 }));
       },
       { readCommitted: true },
     );
@@ -347,6 +350,7 @@ class SqliteQueueDialect implements QueueDialect {
         state TEXT NOT NULL DEFAULT 'pending',
         available_at INTEGER NOT NULL,
         attempt INTEGER NOT NULL DEFAULT 1,
+        claims INTEGER NOT NULL DEFAULT 0,
         replayed INTEGER NOT NULL DEFAULT 0,
         lease_owner TEXT,
         reason_code TEXT,
@@ -373,7 +377,7 @@ class SqliteQueueDialect implements QueueDialect {
     );
     if (due.length === 0) return [];
     return runner.all(
-      `UPDATE ${this.table('queue')} SET lease_owner = ?, available_at = ${this.plusMs(SQLITE_NOW_MS)} ` +
+      `UPDATE ${this.table('queue')} SET lease_owner = ?, claims = claims + 1, available_at = ${this.plusMs(SQLITE_NOW_MS)} ` +
         `WHERE seq IN (${candidatesSql(this, 'q.seq', query.ordered, '')}) RETURNING ${QUEUE_COLUMNS}`,
       [query.owner, query.leaseMs, query.consumer, query.limit],
     );

@@ -717,6 +717,9 @@ class QueueSubscription implements Subscription {
       envelope,
       attempt,
       replayed: toNumber(row['replayed']) === 1,
+      // Claimed before without a settle (its lease ran out: the instance died or stalled);
+      // a retry resets the count, so a retried copy is a first delivery of its attempt.
+      redelivered: toNumber(row['claims']) > 1,
       ack: () => once(() => this.#settle(held, 'ack')),
       retry: (delayMs, reason) => once(() => this.#settle(held, 'retry', reason, delayMs)),
       deadLetter: (reason) => once(() => this.#settle(held, 'dead', reason)),
@@ -753,7 +756,7 @@ class QueueSubscription implements Subscription {
         const delay = Math.max(0, Math.round(delayMs));
         affected = (
           await runner.run(
-            `UPDATE ${queue} SET attempt = attempt + 1, replayed = 0, lease_owner = NULL, available_at = ${dialect.plusMs(dialect.now)} WHERE seq = ? AND lease_owner = ?`,
+            `UPDATE ${queue} SET attempt = attempt + 1, replayed = 0, lease_owner = NULL, claims = 0, available_at = ${dialect.plusMs(dialect.now)} WHERE seq = ? AND lease_owner = ?`,
             [delay, held.seq, held.owner],
           )
         ).affectedRows;
