@@ -36,13 +36,15 @@ export interface ServiceBusStandInConfig {
   readonly entityDefaults?: (path: string) => StandInEntityOptions;
   /** Whether an unknown path a sender names is a topic (default: none is; subscriptions create their topic). */
   readonly isTopic?: (path: string) => boolean;
+  /** Test hook: a reason to refuse a message sent (rejected with `amqp:not-allowed`), as a broker refusing it for its content. */
+  readonly refuse?: (message: Message) => string | undefined;
   /** Largest encoded message (or batch) a sender may transfer; the link's max-message-size. Default 256 KiB (Standard tier). */
   readonly maxMessageBytes?: number;
 }
 
 interface StoredMessage {
   readonly sequenceNumber: number;
-  readonly body: Message;
+  body: Message;
   readonly enqueuedAt: number;
   availableAt: number;
   deliveryCount: number;
@@ -236,8 +238,9 @@ export class ServiceBusStandIn {
     };
   }
 
-  private makeEntity(path: string): MessageEntity {
-    const entity = new MessageEntity(path, this.defaults(path), this);
+  private makeEntity(path: string, sessionful = false): MessageEntity {
+    const options = this.defaults(path);
+    const entity = new MessageEntity(path, sessionful ? { ...options, requiresSession: true } : options, this);
     // Every queue and subscription has a dead-letter sub-queue at <path>/$DeadLetterQueue
     // (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
     entity.deadLetterQueue = new MessageEntity(`${path}/$DeadLetterQueue`, { ...entity.options, requiresSession: false }, this);
@@ -254,7 +257,7 @@ export class ServiceBusStandIn {
   }
 
   /** Finds or creates the queue, subscription or dead-letter queue a receiver names. */
-  private receivingEntity(path: string): MessageEntity {
+  private receivingEntity(path: string, sessionful = false): MessageEntity {
     const found = this.findEntity(path);
     if (found) return found;
     const deadLetter = path.toLowerCase().endsWith('/$deadletterqueue');
@@ -265,7 +268,7 @@ export class ServiceBusStandIn {
       const topic = match[1]!.toLowerCase();
       const subscriptions = this.topics.get(topic) ?? new Map<string, MessageEntity>();
       this.topics.set(topic, subscriptions);
-      entity = this.makeEntity(base);
+      entity = this.makeEntity(base, sessionful);
       subscriptions.set(match[2]!.toLowerCase(), entity);
     } else {
       entity = this.makeEntity(base);
@@ -311,10 +314,12 @@ export class ServiceBusStandIn {
       named.set(link.name, link);
       return;
     }
-    const entity = this.receivingEntity(address);
+    const filter = (link.source as { filter?: Record<string, unknown> } | undefined)?.filter;
+    // A subscription first reached by a session receiver is created session-enabled, as a
+    // Courier ordered consumer's subscription is provisioned (a stand-in convenience).
+    const entity = this.receivingEntity(address, filter !== undefined && 'com.microsoft:session-filter' in filter);
     const settleMode = (link as unknown as { remote: { attach: { snd_settle_mode: number; rcv_settle_mode: number } } }).remote.attach;
     const receiver: ReceiverLink = { link, entity, peekLock: settleMode.snd_settle_mode !== 1, session: undefined };
-    const filter = (link.source as { filter?: Record<string, unknown> } | undefined)?.filter;
     if (entity.options.requiresSession) {
       // Sessions (https://learn.microsoft.com/azure/service-bus-messaging/message-sessions): a
       // receiver locks one session — the one it names, or the next one with messages
@@ -408,6 +413,8 @@ export class ServiceBusStandIn {
     }
     const { targets, options } = this.sendTargets(path);
     for (const message of messages) {
+      const refused = this.config.refuse?.(message);
+      if (refused !== undefined) return { condition: 'amqp:not-allowed', description: refused };
       if (options.requiresSession && (message.group_id === undefined || message.group_id === null)) {
         return { condition: 'amqp:invalid-field', description: `${path} requires a SessionId on every message` };
       }
@@ -530,7 +537,10 @@ export class ServiceBusStandIn {
     const message = entity?.messages.find((candidate) => candidate.lock?.delivery === delivery);
     if (entity && message) {
       const state = (delivery as unknown as { remote_state?: { constructor?: { name?: string }; undeliverable_here?: boolean; message_annotations?: Record<string, unknown>; error?: { condition?: string; info?: Record<string, unknown> } } }).remote_state;
-      this.settle(entity, message, outcome, state?.undeliverable_here === true, state?.error?.info);
+      // Abandon and defer carry propertiesToModify as the modified outcome's message
+      // annotations, dead-letter as the error's info (besides reason and description): both
+      // update the message's application properties.
+      this.settle(entity, message, outcome, state?.undeliverable_here === true, outcome === 'rejected' ? state?.error?.info : state?.message_annotations);
     }
     // Settle with the outcome applied: the SDK waits for this before its settle call resolves.
     const outcomes = rhea.message as unknown as Record<'accepted' | 'released' | 'rejected', (fields?: object) => { described(): unknown }>;
@@ -538,8 +548,14 @@ export class ServiceBusStandIn {
   }
 
   /** Applies a settlement (https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#settling-receive-operations). */
-  private settle(entity: MessageEntity, message: StoredMessage, outcome: 'accepted' | 'released' | 'rejected', defer: boolean, info: Record<string, unknown> | undefined): void {
+  private settle(entity: MessageEntity, message: StoredMessage, outcome: 'accepted' | 'released' | 'rejected', defer: boolean, modify: Record<string, unknown> | undefined): void {
     message.lock = undefined;
+    const info = modify;
+    const changes = Object.entries(modify ?? {}).filter(([name]) => name !== 'DeadLetterReason' && name !== 'DeadLetterErrorDescription');
+    if (outcome !== 'accepted' && changes.length > 0) {
+      // propertiesToModify (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusreceiver.abandonmessageasync).
+      message.body = { ...message.body, application_properties: { ...(message.body.application_properties ?? {}), ...Object.fromEntries(changes) } };
+    }
     if (outcome === 'accepted') {
       entity.remove(message);
     } else if (outcome === 'rejected') {
