@@ -78,7 +78,7 @@ const P = {
 } as const;
 
 /** ServiceBusError codes that mean the namespace or the connection, not the message: the relay pauses. */
-const CONNECTIVITY = new Set(['ServiceBusy', 'ServiceCommunicationProblem', 'ServiceTimeout', 'GeneralError', 'QuotaExceeded', 'UnauthorizedAccess']);
+const CONNECTIVITY = new Set(['ServiceBusy', 'ServiceCommunicationProblem', 'ServiceTimeout']);
 const NAME_PATTERN = /^[A-Za-z0-9._-]{0,100}$/;
 
 const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error));
@@ -105,6 +105,8 @@ export function toTransportError(error: unknown, what: string): CourierError {
   const message = `${what}: ${code ? `[${code}] ` : ''}${describe(error)}`;
   if (code === 'MessageSizeExceeded') return new SerializationError('PAYLOAD_TOO_LARGE', message, { cause: error });
   if (code !== undefined && CONNECTIVITY.has(code)) return new TransportError(message, { cause: error });
+  // The SDK reports socket failures (refused, reset) as GeneralError: the connection, not the message.
+  if (code === 'GeneralError' && /ECONN|EPIPE|socket|disconnect|connection/i.test(describe(error))) return new TransportError(message, { cause: error });
   if (isServiceBusError(error)) return new TransportError(message, { code: 'PUBLISH_REJECTED', retriable: error.retryable, cause: error });
   // Not a ServiceBusError: a socket or AMQP-level failure of the connection.
   return new TransportError(message, { cause: error });
@@ -467,6 +469,16 @@ export class ServiceBusTransport implements Transport {
 
 type Long = NonNullable<ServiceBusReceivedMessage['sequenceNumber']>;
 
+/** Resolves as `promise` does, or rejects once `ms` passed. */
+async function deadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 const isConnectivity = (error: CourierError): boolean => error.code === 'TRANSPORT' || error.code === 'PUBLISH_TIMEOUT' || error.code === 'CLOSED';
 
 /** A pending in-place retry: after the delay the message is abandoned with the attempt raised. */
@@ -509,26 +521,61 @@ class ServiceBusSubscription implements Subscription {
       return;
     }
     for (const topic of this.endpoint.topics) {
-      const receiver = this.client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
-        receiveMode: 'peekLock',
-        skipParsingBodyAsJson: true,
-        maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
-      });
-      this.#receivers.add(receiver);
       // Reaching the entity now makes subscribe fail while the broker is away.
-      await receiver.peekMessages(1);
-      receiver.subscribe(
-        {
-          processMessage: async (message) => {
-            await this.#acquire();
-            const run = this.#handle(receiver, message).finally(() => this.#release());
-            this.#track(run);
-            await run;
-          },
-          processError: async () => undefined,
-        },
-        { autoCompleteMessages: false, maxConcurrentCalls: this.endpoint.concurrency },
-      );
+      const probe = this.#receiver(topic);
+      try {
+        await probe.peekMessages(1);
+      } finally {
+        await probe.close().catch(() => undefined);
+      }
+    }
+    for (const topic of this.endpoint.topics) {
+      const loop = this.#receiveLoop(topic);
+      this.#loops.add(loop);
+      void loop.finally(() => this.#loops.delete(loop));
+    }
+  }
+
+  #receiver(topic: string): ServiceBusReceiver {
+    return this.client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
+      receiveMode: 'peekLock',
+      skipParsingBodyAsJson: true,
+      maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
+    });
+  }
+
+  /**
+   * Receives as many messages as handler slots are free and runs them. A receive that
+   * fails or hangs (the SDK can wait a minute re-opening a link after a lost connection)
+   * replaces the receiver, so delivery resumes soon after the broker is back.
+   */
+  async #receiveLoop(topic: string): Promise<void> {
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      const receiver = this.#receiver(topic);
+      this.#receivers.add(receiver);
+      try {
+        while (!signal.aborted) {
+          await this.#acquire();
+          let reserved = 1;
+          while (this.#slots > 0) {
+            this.#slots -= 1;
+            reserved += 1;
+          }
+          let messages: ServiceBusReceivedMessage[] = [];
+          try {
+            messages = await deadline(receiver.receiveMessages(reserved, { maxWaitTimeInMs: 1_000, abortSignal: signal }), 10_000);
+          } finally {
+            for (let index = messages.length; index < reserved; index += 1) this.#release();
+          }
+          for (const message of messages) this.#track(this.#handle(receiver, message).finally(() => this.#release()));
+        }
+      } catch {
+        await sleep(250, signal);
+      } finally {
+        this.#receivers.delete(receiver);
+        void receiver.close().catch(() => undefined);
+      }
     }
   }
 
@@ -652,7 +699,11 @@ class ServiceBusSubscription implements Subscription {
             this.#spawnSessionLoop(topic);
             await sleep(parked.delayMs, signal);
             this.#parked -= 1;
+            // The SDK may have taken later messages of the session already (link credit):
+            // give them back too, so the retried one is the next the session delivers.
+            const buffered = await receiver.receiveMessages(100, { maxWaitTimeInMs: 20 }).catch(() => []);
             await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
+            for (const later of buffered) await receiver.abandonMessage(later).catch(() => undefined);
           }
         }
       } catch {

@@ -70,6 +70,8 @@ class MessageEntity {
   readonly receivers = new Set<ReceiverLink>();
   readonly sessionLocks = new Map<string, { link: ReceiverLink; until: number }>();
   deadLetterQueue: MessageEntity | undefined;
+  /** Which receiver gets the next message. */
+  turn = 0;
 
   constructor(
     readonly path: string,
@@ -442,20 +444,28 @@ export class ServiceBusStandIn {
   /** Hands available messages to receivers with credit, oldest first, honouring locks and sessions. */
   private pump(entity: MessageEntity): void {
     const now = Date.now();
-    for (const receiver of entity.receivers) {
-      if (!receiver.link.is_open()) continue;
-      if (entity.options.requiresSession) {
-        const hold = receiver.session === undefined ? undefined : entity.sessionLocks.get(receiver.session);
-        if (!hold || hold.link !== receiver || hold.until <= now) continue;
-      }
+    // Receivers take turns (competing consumers share the entity's messages), oldest message first.
+    const receivers = [...entity.receivers].filter((receiver) => {
+      if (!receiver.link.is_open()) return false;
+      if (!entity.options.requiresSession) return true;
+      const hold = receiver.session === undefined ? undefined : entity.sessionLocks.get(receiver.session);
+      return hold !== undefined && hold.link === receiver && hold.until > now;
+    });
+    if (receivers.length > 0) {
       for (const message of entity.messages) {
-        if (!receiver.link.sendable()) break;
         if (message.lock || message.deferred || message.availableAt > now) continue;
-        if (entity.options.requiresSession && message.sessionId !== receiver.session) continue;
-        this.deliver(receiver, message);
+        const count = receivers.length;
+        for (let turn = 0; turn < count; turn += 1) {
+          const receiver = receivers[(entity.turn + turn) % count]!;
+          if (!receiver.link.sendable()) continue;
+          if (entity.options.requiresSession && message.sessionId !== receiver.session) continue;
+          this.deliver(receiver, message);
+          entity.turn = (entity.turn + turn + 1) % count;
+          break;
+        }
       }
-      this.finishDrain(receiver.link);
     }
+    for (const receiver of receivers) this.finishDrain(receiver.link);
   }
 
   private finishDrain(link: Sender): void {
@@ -511,6 +521,9 @@ export class ServiceBusStandIn {
     for (const entity of this.allEntities()) {
       let freed = false;
       for (const message of entity.messages) {
+        // In a session, messages are locked by the session lock (renewed with it).
+        const sessionHold = message.sessionId === undefined ? undefined : entity.sessionLocks.get(message.sessionId);
+        if (entity.options.requiresSession && message.lock && sessionHold && sessionHold.link.link === message.lock.link && sessionHold.until > now) continue;
         if (message.lock && message.lock.until <= now) {
           message.lock = undefined;
           freed = true;
@@ -599,7 +612,8 @@ export class ServiceBusStandIn {
     const request = context.message!;
     const operation = String(request.application_properties?.['operation'] ?? '');
     const body = (request.body ?? {}) as Record<string, unknown>;
-    const entity = this.findEntity(path);
+    // A request names its entity: a queue or subscription not seen yet is created, as on first attach.
+    const entity = this.findEntity(path) ?? (/\/subscriptions\//i.test(path) || !this.config.isTopic?.(path) ? this.receivingEntity(path) : undefined);
     const fail = (status: number, condition: string, description: string) => this.replyError(context, status, condition, description);
     try {
       switch (operation) {
