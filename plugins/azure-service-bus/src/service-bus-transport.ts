@@ -28,6 +28,7 @@ import {
   type ServiceBusSender,
   type ServiceBusSessionReceiver,
 } from '@azure/service-bus';
+import Long from 'long';
 
 /** Configuration of {@link ServiceBusTransport}. */
 export interface ServiceBusTransportConfig {
@@ -53,8 +54,13 @@ export interface ServiceBusTransportConfig {
   readonly maxLockRenewalMs?: number;
   /** Largest payload (UTF-8 bytes of `envelope.payload`) declared; keep it under the entity's limit minus ~16 KiB of properties. Default 240 KiB (Standard tier: 256 KiB). */
   readonly maxMessageBytes?: number;
-  /** Topics whose dead letters `deadLetters` can read besides those subscribed on this instance (for operator tools). */
-  readonly topics?: readonly string[];
+  /**
+   * Topics whose dead letters `deadLetters` reads besides those this instance subscribed or
+   * published to: a list, or a function asked at each call (say, from your provisioning).
+   * Service Bus keeps dead letters per subscription, so an operator tool that subscribes
+   * nothing must name the topics.
+   */
+  readonly topics?: readonly string[] | (() => Iterable<string>);
   /**
    * The broker-level MessageId of a send (default: `envelope.messageId`, so duplicate
    * detection drops a re-published message). Tests use it to send a second copy.
@@ -131,7 +137,7 @@ export class ServiceBusTransport implements Transport {
   /** Subscription names hold 50 characters; topic names 260 with the prefix. */
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
-  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId'>;
+  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
   readonly #senders = new Map<string, ServiceBusSender>();
   readonly #subscriptions = new Set<ServiceBusSubscription>();
   readonly #topics = new Set<string>();
@@ -153,8 +159,7 @@ export class ServiceBusTransport implements Transport {
     const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
     positive('maxMessageBytes', maxMessageBytes);
     if (problems.length > 0) throw new ConfigError(problems);
-    this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId };
-    for (const topic of config.topics ?? []) this.#topics.add(topic);
+    this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
       orderedPipelining: false,
@@ -237,6 +242,7 @@ export class ServiceBusTransport implements Transport {
         break;
       }
       const topic = pending[0]!.envelope.topic;
+      this.#topics.add(topic);
       const sender = this.#sender(topic);
       let batch;
       try {
@@ -362,16 +368,18 @@ export class ServiceBusTransport implements Transport {
 
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
     const letters: DeadLetter[] = [];
-    for (const topic of this.#topics) {
+    for (const topic of this.#knownTopics()) {
       const receiver = this.#deadReceiver(topic, consumer);
       try {
-        let from: Long | undefined;
+        // Always from an explicit sequence number: without one the SDK continues after the
+        // last message any receiver of this entity peeked (its management link keeps it).
+        let from = Long.ZERO;
         while (letters.length < limit) {
-          const page = await receiver.peekMessages(Math.min(100, limit - letters.length), from === undefined ? {} : { fromSequenceNumber: from });
+          const page = await receiver.peekMessages(Math.min(100, limit - letters.length), { fromSequenceNumber: from });
           if (page.length === 0) break;
           for (const message of page) {
             letters.push(this.#letterOf(topic, consumer, message));
-            from = message.sequenceNumber?.add(1);
+            if (message.sequenceNumber) from = message.sequenceNumber.add(1);
           }
         }
       } catch (error) {
@@ -381,6 +389,11 @@ export class ServiceBusTransport implements Transport {
       }
     }
     return letters.slice(0, limit);
+  }
+
+  #knownTopics(): Set<string> {
+    const given = this.#config.topics;
+    return new Set([...this.#topics, ...(typeof given === 'function' ? given() : (given ?? []))]);
   }
 
   #letterOf(topic: string, consumer: string, message: ServiceBusReceivedMessage): DeadLetter {
@@ -466,8 +479,6 @@ export class ServiceBusTransport implements Transport {
     await this.close();
   }
 }
-
-type Long = NonNullable<ServiceBusReceivedMessage['sequenceNumber']>;
 
 /** Resolves as `promise` does, or rejects once `ms` passed. */
 async function deadline<T>(promise: Promise<T>, ms: number): Promise<T> {

@@ -152,6 +152,11 @@ export class ServiceBusStandIn {
     return this.findEntity(path)?.messages.length ?? 0;
   }
 
+  /** Names of the topics that exist (for tests that list what a prefix created). */
+  topicNames(): string[] {
+    return [...this.topics.keys()];
+  }
+
   /** Cuts every client connection without closing AMQP-wise, as a network failure would. */
   dropConnections(): void {
     for (const connection of this.connections) connection.socket?.destroy();

@@ -8,10 +8,16 @@ import { ServiceBusTransport, type ServiceBusTransportConfig } from '../../src/i
 import { REFUSED_ID_PREFIX, standIn, standInConnectionString } from './standin-server.js';
 
 export async function createServiceBusFixture({ testId }: FixtureContext): Promise<TransportFixture> {
-  const target = await standIn();
+  const { host, port, server } = await standIn();
+  const target = { host, port };
+  const prefix = `${testId}.`;
+  // Dead letters are per subscription: the checks (in the process that runs the stand-in)
+  // read those of every topic this test created, whichever process published or subscribed.
+  const topics = () => (server?.topicNames() ?? []).filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length));
   const entries = new Map<Transport, { proxy: TcpProxy; client: ServiceBusClient; killed: boolean }>();
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
   let duplicates = 0;
+  let duplicating = false;
 
   const make = async (extra: Partial<ServiceBusTransportConfig> = {}): Promise<ServiceBusTransport> => {
     const proxy = await TcpProxy.create(target);
@@ -21,11 +27,13 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     const transport = new ServiceBusTransport({
       client,
       sessions: true,
-      prefix: `${testId}.`,
+      prefix,
+      topics,
       publishTimeoutMs: 5_000,
       // Above the stand-in's 256 KiB: the broker's own limit refuses (the fixture's `refusable`).
       maxMessageBytes: 300 * 1024,
-      brokerMessageId: (envelope) => (rejecting?.(envelope) ? `${REFUSED_ID_PREFIX}${envelope.messageId}` : envelope.messageId),
+      brokerMessageId: (envelope) =>
+        rejecting?.(envelope) ? `${REFUSED_ID_PREFIX}${envelope.messageId}` : duplicating ? `${envelope.messageId}#dup-${(duplicates += 1)}` : envelope.messageId,
       ...extra,
     });
     entries.set(transport, { proxy, client, killed: false });
@@ -33,7 +41,6 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
   };
 
   const transport = await make();
-  const duplicator = await make({ brokerMessageId: (envelope) => `${envelope.messageId}#dup-${(duplicates += 1)}` });
 
   return {
     transport,
@@ -56,8 +63,13 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     },
     // Over the entity's maximum message size (256 KiB on the stand-in, as on a Standard namespace).
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(270 * 1024)) }),
+    // A second copy under another MessageId (duplicate detection is on), sent through the
+    // fixture's own transport, whose link is already open: the copy follows the original closely.
     injectDuplicate: async (envelope) => {
-      const [result] = await duplicator.publish([envelope]);
+      duplicating = true;
+      const [result] = await transport.publish([envelope]).finally(() => {
+        duplicating = false;
+      });
       if (!result?.ok) throw new Error(`injectDuplicate failed: ${result && !result.ok ? result.error.message : 'no result'}`);
     },
     close: async () => {

@@ -8,10 +8,10 @@ export const STANDIN_LOCK_MS = 3_000;
 /** Broker ids starting with this are refused by the stand-in (the fixture's `rejectPublish`). */
 export const REFUSED_ID_PREFIX = 'standin-refuse:';
 
-let started: Promise<{ host: string; port: number }> | undefined;
+let started: Promise<{ host: string; port: number; server?: ServiceBusStandIn }> | undefined;
 
-/** Address of the stand-in: the parent's (from the environment) or one started here. */
-export function standIn(): Promise<{ host: string; port: number }> {
+/** Address of the stand-in: the parent's (from the environment; no `server` then) or one started here. */
+export function standIn(): Promise<{ host: string; port: number; server?: ServiceBusStandIn }> {
   started ??= (async () => {
     const inherited = Number(process.env['COURIER_ASB_STANDIN_PORT']);
     if (Number.isSafeInteger(inherited) && inherited > 0) return { host: '127.0.0.1', port: inherited };
@@ -21,7 +21,7 @@ export function standIn(): Promise<{ host: string; port: number }> {
       refuse: (message) => (String(message.message_id ?? '').startsWith(REFUSED_ID_PREFIX) ? 'the test refuses this message' : undefined),
     });
     process.env['COURIER_ASB_STANDIN_PORT'] = String(server.port);
-    return { host: '127.0.0.1', port: server.port };
+    return { host: '127.0.0.1', port: server.port, server };
   })();
   return started;
 }
