@@ -105,11 +105,13 @@ const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
  * counting attempts); `MessageSizeExceeded` is `PAYLOAD_TOO_LARGE`; the rest are
  * `PUBLISH_REJECTED`, retriable only when the SDK says the error is.
  */
-export function toTransportError(error: unknown, what: string): CourierError {
-  if (error instanceof CourierError) return error;
+export function toTransportError(caught: unknown, what: string): CourierError {
+  if (caught instanceof CourierError) return caught;
+  // After its own retries the SDK throws an AggregateError of the attempts: the last one says why.
+  const error = caught instanceof AggregateError && caught.errors.length > 0 ? caught.errors[caught.errors.length - 1] : caught;
   const code = codeOf(error);
   const message = `${what}: ${code ? `[${code}] ` : ''}${describe(error)}`;
-  if (code === 'MessageSizeExceeded') return new SerializationError('PAYLOAD_TOO_LARGE', message, { cause: error });
+  if (code === 'MessageSizeExceeded') return new SerializationError('PAYLOAD_TOO_LARGE', message, { cause: caught });
   if (code !== undefined && CONNECTIVITY.has(code)) return new TransportError(message, { cause: error });
   // The SDK reports socket failures (refused, reset) as GeneralError: the connection, not the message.
   if (code === 'GeneralError' && /ECONN|EPIPE|socket|disconnect|connection/i.test(describe(error))) return new TransportError(message, { cause: error });
