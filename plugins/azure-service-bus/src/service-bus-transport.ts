@@ -173,9 +173,9 @@ export class ServiceBusTransport implements Transport {
     // Service Bus: subscription names up to 50 characters; sessionId and messageId up to 128.
     this.limits = { consumer: { bytes: 50 }, id: { bytes: 128 }, key: { bytes: 128 } };
     this.deadLetters = {
-      list: (consumer, options) => this.#listDead(consumer, options?.limit ?? 100),
-      replay: (consumer, ids) => this.#takeDead(consumer, ids, 'replay'),
-      purge: (consumer, ids) => this.#takeDead(consumer, ids, 'purge'),
+      list: (consumer: string, options?: { limit?: number }) => this.#listDead(consumer, options?.limit ?? 100),
+      replay: (consumer: string, ids: readonly string[]) => this.#takeDead(consumer, ids, 'replay'),
+      purge: (consumer: string, ids: readonly string[]) => this.#takeDead(consumer, ids, 'purge'),
     };
   }
 
