@@ -1,0 +1,743 @@
+import {
+  ClosedError,
+  ConfigError,
+  CourierError,
+  SerializationError,
+  TransportError,
+  decodeEnvelope,
+  payloadBytes,
+  type DeadLetter,
+  type DeadLetterReason,
+  type Delivery,
+  type DeliveryHandler,
+  type Endpoint,
+  type Envelope,
+  type PortLimits,
+  type PublishResult,
+  type Subscription,
+  type Transport,
+  type TransportCapabilities,
+  type TransportDeadLetters,
+} from '@courier/core';
+import {
+  isServiceBusError,
+  type ServiceBusClient,
+  type ServiceBusMessage,
+  type ServiceBusReceivedMessage,
+  type ServiceBusReceiver,
+  type ServiceBusSender,
+  type ServiceBusSessionReceiver,
+} from '@azure/service-bus';
+import Long from 'long';
+
+/** Configuration of {@link ServiceBusTransport}. */
+export interface ServiceBusTransportConfig {
+  /**
+   * The user's client (`new ServiceBusClient(connectionString, { retryOptions })`). The
+   * transport never closes it: its owner does, after `transport.close()`.
+   */
+  readonly client: ServiceBusClient;
+  /**
+   * Ordered endpoints read session-enabled subscriptions, and every message is sent with a
+   * sessionId (its key, or its messageId when it has none). Declares `orderingByKey`.
+   * Default false: no sessionId is sent and `ordered: true` subscriptions are refused.
+   */
+  readonly sessions?: boolean;
+  /** Prefix of every topic name (`<prefix><topic>`); letters, digits, `.`, `-`, `_`. Default none. */
+  readonly prefix?: string;
+  /** Longest wait for the broker's answer to one send before `PUBLISH_TIMEOUT`. Default 10 s. */
+  readonly publishTimeoutMs?: number;
+  /**
+   * How long the SDK keeps renewing the lock of a delivery whose handler (or retry delay)
+   * is still running. Default 5 min; after it the lock lapses and the broker redelivers.
+   */
+  readonly maxLockRenewalMs?: number;
+  /** Largest payload (UTF-8 bytes of `envelope.payload`) declared; keep it under the entity's limit minus ~16 KiB of properties. Default 240 KiB (Standard tier: 256 KiB). */
+  readonly maxMessageBytes?: number;
+  /**
+   * Topics whose dead letters `deadLetters` reads besides those this instance subscribed or
+   * published to: a list, or a function asked at each call (say, from your provisioning).
+   * Service Bus keeps dead letters per subscription, so an operator tool that subscribes
+   * nothing must name the topics.
+   */
+  readonly topics?: readonly string[] | (() => Iterable<string>);
+  /**
+   * The broker-level MessageId of a send (default: `envelope.messageId`, so duplicate
+   * detection drops a re-published message). Tests use it to send a second copy.
+   */
+  readonly brokerMessageId?: (envelope: Envelope) => string;
+}
+
+const P = {
+  version: 'courier-version',
+  topic: 'courier-topic',
+  occurredAt: 'courier-occurred-at',
+  key: 'courier-key',
+  causationId: 'courier-causation-id',
+  traceparent: 'traceparent',
+  tracestate: 'tracestate',
+  headers: 'courier-headers',
+  messageId: 'courier-message-id',
+  attempt: 'courier-attempt',
+  replayedFor: 'courier-replayed-for',
+  deadAt: 'courier-dead-at',
+} as const;
+
+/** ServiceBusError codes that mean the namespace or the connection, not the message: the relay pauses. */
+const CONNECTIVITY = new Set(['ServiceBusy', 'ServiceCommunicationProblem', 'ServiceTimeout']);
+const NAME_PATTERN = /^[A-Za-z0-9._-]{0,100}$/;
+
+const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+const codeOf = (error: unknown): string | undefined => (isServiceBusError(error) ? error.code : (error as { code?: string } | undefined)?.code);
+const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+
+/**
+ * A ServiceBusError (or any error of a send) as a transport error: `ServiceBusy` and the
+ * connection codes are retriable connectivity (`TRANSPORT`: the relay pauses without
+ * counting attempts); `MessageSizeExceeded` is `PAYLOAD_TOO_LARGE`; the rest are
+ * `PUBLISH_REJECTED`, retriable only when the SDK says the error is.
+ */
+export function toTransportError(caught: unknown, what: string): CourierError {
+  if (caught instanceof CourierError) return caught;
+  // After its own retries the SDK throws an AggregateError of the attempts: the last one says why.
+  const error = caught instanceof AggregateError && caught.errors.length > 0 ? caught.errors[caught.errors.length - 1] : caught;
+  const code = codeOf(error);
+  const message = `${what}: ${code ? `[${code}] ` : ''}${describe(error)}`;
+  if (code === 'MessageSizeExceeded') return new SerializationError('PAYLOAD_TOO_LARGE', message, { cause: caught });
+  if (code !== undefined && CONNECTIVITY.has(code)) return new TransportError(message, { cause: error });
+  // The SDK reports socket failures (refused, reset) as GeneralError: the connection, not the message.
+  if (code === 'GeneralError' && /ECONN|EPIPE|socket|disconnect|connection/i.test(describe(error))) return new TransportError(message, { cause: error });
+  if (isServiceBusError(error)) return new TransportError(message, { code: 'PUBLISH_REJECTED', retriable: error.retryable, cause: error });
+  // Not a ServiceBusError: a socket or AMQP-level failure of the connection.
+  return new TransportError(message, { cause: error });
+}
+
+/**
+ * Courier transport on Azure Service Bus (`@azure/service-bus` 7.9): a Courier topic is a
+ * Service Bus topic, a consumer is a subscription of that name on each of its topics.
+ *
+ * Guarantees: `publish` sends in `createMessageBatch` batches (split when full; a batch the
+ * broker refuses is sent again one message at a time, so one refusal fails alone) and
+ * answers one result per message once the send resolved. Deliveries are received in
+ * peek-lock and completed only when the core acks, i.e. after the handler's transaction
+ * committed; the SDK renews the lock while a handler runs. `attempt` travels in the
+ * `courier-attempt` application property (the broker's deliveryCount also counts crash
+ * redeliveries). `retry` waits in place with the lock renewed, then abandons with the
+ * attempt raised; `deadLetter` uses the subscription's dead-letter sub-queue with reason
+ * and description. Ordered endpoints use sessions (see `sessions`).
+ */
+export class ServiceBusTransport implements Transport {
+  readonly capabilities: TransportCapabilities;
+  /** Subscription names hold 50 characters; topic names 260 with the prefix. */
+  readonly limits: PortLimits;
+  readonly deadLetters: TransportDeadLetters;
+  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
+  readonly #senders = new Map<string, ServiceBusSender>();
+  readonly #subscriptions = new Set<ServiceBusSubscription>();
+  readonly #topics = new Set<string>();
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  constructor(config: ServiceBusTransportConfig) {
+    const problems: string[] = [];
+    if (!config?.client || typeof config.client.createSender !== 'function') problems.push("'client' must be a ServiceBusClient");
+    const prefix = config?.prefix ?? '';
+    if (!NAME_PATTERN.test(prefix)) problems.push(`'prefix' must be up to 100 letters, digits, '.', '-' or '_', got ${JSON.stringify(prefix)}`);
+    const positive = (name: string, value: number) => {
+      if (!Number.isSafeInteger(value) || value <= 0) problems.push(`'${name}' must be a positive integer, got ${value}`);
+    };
+    const publishTimeoutMs = config?.publishTimeoutMs ?? 10_000;
+    positive('publishTimeoutMs', publishTimeoutMs);
+    const maxLockRenewalMs = config?.maxLockRenewalMs ?? 300_000;
+    positive('maxLockRenewalMs', maxLockRenewalMs);
+    const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
+    positive('maxMessageBytes', maxMessageBytes);
+    if (problems.length > 0) throw new ConfigError(problems);
+    this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
+    this.capabilities = {
+      orderingByKey: this.#config.sessions,
+      orderedPipelining: false,
+      nativeDelay: true,
+      nativeDeadLetter: true,
+      maxMessageBytes,
+      publishTimeoutMs,
+    };
+    // Service Bus: subscription names up to 50 characters; sessionId and messageId up to 128.
+    this.limits = { consumer: { bytes: 50 }, id: { bytes: 128 }, key: { bytes: 128 } };
+    this.deadLetters = {
+      list: (consumer: string, options?: { limit?: number }) => this.#listDead(consumer, options?.limit ?? 100),
+      replay: (consumer: string, ids: readonly string[]) => this.#takeDead(consumer, ids, 'replay'),
+      purge: (consumer: string, ids: readonly string[]) => this.#takeDead(consumer, ids, 'purge'),
+    };
+  }
+
+  /** The Service Bus topic of a Courier topic. */
+  entityOf(topic: string): string {
+    return `${this.#config.prefix}${topic}`;
+  }
+
+  #sender(topic: string): ServiceBusSender {
+    const entity = this.entityOf(topic);
+    let sender = this.#senders.get(entity);
+    if (!sender || sender.isClosed) {
+      sender = this.#config.client.createSender(entity);
+      this.#senders.set(entity, sender);
+    }
+    return sender;
+  }
+
+  /** The Service Bus message of an envelope: native properties, the rest as application properties. */
+  toMessage(envelope: Envelope, attempt = 1, extra: Record<string, string | number | boolean> = {}): ServiceBusMessage {
+    const properties: Record<string, string | number | boolean> = {
+      [P.version]: envelope.version,
+      [P.topic]: envelope.topic,
+      [P.occurredAt]: envelope.occurredAt,
+      [P.headers]: JSON.stringify(envelope.headers),
+      [P.messageId]: envelope.messageId,
+      ...extra,
+    };
+    if (envelope.key !== null) properties[P.key] = envelope.key;
+    if (envelope.causationId !== null) properties[P.causationId] = envelope.causationId;
+    if (envelope.traceparent !== null) properties[P.traceparent] = envelope.traceparent;
+    if (envelope.tracestate !== null) properties[P.tracestate] = envelope.tracestate;
+    if (attempt !== 1) properties[P.attempt] = attempt;
+    const message: ServiceBusMessage = {
+      messageId: this.#config.brokerMessageId?.(envelope) ?? envelope.messageId,
+      subject: envelope.type,
+      contentType: 'application/json',
+      // A data section: the payload's bytes travel exactly as the outbox stored them.
+      body: Buffer.from(envelope.payload, 'utf8'),
+      applicationProperties: properties,
+    };
+    message.correlationId = envelope.correlationId;
+    if (this.#config.sessions) message.sessionId = envelope.key ?? envelope.messageId;
+    return message;
+  }
+
+  async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
+    if (this.#closed) throw new ClosedError('ServiceBusTransport');
+    if (options.signal?.aborted) throw new TransportError('publish aborted before sending', { code: 'ABORTED', retriable: true });
+    const results: (PublishResult | undefined)[] = messages.map(() => undefined);
+    // Groups of consecutive messages per topic, in input order.
+    const pending: { index: number; envelope: Envelope }[] = [];
+    messages.forEach((envelope, index) => {
+      if (payloadBytes(envelope) > this.capabilities.maxMessageBytes) {
+        results[index] = { messageId: envelope.messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `payload of ${payloadBytes(envelope)} bytes is over maxMessageBytes ${this.capabilities.maxMessageBytes}`) };
+      } else pending.push({ index, envelope });
+    });
+    let sentAny = false;
+    let firstConnectivity: CourierError | undefined;
+    const settle = (group: { index: number; envelope: Envelope }[], result: CourierError | undefined) => {
+      for (const { index, envelope } of group) results[index] = result ? { messageId: envelope.messageId, ok: false, error: result } : { messageId: envelope.messageId, ok: true };
+    };
+    while (pending.length > 0) {
+      if (options.signal?.aborted) {
+        settle(pending.splice(0), new TransportError('publish aborted', { code: 'ABORTED', retriable: true }));
+        break;
+      }
+      const topic = pending[0]!.envelope.topic;
+      this.#topics.add(topic);
+      const sender = this.#sender(topic);
+      let batch;
+      try {
+        batch = await this.#withTimeout((signal) => sender.createMessageBatch({ abortSignal: signal }), 'createMessageBatch');
+      } catch (error) {
+        const failure = toTransportError(error, `cannot open a batch on ${this.entityOf(topic)}`);
+        if (!sentAny && isConnectivity(failure)) throw failure;
+        settle(pending.splice(0), failure);
+        break;
+      }
+      const group: { index: number; envelope: Envelope }[] = [];
+      while (pending.length > 0 && pending[0]!.envelope.topic === topic) {
+        const next = pending[0]!;
+        if (!batch.tryAddMessage(this.toMessage(next.envelope))) break;
+        group.push(pending.shift()!);
+      }
+      if (group.length === 0) {
+        // Does not fit in an empty batch: too large with its properties.
+        const next = pending.shift()!;
+        settle([next], new SerializationError('PAYLOAD_TOO_LARGE', `message ${next.envelope.messageId} with its properties is over the entity's ${batch.maxSizeInBytes} bytes`));
+        continue;
+      }
+      const failure = await this.#send(sender, batch, group.length);
+      sentAny = true;
+      if (!failure) {
+        settle(group, undefined);
+        continue;
+      }
+      if (isConnectivity(failure) || group.length === 1) {
+        if (isConnectivity(failure)) firstConnectivity ??= failure;
+        settle(group, failure);
+        continue;
+      }
+      // The broker refused the batch as a whole: send its messages alone, so a refusal fails only its own.
+      for (const item of group) {
+        const alone = await this.#send(sender, [this.toMessage(item.envelope)], 1);
+        settle([item], alone);
+      }
+    }
+    const final = results.map((result, index) => result ?? { messageId: messages[index]!.messageId, ok: false as const, error: new TransportError('not sent') });
+    // Nothing answered and the connection is gone: reject as a whole, so the relay pauses.
+    if (firstConnectivity && final.every((result) => !result.ok && isConnectivity(result.error))) throw firstConnectivity;
+    return final;
+  }
+
+  async #send(sender: ServiceBusSender, batch: Parameters<ServiceBusSender['sendMessages']>[0], count: number): Promise<CourierError | undefined> {
+    try {
+      await this.#withTimeout((signal) => sender.sendMessages(batch, { abortSignal: signal }), `send of ${count} message(s)`);
+      return undefined;
+    } catch (error) {
+      return toTransportError(error, `send to ${sender.entityPath}`);
+    }
+  }
+
+  async #withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, what: string): Promise<T> {
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort();
+        reject(new TransportError(`${what}: no answer within ${this.#config.publishTimeoutMs} ms`, { code: 'PUBLISH_TIMEOUT', retriable: true }));
+      }, this.#config.publishTimeoutMs);
+    });
+    try {
+      return await Promise.race([run(controller.signal), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
+    if (this.#closed) throw new ClosedError('ServiceBusTransport');
+    if (endpoint.ordered && !this.#config.sessions) throw new ConfigError(`consumer ${endpoint.consumer}: ordered endpoints need 'sessions: true' and session-enabled subscriptions`);
+    for (const topic of endpoint.topics) this.#topics.add(topic);
+    const subscription = new ServiceBusSubscription(this, this.#config.client, endpoint, handler, this.#config.maxLockRenewalMs);
+    this.#subscriptions.add(subscription);
+    subscription.onClosed = () => this.#subscriptions.delete(subscription);
+    try {
+      await subscription.start();
+    } catch (error) {
+      await subscription.close();
+      throw toTransportError(error, `cannot subscribe ${endpoint.consumer}`);
+    }
+    return subscription;
+  }
+
+  /** Decodes a received message into an envelope (throws `SerializationError` ENVELOPE_INVALID). */
+  fromMessage(message: ServiceBusReceivedMessage): Envelope {
+    const properties = message.applicationProperties ?? {};
+    const optional = (name: string) => (properties[name] === undefined || properties[name] === null ? null : String(properties[name]));
+    let headers: unknown;
+    try {
+      headers = JSON.parse(String(properties[P.headers] ?? '{}'));
+    } catch {
+      headers = properties[P.headers];
+    }
+    const body = message.body as unknown;
+    return decodeEnvelope({
+      messageId: optional(P.messageId) ?? message.messageId,
+      type: message.subject,
+      version: properties[P.version],
+      topic: properties[P.topic],
+      occurredAt: properties[P.occurredAt],
+      key: optional(P.key),
+      correlationId: message.correlationId === undefined || message.correlationId === null ? undefined : String(message.correlationId),
+      causationId: optional(P.causationId),
+      traceparent: optional(P.traceparent),
+      tracestate: optional(P.tracestate),
+      headers,
+      payload: Buffer.isBuffer(body) ? body.toString('utf8') : typeof body === 'string' ? body : body,
+    });
+  }
+
+  /** The attempt a received message carries (absent: 1). */
+  static attemptOf(message: ServiceBusReceivedMessage): number {
+    const value = Number(message.applicationProperties?.[P.attempt] ?? 1);
+    return Number.isSafeInteger(value) && value >= 1 ? value : 1;
+  }
+
+  #deadReceiver(topic: string, consumer: string): ServiceBusReceiver {
+    return this.#config.client.createReceiver(this.entityOf(topic), consumer, { subQueueType: 'deadLetter', skipParsingBodyAsJson: true, maxAutoLockRenewalDurationInMs: 0 });
+  }
+
+  async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
+    const letters: DeadLetter[] = [];
+    for (const topic of this.#knownTopics()) {
+      const receiver = this.#deadReceiver(topic, consumer);
+      try {
+        // Always from an explicit sequence number: without one the SDK continues after the
+        // last message any receiver of this entity peeked (its management link keeps it).
+        let from = Long.ZERO;
+        while (letters.length < limit) {
+          const page = await receiver.peekMessages(Math.min(100, limit - letters.length), { fromSequenceNumber: from });
+          if (page.length === 0) break;
+          for (const message of page) {
+            letters.push(this.#letterOf(topic, consumer, message));
+            if (message.sequenceNumber) from = message.sequenceNumber.add(1);
+          }
+        }
+      } catch (error) {
+        if (codeOf(error) !== 'MessagingEntityNotFound') throw toTransportError(error, `cannot list dead letters of ${consumer}`);
+      } finally {
+        await receiver.close().catch(() => undefined);
+      }
+    }
+    return letters.slice(0, limit);
+  }
+
+  #knownTopics(): Set<string> {
+    const given = this.#config.topics;
+    return new Set([...this.#topics, ...(typeof given === 'function' ? given() : (given ?? []))]);
+  }
+
+  #letterOf(topic: string, consumer: string, message: ServiceBusReceivedMessage): DeadLetter {
+    let envelope: Envelope;
+    try {
+      envelope = this.fromMessage(message);
+    } catch {
+      envelope = decodeEnvelope({ messageId: String(message.messageId ?? 'unknown'), type: 'courier.Undecodable', version: 1, topic, occurredAt: new Date(0).toISOString(), key: null, correlationId: String(message.messageId ?? 'unknown'), causationId: null, traceparent: null, tracestate: null, headers: {}, payload: 'null' });
+    }
+    const deadAt = message.applicationProperties?.[P.deadAt];
+    return {
+      id: `${topic}\n${message.sequenceNumber?.toString() ?? ''}`,
+      consumer,
+      envelope,
+      reason: { code: message.deadLetterReason ?? 'UNKNOWN', message: message.deadLetterErrorDescription ?? '' },
+      attempt: ServiceBusTransport.attemptOf(message),
+      deadAt: typeof deadAt === 'string' ? new Date(deadAt) : (message.enqueuedTimeUtc ?? new Date(0)),
+    };
+  }
+
+  /**
+   * Replay or purge dead letters by id: received from the dead-letter sub-queue in
+   * peek-lock, the wanted ones completed (after their copy was sent, for a replay), the
+   * others abandoned. A replay is published to the topic with `courier-replayed-for` =
+   * consumer: every subscription of the topic receives it, only this consumer runs it as a
+   * replay; the others drop it through their inbox as the duplicate it is for them.
+   */
+  async #takeDead(consumer: string, ids: readonly string[], action: 'replay' | 'purge'): Promise<number> {
+    const byTopic = new Map<string, Set<string>>();
+    for (const id of ids) {
+      const [topic, sequence] = id.split('\n');
+      if (topic === undefined || sequence === undefined) continue;
+      const set = byTopic.get(topic) ?? new Set<string>();
+      set.add(sequence);
+      byTopic.set(topic, set);
+    }
+    let done = 0;
+    for (const [topic, wanted] of byTopic) {
+      const receiver = this.#deadReceiver(topic, consumer);
+      const others: ServiceBusReceivedMessage[] = [];
+      try {
+        for (let round = 0; round < 20 && wanted.size > 0; round += 1) {
+          const got = await receiver.receiveMessages(100, { maxWaitTimeInMs: 1_000 });
+          if (got.length === 0) break;
+          for (const message of got) {
+            const sequence = message.sequenceNumber?.toString() ?? '';
+            if (!wanted.has(sequence)) {
+              others.push(message);
+              continue;
+            }
+            if (action === 'replay') {
+              const envelope = this.fromMessage(message);
+              const copy = this.toMessage(envelope, 1, { [P.replayedFor]: consumer });
+              // Another broker id than the original's, so duplicate detection keeps the replay.
+              copy.messageId = `${envelope.messageId}#replay-${sequence}`;
+              await this.#sender(topic).sendMessages(copy);
+            }
+            await receiver.completeMessage(message);
+            wanted.delete(sequence);
+            done += 1;
+          }
+        }
+      } catch (error) {
+        throw toTransportError(error, `cannot ${action} dead letters of ${consumer}`);
+      } finally {
+        for (const message of others) await receiver.abandonMessage(message).catch(() => undefined);
+        await receiver.close().catch(() => undefined);
+      }
+    }
+    return done;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#closing ??= (async () => {
+      await Promise.all([...this.#subscriptions].map((subscription) => subscription.close()));
+      await Promise.all([...this.#senders.values()].map((sender) => sender.close().catch(() => undefined)));
+    })();
+    return this.#closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Resolves as `promise` does, or rejects once `ms` passed. */
+async function deadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const isConnectivity = (error: CourierError): boolean => error.code === 'TRANSPORT' || error.code === 'PUBLISH_TIMEOUT' || error.code === 'CLOSED';
+
+/** A pending in-place retry: after the delay the message is abandoned with the attempt raised. */
+interface ParkedRetry {
+  readonly delayMs: number;
+  readonly attempt: number;
+}
+
+/**
+ * One subscribed endpoint: a peek-lock receiver per topic (unordered), or session
+ * receivers that each hold one key's session at a time (ordered).
+ */
+class ServiceBusSubscription implements Subscription {
+  onClosed: (() => void) | undefined;
+  readonly #stop = new AbortController();
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #receivers = new Set<ServiceBusReceiver | ServiceBusSessionReceiver>();
+  readonly #loops = new Set<Promise<void>>();
+  #slots: number;
+  readonly #waiting: (() => void)[] = [];
+  #parked = 0;
+  #closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly transport: ServiceBusTransport,
+    private readonly client: ServiceBusClient,
+    private readonly endpoint: Endpoint,
+    private readonly handler: DeliveryHandler,
+    private readonly maxLockRenewalMs: number,
+  ) {
+    this.#slots = endpoint.concurrency;
+  }
+
+  async start(): Promise<void> {
+    if (this.endpoint.ordered) {
+      // Probe one session accept per topic, so a missing entity or broker outage rejects subscribe.
+      for (const topic of this.endpoint.topics) {
+        for (let index = 0; index < this.endpoint.concurrency; index += 1) this.#spawnSessionLoop(topic);
+      }
+      return;
+    }
+    for (const topic of this.endpoint.topics) {
+      // Reaching the entity now makes subscribe fail while the broker is away.
+      const probe = this.#receiver(topic);
+      try {
+        await probe.peekMessages(1);
+      } finally {
+        await probe.close().catch(() => undefined);
+      }
+    }
+    for (const topic of this.endpoint.topics) {
+      const loop = this.#receiveLoop(topic);
+      this.#loops.add(loop);
+      void loop.finally(() => this.#loops.delete(loop));
+    }
+  }
+
+  #receiver(topic: string): ServiceBusReceiver {
+    return this.client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
+      receiveMode: 'peekLock',
+      skipParsingBodyAsJson: true,
+      maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
+    });
+  }
+
+  /**
+   * Receives as many messages as handler slots are free and runs them. A receive that
+   * fails or hangs (the SDK can wait a minute re-opening a link after a lost connection)
+   * replaces the receiver, so delivery resumes soon after the broker is back.
+   */
+  async #receiveLoop(topic: string): Promise<void> {
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      const receiver = this.#receiver(topic);
+      this.#receivers.add(receiver);
+      try {
+        while (!signal.aborted) {
+          await this.#acquire();
+          let reserved = 1;
+          while (this.#slots > 0) {
+            this.#slots -= 1;
+            reserved += 1;
+          }
+          let messages: ServiceBusReceivedMessage[] = [];
+          try {
+            messages = await deadline(receiver.receiveMessages(reserved, { maxWaitTimeInMs: 1_000, abortSignal: signal }), 10_000);
+          } finally {
+            for (let index = messages.length; index < reserved; index += 1) this.#release();
+          }
+          for (const message of messages) this.#track(this.#handle(receiver, message).finally(() => this.#release()));
+        }
+      } catch {
+        await sleep(250, signal);
+      } finally {
+        this.#receivers.delete(receiver);
+        void receiver.close().catch(() => undefined);
+      }
+    }
+  }
+
+  #track(run: Promise<void>): void {
+    this.#inFlight.add(run);
+    void run.finally(() => this.#inFlight.delete(run));
+  }
+
+  async #acquire(): Promise<void> {
+    if (this.#slots > 0) {
+      this.#slots -= 1;
+      return;
+    }
+    await new Promise<void>((resolve) => this.#waiting.push(resolve));
+  }
+
+  #release(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#slots += 1;
+  }
+
+  /** Runs the handler for one message; returns the retry the handler asked for, if it did. */
+  async #handle(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage): Promise<void> {
+    const parked = await this.#deliver(receiver, message);
+    if (parked) {
+      // Unordered: the delay runs outside the handler slot; the lock is renewed meanwhile.
+      this.#track(this.#retryLater(receiver, message, parked));
+    }
+  }
+
+  async #deliver(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage): Promise<ParkedRetry | undefined> {
+    let envelope: Envelope;
+    try {
+      envelope = this.transport.fromMessage(message);
+    } catch (error) {
+      await receiver.deadLetterMessage(message, { deadLetterReason: 'ENVELOPE_INVALID', deadLetterErrorDescription: describe(error), [P.deadAt]: new Date().toISOString() }).catch(() => undefined);
+      return undefined;
+    }
+    const attempt = ServiceBusTransport.attemptOf(message);
+    let settled = false;
+    let parked: ParkedRetry | undefined;
+    const once = async (action: () => Promise<void>, what: string) => {
+      if (settled) return;
+      settled = true;
+      try {
+        await action();
+      } catch (error) {
+        throw new TransportError(`${what} of ${envelope.messageId} failed: ${describe(error)}`, { cause: error });
+      }
+    };
+    const delivery: Delivery = {
+      envelope,
+      attempt,
+      replayed: message.applicationProperties?.[P.replayedFor] === this.endpoint.consumer,
+      ack: () => once(() => receiver.completeMessage(message), 'complete'),
+      retry: (delayMs: number) =>
+        once(async () => {
+          parked = { delayMs: Math.max(0, delayMs), attempt: attempt + 1 };
+        }, 'retry'),
+      deadLetter: (reason: DeadLetterReason) =>
+        once(() => receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString() }), 'deadLetter'),
+    };
+    try {
+      await this.handler(delivery);
+    } catch {
+      // The core settles handler failures itself; an unsettled delivery comes back after its lock.
+    }
+    return parked;
+  }
+
+  /** Waits the retry delay (the lock renewed by the SDK), then abandons with the attempt raised. */
+  async #retryLater(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, parked: ParkedRetry): Promise<void> {
+    await sleep(parked.delayMs, this.#stop.signal);
+    await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
+  }
+
+  #spawnSessionLoop(topic: string): void {
+    const loop = this.#sessionLoop(topic);
+    this.#loops.add(loop);
+    void loop.finally(() => this.#loops.delete(loop));
+  }
+
+  /**
+   * Accepts the next session with messages, handles its messages one at a time in order,
+   * and lets it go when it has none left. A retry parks the session (the key waits, its
+   * lock renewed) and starts another loop, so the handler slot is free for other keys.
+   */
+  async #sessionLoop(topic: string): Promise<void> {
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      let receiver: ServiceBusSessionReceiver;
+      try {
+        receiver = await this.client.acceptNextSession(this.transport.entityOf(topic), this.endpoint.consumer, {
+          receiveMode: 'peekLock',
+          skipParsingBodyAsJson: true,
+          maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
+          abortSignal: signal,
+        });
+      } catch {
+        // No session free (or the broker is away): try again shortly.
+        await sleep(250, signal);
+        continue;
+      }
+      this.#receivers.add(receiver);
+      try {
+        while (!signal.aborted) {
+          const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 500 });
+          if (!message || signal.aborted) break;
+          await this.#acquire();
+          let parked: ParkedRetry | undefined;
+          const run = this.#deliver(receiver, message).then((value) => {
+            parked = value;
+          });
+          this.#track(run);
+          await run.catch(() => undefined);
+          this.#release();
+          if (parked) {
+            // The key waits in place; another loop keeps the other keys flowing.
+            this.#parked += 1;
+            this.#spawnSessionLoop(topic);
+            await sleep(parked.delayMs, signal);
+            this.#parked -= 1;
+            // The SDK may have taken later messages of the session already (link credit):
+            // give them back too, so the retried one is the next the session delivers.
+            const buffered = await receiver.receiveMessages(100, { maxWaitTimeInMs: 20 }).catch(() => []);
+            await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
+            for (const later of buffered) await receiver.abandonMessage(later).catch(() => undefined);
+          }
+        }
+      } catch {
+        // Session lock lost or connection gone: the broker hands the session on after the lock.
+      } finally {
+        this.#receivers.delete(receiver);
+        await receiver.close().catch(() => undefined);
+      }
+      // More loops than slots (after a parked retry ended): this one retires.
+      if (this.#loops.size - this.#parked > this.endpoint.concurrency * this.endpoint.topics.length) return;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#stop.abort();
+      await Promise.allSettled([...this.#inFlight]);
+      await Promise.allSettled([...this.#loops]);
+      await Promise.all([...this.#receivers].map((receiver) => receiver.close().catch(() => undefined)));
+      this.onClosed?.();
+    })();
+    return this.#closing;
+  }
+}

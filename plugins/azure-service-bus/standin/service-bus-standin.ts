@@ -1,0 +1,760 @@
+// A stand-in for Azure Service Bus: an AMQP 1.0 server written with rhea that answers the
+// real, unmodified @azure/service-bus client (connection string with
+// `UseDevelopmentEmulator=true`) for the subset of Service Bus the Courier transport relies
+// on. It is a test tool, not an emulator: every behaviour here follows a Microsoft
+// documentation page (linked where it is implemented, and in standin/README.md), and the
+// tests in test/standin.test.ts hold it to them. Anything not listed there is not imitated.
+//
+// Entities are created on first use (the stand-in has no ATOM management API): a receiver
+// attaching to `<topic>/Subscriptions/<name>` creates that topic and subscription; any other
+// unknown path becomes a queue, unless `isTopic(path)` says it is a topic (which, like a real
+// topic without subscriptions, then drops what is sent to it). `entityDefaults(path)`
+// decides the settings of each queue and subscription.
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import rhea, { type Connection, type Delivery, type EventContext, type Message, type Sender } from 'rhea';
+
+/** Settings of one queue or subscription (the names of the Service Bus properties). */
+export interface StandInEntityOptions {
+  /** `RequiresSession`: every message needs a sessionId; receivers lock one session at a time. */
+  readonly requiresSession?: boolean;
+  /** `MaxDeliveryCount` (default 10): after that many deliveries the message is dead-lettered. */
+  readonly maxDeliveryCount?: number;
+  /** `LockDuration` (default 60 s): peek-lock and session locks expire after it unless renewed. */
+  readonly lockDurationMs?: number;
+  /** `RequiresDuplicateDetection`: a messageId seen within the window is accepted and dropped. */
+  readonly duplicateDetection?: boolean;
+  /** `DuplicateDetectionHistoryTimeWindow` (default 10 min). */
+  readonly duplicateWindowMs?: number;
+}
+
+/** Configuration of a stand-in server. */
+export interface ServiceBusStandInConfig {
+  /** Port to listen on (default: a free one). Host is always 127.0.0.1. */
+  readonly port?: number;
+  /** Settings for an entity created on first use; `path` is the queue, topic or `<topic>/Subscriptions/<name>`. */
+  readonly entityDefaults?: (path: string) => StandInEntityOptions;
+  /** Whether an unknown path a sender names is a topic (default: none is; subscriptions create their topic). */
+  readonly isTopic?: (path: string) => boolean;
+  /** Test hook: a reason to refuse a message sent (rejected with `amqp:not-allowed`), as a broker refusing it for its content. */
+  readonly refuse?: (message: Message) => string | undefined;
+  /** Largest encoded message (or batch) a sender may transfer; the link's max-message-size. Default 256 KiB (Standard tier). */
+  readonly maxMessageBytes?: number;
+}
+
+interface StoredMessage {
+  readonly sequenceNumber: number;
+  body: Message;
+  readonly enqueuedAt: number;
+  availableAt: number;
+  deliveryCount: number;
+  sessionId: string | undefined;
+  lock: { token: string; until: number; link: Sender; delivery: Delivery | undefined } | undefined;
+  deferred: boolean;
+  deadLetter: { reason: string | undefined; description: string | undefined; source: string | undefined } | undefined;
+}
+
+interface ReceiverLink {
+  readonly link: Sender;
+  readonly entity: MessageEntity;
+  readonly peekLock: boolean;
+  /** Locked session for a session receiver. */
+  session: string | undefined;
+}
+
+const TICKS_AT_EPOCH = 621_355_968_000_000_000n;
+
+/** A queue, a subscription or a dead-letter sub-queue: where messages wait for receivers. */
+class MessageEntity {
+  readonly messages: StoredMessage[] = [];
+  readonly receivers = new Set<ReceiverLink>();
+  readonly sessionLocks = new Map<string, { link: ReceiverLink; until: number }>();
+  deadLetterQueue: MessageEntity | undefined;
+  /** Which receiver gets the next message. */
+  turn = 0;
+
+  constructor(
+    readonly path: string,
+    readonly options: Required<StandInEntityOptions>,
+    private readonly server: ServiceBusStandIn,
+  ) {}
+
+  enqueue(body: Message, availableAt: number, sessionId: string | undefined, deadLetter?: StoredMessage['deadLetter'], deliveryCount = 0): StoredMessage {
+    const stored: StoredMessage = {
+      sequenceNumber: this.server.nextSequence(),
+      body,
+      enqueuedAt: Date.now(),
+      availableAt,
+      deliveryCount,
+      sessionId,
+      lock: undefined,
+      deferred: false,
+      deadLetter,
+    };
+    this.messages.push(stored);
+    this.server.schedulePump(this, availableAt);
+    return stored;
+  }
+
+  remove(message: StoredMessage): void {
+    const index = this.messages.indexOf(message);
+    if (index >= 0) this.messages.splice(index, 1);
+  }
+}
+
+/**
+ * The stand-in server. `start()` listens on 127.0.0.1; `connectionString` is what the SDK
+ * takes. `close()` drops every connection. `throttle(path, true)` makes sends to a path fail
+ * with `com.microsoft:server-busy` (the ServiceBusy code), as a throttled namespace does.
+ */
+export class ServiceBusStandIn {
+  private readonly container = rhea.create_container({ id: 'courier-service-bus-standin' });
+  private listener: ReturnType<typeof rhea.listen> | undefined;
+  private readonly topics = new Map<string, Map<string, MessageEntity>>();
+  private readonly queues = new Map<string, MessageEntity>();
+  private readonly throttled = new Set<string>();
+  private readonly duplicates = new Map<string, Map<string, number>>();
+  private readonly connections = new Set<Connection>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  /** Server-side senders of `$cbs` / `$management`, by connection and link name: replies go to the link named by reply_to. */
+  private readonly replyLinks = new WeakMap<Connection, Map<string, Sender>>();
+  private sequence = 0;
+  private lockSweeper: NodeJS.Timeout | undefined;
+  private portNumber = 0;
+
+  constructor(private readonly config: ServiceBusStandInConfig = {}) {}
+
+  /** Starts listening; resolves once the port is bound. */
+  static async start(config: ServiceBusStandInConfig = {}): Promise<ServiceBusStandIn> {
+    const server = new ServiceBusStandIn(config);
+    await server.listen();
+    return server;
+  }
+
+  /** The port the server listens on. */
+  get port(): number {
+    return this.portNumber;
+  }
+
+  /** A connection string for `new ServiceBusClient(...)` (any key: CBS accepts every token). */
+  get connectionString(): string {
+    return `Endpoint=sb://127.0.0.1:${this.portNumber};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=standin;UseDevelopmentEmulator=true`;
+  }
+
+  /** Makes sends to `path` (a queue or topic) fail with `com.microsoft:server-busy` while on. */
+  throttle(path: string, on: boolean): void {
+    if (on) this.throttled.add(path);
+    else this.throttled.delete(path);
+  }
+
+  /** Messages currently held by a queue, subscription or dead-letter path (for tests). */
+  count(path: string): number {
+    return this.findEntity(path)?.messages.length ?? 0;
+  }
+
+  /** Names of the topics that exist (for tests that list what a prefix created). */
+  topicNames(): string[] {
+    return [...this.topics.keys()];
+  }
+
+  /** Cuts every client connection without closing AMQP-wise, as a network failure would. */
+  dropConnections(): void {
+    for (const connection of this.connections) connection.socket?.destroy();
+  }
+
+  /** Stops listening and cuts every connection. Idempotent. */
+  async close(): Promise<void> {
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    if (this.lockSweeper) clearInterval(this.lockSweeper);
+    this.lockSweeper = undefined;
+    this.dropConnections();
+    const listener = this.listener;
+    this.listener = undefined;
+    if (listener) await new Promise<void>((resolve) => listener.close(() => resolve()));
+  }
+
+  /** @internal */
+  nextSequence(): number {
+    this.sequence += 1;
+    return this.sequence;
+  }
+
+  /** @internal: delivers what became available at `at` (scheduled messages, abandon-after-delay). */
+  schedulePump(entity: MessageEntity, at: number): void {
+    const wait = at - Date.now();
+    if (wait <= 0) {
+      setImmediate(() => this.pump(entity));
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      this.pump(entity);
+    }, wait);
+    this.timers.add(timer);
+  }
+
+  private async listen(): Promise<void> {
+    this.container.sasl_server_mechanisms.enable_anonymous();
+    // The SDK sends the SAS key name and a token over CBS; SASL PLAIN is accepted as well.
+    this.container.sasl_server_mechanisms.enable_plain(() => true);
+    this.container.on('connection_open', (context: EventContext) => {
+      this.connections.add(context.connection);
+    });
+    const forget = (context: EventContext) => {
+      this.connections.delete(context.connection);
+      this.releaseConnection(context.connection);
+    };
+    this.container.on('connection_close', forget);
+    this.container.on('disconnected', forget);
+    this.container.on('connection_error', () => undefined);
+    this.container.on('error', () => undefined);
+    this.container.on('sender_open', (context: EventContext) => this.onReceiverAttach(context));
+    this.container.on('receiver_open', (context: EventContext) => this.onSenderAttach(context));
+    this.container.on('message', (context: EventContext) => this.onMessage(context));
+    this.container.on('sendable', (context: EventContext) => {
+      const receiver = this.receiverOf(context.sender);
+      if (receiver) this.pump(receiver.entity);
+    });
+    this.container.on('sender_close', (context: EventContext) => this.releaseLink(context.sender));
+    this.container.on('accepted', (context: EventContext) => this.onDisposition(context, 'accepted'));
+    this.container.on('released', (context: EventContext) => this.onDisposition(context, 'released'));
+    this.container.on('rejected', (context: EventContext) => this.onDisposition(context, 'rejected'));
+    this.listener = this.container.listen({ port: this.config.port ?? 0, host: '127.0.0.1' });
+    await new Promise<void>((resolve, reject) => {
+      this.listener?.once('listening', () => resolve());
+      this.listener?.once('error', reject);
+    });
+    this.portNumber = (this.listener.address() as AddressInfo).port;
+    // Lock expiry (https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#peeklock):
+    // a lock that runs out makes the message available again, its delivery count kept.
+    this.lockSweeper = setInterval(() => this.expireLocks(), 100);
+    this.lockSweeper.unref();
+  }
+
+  // ---- entities -------------------------------------------------------------------------
+
+  private defaults(path: string): Required<StandInEntityOptions> {
+    const given = this.config.entityDefaults?.(path) ?? {};
+    return {
+      requiresSession: given.requiresSession ?? false,
+      maxDeliveryCount: given.maxDeliveryCount ?? 10,
+      lockDurationMs: given.lockDurationMs ?? 60_000,
+      duplicateDetection: given.duplicateDetection ?? false,
+      duplicateWindowMs: given.duplicateWindowMs ?? 600_000,
+    };
+  }
+
+  private makeEntity(path: string, sessionful = false): MessageEntity {
+    const options = this.defaults(path);
+    const entity = new MessageEntity(path, sessionful ? { ...options, requiresSession: true } : options, this);
+    // Every queue and subscription has a dead-letter sub-queue at <path>/$DeadLetterQueue
+    // (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
+    entity.deadLetterQueue = new MessageEntity(`${path}/$DeadLetterQueue`, { ...entity.options, requiresSession: false }, this);
+    return entity;
+  }
+
+  private findEntity(path: string): MessageEntity | undefined {
+    const lower = path.toLowerCase();
+    const deadLetter = lower.endsWith('/$deadletterqueue');
+    const base = deadLetter ? path.slice(0, -'/$DeadLetterQueue'.length) : path;
+    const match = /^(.+)\/subscriptions\/([^/]+)$/i.exec(base);
+    const entity = match ? this.topics.get(match[1]!.toLowerCase())?.get(match[2]!.toLowerCase()) : this.queues.get(base.toLowerCase());
+    return deadLetter ? entity?.deadLetterQueue : entity;
+  }
+
+  /** Finds or creates the queue, subscription or dead-letter queue a receiver names. */
+  private receivingEntity(path: string, sessionful = false): MessageEntity {
+    const found = this.findEntity(path);
+    if (found) return found;
+    const deadLetter = path.toLowerCase().endsWith('/$deadletterqueue');
+    const base = deadLetter ? path.slice(0, -'/$DeadLetterQueue'.length) : path;
+    const match = /^(.+)\/subscriptions\/([^/]+)$/i.exec(base);
+    let entity: MessageEntity;
+    if (match) {
+      const topic = match[1]!.toLowerCase();
+      const subscriptions = this.topics.get(topic) ?? new Map<string, MessageEntity>();
+      this.topics.set(topic, subscriptions);
+      entity = this.makeEntity(base, sessionful);
+      subscriptions.set(match[2]!.toLowerCase(), entity);
+    } else {
+      entity = this.makeEntity(base);
+      this.queues.set(base.toLowerCase(), entity);
+    }
+    return deadLetter ? entity.deadLetterQueue! : entity;
+  }
+
+  /** Where a message sent to `path` goes: the queue, or every subscription of the topic. */
+  private sendTargets(path: string): { targets: MessageEntity[]; options: Required<StandInEntityOptions> } {
+    const queue = this.queues.get(path.toLowerCase());
+    if (queue) return { targets: [queue], options: queue.options };
+    if (!this.topics.has(path.toLowerCase()) && !this.config.isTopic?.(path)) {
+      const created = this.receivingEntity(path);
+      return { targets: [created], options: created.options };
+    }
+    const subscriptions = this.topics.get(path.toLowerCase()) ?? new Map<string, MessageEntity>();
+    this.topics.set(path.toLowerCase(), subscriptions);
+    return { targets: [...subscriptions.values()], options: this.defaults(path) };
+  }
+
+  // ---- links ----------------------------------------------------------------------------
+
+  /** The client attached a sender: we receive on it. `$cbs` and `$management` are request nodes. */
+  private onSenderAttach(context: EventContext): void {
+    const link = context.receiver!;
+    const address = String(link.target?.address ?? '');
+    // Largest message a sender may transfer: the SDK sizes createMessageBatch from it.
+    (link as unknown as { local: { attach: { max_message_size: number } } }).local.attach.max_message_size = this.config.maxMessageBytes ?? 256 * 1024;
+    if (address === '$cbs' || address.endsWith('$management')) return;
+    if (address.toLowerCase().endsWith('/$deadletterqueue')) {
+      link.close({ condition: 'amqp:not-allowed', description: 'cannot send to a dead-letter queue' });
+    }
+  }
+
+  /** The client attached a receiver: we send on it (entity deliveries, or replies of a request node). */
+  private onReceiverAttach(context: EventContext): void {
+    const link = context.sender!;
+    const address = String(link.source?.address ?? '');
+    if (address === '$cbs' || address.endsWith('$management')) {
+      const named = this.replyLinks.get(link.connection) ?? new Map<string, Sender>();
+      this.replyLinks.set(link.connection, named);
+      named.set(link.name, link);
+      return;
+    }
+    const filter = (link.source as { filter?: Record<string, unknown> } | undefined)?.filter;
+    // A subscription first reached by a session receiver is created session-enabled, as a
+    // Courier ordered consumer's subscription is provisioned (a stand-in convenience).
+    const entity = this.receivingEntity(address, filter !== undefined && 'com.microsoft:session-filter' in filter);
+    const settleMode = (link as unknown as { remote: { attach: { snd_settle_mode: number; rcv_settle_mode: number } } }).remote.attach;
+    const receiver: ReceiverLink = { link, entity, peekLock: settleMode.snd_settle_mode !== 1, session: undefined };
+    if (entity.options.requiresSession) {
+      // Sessions (https://learn.microsoft.com/azure/service-bus-messaging/message-sessions): a
+      // receiver locks one session — the one it names, or the next one with messages
+      // available — and gets only that session's messages, in order, while it holds the lock.
+      const wanted = filter && 'com.microsoft:session-filter' in filter ? filter['com.microsoft:session-filter'] : undefined;
+      const session = typeof wanted === 'string' ? wanted : this.nextFreeSession(entity);
+      const holder = session === undefined ? undefined : entity.sessionLocks.get(session);
+      if (session === undefined || (holder && holder.until > Date.now() && holder.link.link.is_open())) {
+        link.close({
+          condition: session === undefined ? 'com.microsoft:timeout' : 'com.microsoft:session-cannot-be-locked',
+          description: session === undefined ? 'no session with messages is available' : `session ${session} is locked by another receiver`,
+        });
+        return;
+      }
+      receiver.session = session;
+      const until = Date.now() + entity.options.lockDurationMs;
+      entity.sessionLocks.set(session, { link: receiver, until });
+      const local = (link as unknown as { local: { attach: { source: unknown; properties: Record<string, unknown> } } }).local.attach;
+      link.set_source({ address, filter: { 'com.microsoft:session-filter': session } });
+      local.properties = { ...(local.properties ?? {}), 'com.microsoft:locked-until-utc': toTicks(until) };
+    }
+    entity.receivers.add(receiver);
+    this.pump(entity);
+  }
+
+  private nextFreeSession(entity: MessageEntity): string | undefined {
+    const now = Date.now();
+    for (const message of entity.messages) {
+      if (message.sessionId === undefined || message.deferred || message.availableAt > now) continue;
+      const holder = entity.sessionLocks.get(message.sessionId);
+      if (!holder || holder.until <= now || !holder.link.link.is_open()) return message.sessionId;
+    }
+    return undefined;
+  }
+
+  private receiverOf(link: Sender | undefined): ReceiverLink | undefined {
+    if (!link) return undefined;
+    for (const entity of this.allEntities()) for (const receiver of entity.receivers) if (receiver.link === link) return receiver;
+    return undefined;
+  }
+
+  private *allEntities(): Iterable<MessageEntity> {
+    for (const queue of this.queues.values()) yield* [queue, queue.deadLetterQueue!];
+    for (const subscriptions of this.topics.values()) for (const subscription of subscriptions.values()) yield* [subscription, subscription.deadLetterQueue!];
+  }
+
+  /** A closed link or connection gives its locked messages back at once (the broker sees the receiver gone). */
+  private releaseLink(link: Sender | undefined): void {
+    const receiver = this.receiverOf(link);
+    if (!receiver) return;
+    receiver.entity.receivers.delete(receiver);
+    if (receiver.session !== undefined && receiver.entity.sessionLocks.get(receiver.session)?.link === receiver) receiver.entity.sessionLocks.delete(receiver.session);
+    // Messages whose lock this link held stay locked until the lock expires or is settled
+    // through $management, as on Service Bus; but a link's delivery is gone with it.
+    for (const message of receiver.entity.messages) if (message.lock && message.lock.link === link) message.lock.delivery = undefined;
+    this.pump(receiver.entity);
+  }
+
+  private releaseConnection(connection: Connection): void {
+    for (const entity of [...this.allEntities()]) {
+      for (const receiver of [...entity.receivers]) if (receiver.link.connection === connection) this.releaseLink(receiver.link);
+    }
+  }
+
+  // ---- sending into the broker ------------------------------------------------------------
+
+  private onMessage(context: EventContext): void {
+    const link = context.receiver!;
+    const delivery = context.delivery!;
+    const address = String(link.target?.address ?? '');
+    if (address === '$cbs') return this.onCbs(context);
+    if (address.endsWith('$management')) return this.onManagement(context, address.slice(0, -'/$management'.length));
+    // rhea accepts by default; we answer ourselves.
+    // rhea decodes only format 0; a batch (format 0x80013700) arrives as bytes whose data
+    // sections are the encoded messages (the SDK's ServiceBusMessageBatch).
+    const format = (context as unknown as { format?: number }).format ?? 0;
+    const raw = format === 0x80013700 ? (context.message as unknown as Buffer) : (rhea.message.encode(context.message!) as Buffer);
+    const messages = format === 0x80013700 ? batchMessages(decode(raw)) : [context.message!];
+    const limit = this.config.maxMessageBytes ?? 256 * 1024;
+    // A transfer over the entity's maximum message size is refused (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas).
+    const refusal = raw.length > limit ? { condition: 'amqp:link:message-size-exceeded', description: `the message is ${raw.length} bytes, over ${limit}` } : this.accept(address, messages);
+    if (refusal) delivery.reject(refusal);
+    else delivery.accept();
+  }
+
+  /** Stores `messages` sent to `path`, all or none; returns why they are refused, if they are. */
+  private accept(path: string, messages: Message[], availableAt = Date.now()): { condition: string; description: string } | undefined {
+    if (this.throttled.has(path)) {
+      // ServiceBusy: https://learn.microsoft.com/azure/service-bus-messaging/service-bus-throttling
+      return { condition: 'com.microsoft:server-busy', description: `the stand-in throttles ${path}` };
+    }
+    const { targets, options } = this.sendTargets(path);
+    for (const message of messages) {
+      const refused = this.config.refuse?.(message);
+      if (refused !== undefined) return { condition: 'amqp:not-allowed', description: refused };
+      if (options.requiresSession && (message.group_id === undefined || message.group_id === null)) {
+        return { condition: 'amqp:invalid-field', description: `${path} requires a SessionId on every message` };
+      }
+    }
+    for (const message of messages) {
+      // Duplicate detection (https://learn.microsoft.com/azure/service-bus-messaging/duplicate-detection):
+      // a MessageId seen within the window is accepted and silently dropped.
+      if (options.duplicateDetection && message.message_id !== undefined) {
+        const seen = this.duplicates.get(path.toLowerCase()) ?? new Map<string, number>();
+        this.duplicates.set(path.toLowerCase(), seen);
+        const id = String(message.message_id);
+        const at = seen.get(id);
+        if (at !== undefined && Date.now() - at < options.duplicateWindowMs) continue;
+        seen.set(id, Date.now());
+      }
+      const scheduled = message.message_annotations?.['x-opt-scheduled-enqueue-time'] as Date | number | undefined;
+      const at = scheduled === undefined ? availableAt : Math.max(availableAt, new Date(scheduled).getTime());
+      for (const target of targets) target.enqueue(message, at, message.group_id === undefined || message.group_id === null ? undefined : String(message.group_id));
+    }
+    return undefined;
+  }
+
+  // ---- delivering to receivers -------------------------------------------------------------
+
+  /** Hands available messages to receivers with credit, oldest first, honouring locks and sessions. */
+  private pump(entity: MessageEntity): void {
+    const now = Date.now();
+    // Receivers take turns (competing consumers share the entity's messages), oldest message first.
+    const receivers = [...entity.receivers].filter((receiver) => {
+      if (!receiver.link.is_open()) return false;
+      if (!entity.options.requiresSession) return true;
+      const hold = receiver.session === undefined ? undefined : entity.sessionLocks.get(receiver.session);
+      return hold !== undefined && hold.link === receiver && hold.until > now;
+    });
+    if (receivers.length > 0) {
+      for (const message of entity.messages) {
+        if (message.lock || message.deferred || message.availableAt > now) continue;
+        const count = receivers.length;
+        for (let turn = 0; turn < count; turn += 1) {
+          const receiver = receivers[(entity.turn + turn) % count]!;
+          if (!receiver.link.sendable()) continue;
+          if (entity.options.requiresSession && message.sessionId !== receiver.session) continue;
+          this.deliver(receiver, message);
+          entity.turn = (entity.turn + turn + 1) % count;
+          break;
+        }
+      }
+    }
+    for (const receiver of receivers) this.finishDrain(receiver.link);
+  }
+
+  private finishDrain(link: Sender): void {
+    const state = link as unknown as { _draining?: boolean; credit: number };
+    if (state._draining) link.set_drained(true);
+  }
+
+  private deliver(receiver: ReceiverLink, message: StoredMessage): void {
+    const entity = receiver.entity;
+    // Delivery count (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues#maximum-delivery-count):
+    // incremented on each delivery; a message that was delivered MaxDeliveryCount times and
+    // comes back once more is dead-lettered with MaxDeliveryCountExceeded instead.
+    if (message.deliveryCount >= entity.options.maxDeliveryCount && entity.deadLetterQueue) {
+      this.moveToDeadLetter(entity, message, 'MaxDeliveryCountExceeded', `Message could not be consumed after ${entity.options.maxDeliveryCount} delivery attempts.`);
+      return;
+    }
+    message.deliveryCount += 1;
+    const tokenBytes = randomBytes(16);
+    const until = Date.now() + entity.options.lockDurationMs;
+    const annotations: Record<string, unknown> = {
+      ...(message.body.message_annotations ?? {}),
+      'x-opt-sequence-number': rhea.types.wrap_long(message.sequenceNumber),
+      'x-opt-enqueued-time': new Date(message.enqueuedAt),
+      'x-opt-locked-until': new Date(until),
+    };
+    delete annotations['x-opt-scheduled-enqueue-time'];
+    const applicationProperties: Record<string, unknown> = { ...(message.body.application_properties ?? {}) };
+    if (message.deadLetter) {
+      if (message.deadLetter.reason !== undefined) applicationProperties['DeadLetterReason'] = message.deadLetter.reason;
+      if (message.deadLetter.description !== undefined) applicationProperties['DeadLetterErrorDescription'] = message.deadLetter.description;
+      if (message.deadLetter.source !== undefined) annotations['x-opt-deadletter-source'] = message.deadLetter.source;
+    }
+    const outgoing: Message = { ...message.body, message_annotations: annotations, application_properties: applicationProperties, delivery_count: message.deliveryCount };
+    if (!receiver.peekLock) {
+      // ReceiveAndDelete: the message is gone once sent.
+      entity.remove(message);
+      receiver.link.send(outgoing, tokenBytes);
+      return;
+    }
+    const delivery = receiver.link.send(outgoing, tokenBytes);
+    message.lock = { token: tokenBytes.toString('hex'), until, link: receiver.link, delivery };
+  }
+
+  private moveToDeadLetter(entity: MessageEntity, message: StoredMessage, reason: string | undefined, description: string | undefined): void {
+    entity.remove(message);
+    const target = entity.deadLetterQueue;
+    if (!target) return;
+    target.enqueue(message.body, Date.now(), message.sessionId, { reason, description, source: undefined }, message.deliveryCount);
+  }
+
+  private expireLocks(): void {
+    const now = Date.now();
+    for (const entity of this.allEntities()) {
+      let freed = false;
+      for (const message of entity.messages) {
+        // In a session, messages are locked by the session lock (renewed with it).
+        const sessionHold = message.sessionId === undefined ? undefined : entity.sessionLocks.get(message.sessionId);
+        if (entity.options.requiresSession && message.lock && sessionHold && sessionHold.link.link === message.lock.link && sessionHold.until > now) continue;
+        if (message.lock && message.lock.until <= now) {
+          message.lock = undefined;
+          freed = true;
+        }
+      }
+      for (const [session, hold] of entity.sessionLocks) {
+        if (hold.until <= now) {
+          entity.sessionLocks.delete(session);
+          // A session receiver whose lock ran out is detached (SessionLockLost on the client).
+          hold.link.link.close({ condition: 'com.microsoft:session-lock-lost', description: `the lock on session ${session} expired` });
+          freed = true;
+        }
+      }
+      if (freed) this.pump(entity);
+    }
+  }
+
+  /** The client settled a delivery: complete, abandon, defer or dead-letter (how the SDK encodes them: its messageReceiver.settleMessage). */
+  private onDisposition(context: EventContext, outcome: 'accepted' | 'released' | 'rejected'): void {
+    const link = context.sender;
+    const delivery = context.delivery!;
+    const receiver = this.receiverOf(link);
+    const entity = receiver?.entity;
+    const message = entity?.messages.find((candidate) => candidate.lock?.delivery === delivery);
+    if (entity && message) {
+      const state = (delivery as unknown as { remote_state?: { constructor?: { name?: string }; undeliverable_here?: boolean; message_annotations?: Record<string, unknown>; error?: { condition?: string; info?: Record<string, unknown> } } }).remote_state;
+      // Abandon and defer carry propertiesToModify as the modified outcome's message
+      // annotations, dead-letter as the error's info (besides reason and description): both
+      // update the message's application properties.
+      this.settle(entity, message, outcome, state?.undeliverable_here === true, outcome === 'rejected' ? state?.error?.info : state?.message_annotations);
+    }
+    // Settle with the outcome applied: the SDK waits for this before its settle call resolves.
+    const outcomes = rhea.message as unknown as Record<'accepted' | 'released' | 'rejected', (fields?: object) => { described(): unknown }>;
+    (delivery as unknown as { update(settled: boolean, state: unknown): void }).update(true, outcomes[outcome]({}).described());
+  }
+
+  /** Applies a settlement (https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#settling-receive-operations). */
+  private settle(entity: MessageEntity, message: StoredMessage, outcome: 'accepted' | 'released' | 'rejected', defer: boolean, modify: Record<string, unknown> | undefined): void {
+    message.lock = undefined;
+    const info = modify;
+    const changes = Object.entries(modify ?? {}).filter(([name]) => name !== 'DeadLetterReason' && name !== 'DeadLetterErrorDescription');
+    if (outcome !== 'accepted' && changes.length > 0) {
+      // propertiesToModify (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusreceiver.abandonmessageasync).
+      message.body = { ...message.body, application_properties: { ...(message.body.application_properties ?? {}), ...Object.fromEntries(changes) } };
+    }
+    if (outcome === 'accepted') {
+      entity.remove(message);
+    } else if (outcome === 'rejected') {
+      const reason = info?.['DeadLetterReason'];
+      const description = info?.['DeadLetterErrorDescription'];
+      this.moveToDeadLetter(entity, message, reason === undefined ? undefined : String(reason), description === undefined ? undefined : String(description));
+    } else if (defer) {
+      message.deferred = true;
+    }
+    // Abandon: the lock is released and the message is available again, its delivery count kept.
+    this.pump(entity);
+  }
+
+  private findLocked(entity: MessageEntity, tokenBytes: Buffer): StoredMessage | undefined {
+    const direct = tokenBytes.toString('hex');
+    const reordered = reorderGuid(tokenBytes).toString('hex');
+    return entity.messages.find((message) => message.lock !== undefined && (message.lock.token === direct || message.lock.token === reordered));
+  }
+
+  // ---- request / response nodes -------------------------------------------------------------
+
+  private reply(context: EventContext, status: number, body: unknown, description = ''): void {
+    const request = context.message!;
+    context.delivery?.accept();
+    // The reply goes to the client's receiver link whose *name* is the request's reply_to.
+    const target = this.replyLinks.get(context.connection)?.get(String(request.reply_to ?? ''));
+    if (!target) return;
+    target.send({
+      correlation_id: request.message_id,
+      application_properties: { statusCode: status, 'status-code': status, statusDescription: description, 'status-description': description },
+      body,
+    });
+  }
+
+  private onCbs(context: EventContext): void {
+    // CBS put-token: every token is accepted (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-amqp-protocol-guide#claims-based-authorization).
+    this.reply(context, 202, undefined, 'Accepted');
+  }
+
+  private onManagement(context: EventContext, path: string): void {
+    const request = context.message!;
+    const operation = String(request.application_properties?.['operation'] ?? '');
+    const body = (request.body ?? {}) as Record<string, unknown>;
+    // A request names its entity: a queue or subscription not seen yet is created, as on first attach.
+    const entity = this.findEntity(path) ?? (/\/subscriptions\//i.test(path) || !this.config.isTopic?.(path) ? this.receivingEntity(path) : undefined);
+    const fail = (status: number, condition: string, description: string) => this.replyError(context, status, condition, description);
+    try {
+      switch (operation) {
+        // Request/response operations: https://learn.microsoft.com/azure/service-bus-messaging/service-bus-amqp-request-response
+        case 'com.microsoft:renew-lock': {
+          if (!entity) return fail(404, 'com.microsoft:message-lock-lost', `no entity ${path}`);
+          const tokens = (body['lock-tokens'] as Buffer[] | undefined) ?? [];
+          const expirations: Date[] = [];
+          for (const token of tokens) {
+            const message = this.findLocked(entity, Buffer.from(token));
+            if (!message?.lock || message.lock.until <= Date.now()) return fail(410, 'com.microsoft:message-lock-lost', 'the lock was lost or never held');
+            message.lock.until = Date.now() + entity.options.lockDurationMs;
+            expirations.push(new Date(message.lock.until));
+          }
+          return this.reply(context, 200, { expirations });
+        }
+        case 'com.microsoft:renew-session-lock': {
+          const session = String(body['session-id'] ?? '');
+          const hold = entity?.sessionLocks.get(session);
+          if (!entity || !hold || hold.until <= Date.now()) return fail(410, 'com.microsoft:session-lock-lost', `session ${session} is not locked`);
+          hold.until = Date.now() + entity.options.lockDurationMs;
+          return this.reply(context, 200, { expiration: new Date(hold.until) });
+        }
+        case 'com.microsoft:peek-message': {
+          const from = longOf(body['from-sequence-number']);
+          const count = Number(body['message-count'] ?? 1);
+          const source = entity ? entity.messages : [];
+          const session = body['session-id'] === undefined ? undefined : String(body['session-id']);
+          const found = source
+            .filter((message) => message.sequenceNumber >= from && (session === undefined || message.sessionId === session))
+            .sort((a, b) => a.sequenceNumber - b.sequenceNumber)
+            .slice(0, count);
+          if (found.length === 0) return this.reply(context, 204, {});
+          return this.reply(context, 200, {
+            messages: found.map((message) => ({
+              message: rhea.message.encode({
+                ...message.body,
+                delivery_count: message.deliveryCount,
+                message_annotations: { ...(message.body.message_annotations ?? {}), 'x-opt-sequence-number': rhea.types.wrap_long(message.sequenceNumber), 'x-opt-enqueued-time': new Date(message.enqueuedAt) },
+                application_properties: {
+                  ...(message.body.application_properties ?? {}),
+                  ...(message.deadLetter?.reason !== undefined ? { DeadLetterReason: message.deadLetter.reason } : {}),
+                  ...(message.deadLetter?.description !== undefined ? { DeadLetterErrorDescription: message.deadLetter.description } : {}),
+                },
+              }),
+            })),
+          });
+        }
+        case 'com.microsoft:schedule-message': {
+          // Scheduled messages (https://learn.microsoft.com/azure/service-bus-messaging/message-sequencing#scheduled-messages):
+          // accepted now, invisible until their ScheduledEnqueueTimeUtc.
+          const entries = (body['messages'] as { message: Buffer }[] | undefined) ?? [];
+          const sequenceNumbers: unknown[] = [];
+          for (const entry of entries) {
+            const message = decode(Buffer.from(entry.message));
+            const refusal = this.accept(path, [message]);
+            if (refusal) return fail(refusal.condition === 'com.microsoft:server-busy' ? 503 : 400, refusal.condition, refusal.description);
+            sequenceNumbers.push(rhea.types.wrap_long(this.sequence));
+          }
+          return this.reply(context, 200, { 'sequence-numbers': rhea.types.wrap_array(sequenceNumbers.map((typed) => (typed as { value: unknown }).value), 0x81, undefined) });
+        }
+        case 'com.microsoft:update-disposition': {
+          // Settling by lock token (after the receiving link is gone, and for session receivers).
+          if (!entity) return fail(404, 'amqp:not-found', `no entity ${path}`);
+          const status = String(body['disposition-status'] ?? '');
+          for (const token of (body['lock-tokens'] as Buffer[] | undefined) ?? []) {
+            const message = this.findLocked(entity, Buffer.from(token));
+            if (!message?.lock || message.lock.until <= Date.now()) return fail(410, 'com.microsoft:message-lock-lost', 'the lock was lost or never held');
+            if (status === 'completed') this.settle(entity, message, 'accepted', false, undefined);
+            else if (status === 'abandoned') this.settle(entity, message, 'released', false, undefined);
+            else if (status === 'defered' || status === 'deferred') this.settle(entity, message, 'released', true, undefined);
+            else if (status === 'suspended') this.settle(entity, message, 'rejected', false, { DeadLetterReason: body['deadletter-reason'], DeadLetterErrorDescription: body['deadletter-description'] });
+          }
+          return this.reply(context, 200, {});
+        }
+        default:
+          return fail(501, 'amqp:not-implemented', `the stand-in does not implement ${operation}`);
+      }
+    } catch (error) {
+      return fail(500, 'amqp:internal-error', error instanceof Error ? error.message : String(error));
+    }
+  }
+
+  private replyError(context: EventContext, status: number, condition: string, description: string): void {
+    const request = context.message!;
+    context.delivery?.accept();
+    this.replyLinks.get(context.connection)?.get(String(request.reply_to ?? ''))?.send({
+      correlation_id: request.message_id,
+      application_properties: { statusCode: status, 'status-code': status, statusDescription: description, 'status-description': description, 'error-condition': condition },
+      body: undefined,
+    });
+  }
+}
+
+/** The messages of a batch transfer: one encoded message per data section. */
+function batchMessages(outer: Message): Message[] {
+  const body = outer.body as { multiple?: boolean; content?: unknown; typecode?: number } | Buffer | undefined;
+  if (body && typeof body === 'object' && 'content' in body && body.content !== undefined) {
+    const sections = body.multiple ? (body.content as Buffer[]) : [body.content as Buffer];
+    return sections.map((section) => decode(Buffer.from(section)));
+  }
+  if (Buffer.isBuffer(body)) return [decode(body)];
+  return [];
+}
+
+/** rhea's decoder, typed as the message its events carry. */
+function decode(buffer: Buffer): Message {
+  return rhea.message.decode(buffer) as unknown as Message;
+}
+
+/** .NET GUID byte order: the SDK may reorder a lock token's first three groups. */
+function reorderGuid(bytes: Buffer): Buffer {
+  if (bytes.length !== 16) return bytes;
+  const out = Buffer.from(bytes);
+  out[0] = bytes[3]!;
+  out[1] = bytes[2]!;
+  out[2] = bytes[1]!;
+  out[3] = bytes[0]!;
+  out[4] = bytes[5]!;
+  out[5] = bytes[4]!;
+  out[6] = bytes[7]!;
+  out[7] = bytes[6]!;
+  return out;
+}
+
+function longOf(value: unknown): number {
+  if (Buffer.isBuffer(value)) return Number(value.readBigInt64BE(0));
+  if (typeof value === 'number') return value;
+  if (typeof value === 'bigint') return Number(value);
+  return 0;
+}
+
+/** A time as .NET ticks (100 ns since 0001-01-01), as Service Bus sends `locked-until-utc`. */
+function toTicks(ms: number): unknown {
+  const ticks = BigInt(ms) * 10_000n + TICKS_AT_EPOCH;
+  const buffer = Buffer.alloc(8);
+  buffer.writeBigInt64BE(ticks);
+  return rhea.types.wrap_long(buffer);
+}

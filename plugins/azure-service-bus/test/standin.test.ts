@@ -1,0 +1,282 @@
+// The stand-in held to the Service Bus behaviour it claims, through the real, unmodified
+// @azure/service-bus client. Each case names the Microsoft documentation page it follows.
+// (Running these against a real namespace is not wired yet: see the plugin README.)
+import { isServiceBusError, ServiceBusClient, type ServiceBusReceivedMessage } from '@azure/service-bus';
+import { eventually, uniqueId } from '@courier/conformance';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
+
+const DOCS = 'https://learn.microsoft.com/azure/service-bus-messaging';
+const LOCK_MS = 1_000;
+
+let server: ServiceBusStandIn;
+let client: ServiceBusClient;
+
+beforeAll(async () => {
+  server = await ServiceBusStandIn.start({
+    maxMessageBytes: 64 * 1024,
+    entityDefaults: (path) => ({
+      lockDurationMs: LOCK_MS,
+      maxDeliveryCount: 3,
+      requiresSession: path.includes('-sessions'),
+      duplicateDetection: path.includes('-dedup'),
+    }),
+  });
+  client = new ServiceBusClient(server.connectionString, { retryOptions: { maxRetries: 0, timeoutInMs: 5_000 } });
+});
+
+afterAll(async () => {
+  await client?.close();
+  await server?.close();
+});
+
+const receiveAll = async (entity: string, count: number, options: { subQueueType?: 'deadLetter'; wait?: number } = {}): Promise<ServiceBusReceivedMessage[]> => {
+  const receiver = client.createReceiver(entity, options.subQueueType ? { subQueueType: options.subQueueType } : {});
+  const received: ServiceBusReceivedMessage[] = [];
+  const deadline = Date.now() + (options.wait ?? 5_000);
+  while (received.length < count && Date.now() < deadline) received.push(...(await receiver.receiveMessages(count - received.length, { maxWaitTimeInMs: 500 })));
+  for (const message of received) await receiver.completeMessage(message);
+  await receiver.close();
+  return received;
+};
+
+describe('Service Bus stand-in', () => {
+  it(`sends and receives every message property (${DOCS}/service-bus-messages-payloads)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    const receiver = client.createReceiver(queue);
+    await sender.sendMessages({
+      messageId: 'm-1',
+      correlationId: 'c-1',
+      subject: 'orders.OrderPlaced',
+      contentType: 'application/json',
+      body: '{"a":1}',
+      applicationProperties: { 'courier-version': 2, text: 'é' },
+    });
+    const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(message).toMatchObject({ messageId: 'm-1', correlationId: 'c-1', subject: 'orders.OrderPlaced', contentType: 'application/json', body: '{"a":1}', deliveryCount: 1 });
+    expect(message!.applicationProperties).toEqual({ 'courier-version': 2, text: 'é' });
+    expect(message!.sequenceNumber?.toNumber()).toBeGreaterThan(0);
+    expect(message!.lockedUntilUtc!.getTime()).toBeGreaterThan(Date.now());
+    await receiver.completeMessage(message!);
+    await sender.close();
+    await receiver.close();
+  });
+
+  it(`a batch from createMessageBatch arrives whole and in order; its size limit is the link's (${DOCS}/service-bus-quotas)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    const batch = await sender.createMessageBatch();
+    expect(batch.maxSizeInBytes).toBe(64 * 1024);
+    for (let index = 0; index < 50; index += 1) expect(batch.tryAddMessage({ messageId: `m-${index}`, body: `b${index}` })).toBe(true);
+    expect(batch.tryAddMessage({ body: 'x'.repeat(70 * 1024) })).toBe(false);
+    await sender.sendMessages(batch);
+    const received = await receiveAll(queue, 50);
+    expect(received.map((message) => message.messageId)).toEqual(Array.from({ length: 50 }, (_, index) => `m-${index}`));
+    // A message over the limit sent alone is refused by the broker.
+    await expect(sender.sendMessages({ messageId: 'big', body: 'x'.repeat(70 * 1024) })).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageSizeExceeded');
+    await sender.close();
+  });
+
+  it(`peek-lock: complete removes; abandon and lock expiry make the message available again with DeliveryCount + 1 (${DOCS}/message-transfers-locks-settlement)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    // The SDK renews locks by itself unless told not to: off, so the lock can run out.
+    const receiver = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
+    await sender.sendMessages([{ messageId: 'a', body: 1 }]);
+    const [first] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(first?.deliveryCount).toBe(1);
+    await receiver.abandonMessage(first!);
+    const [second] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(second).toMatchObject({ messageId: 'a', deliveryCount: 2 });
+    // Not settled: after the lock duration it comes back.
+    const startedAt = Date.now();
+    const [third] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(third).toMatchObject({ messageId: 'a', deliveryCount: 3 });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(LOCK_MS - 200);
+    await receiver.completeMessage(third!);
+    expect(await receiver.receiveMessages(1, { maxWaitTimeInMs: LOCK_MS + 500 })).toEqual([]);
+    expect(server.count(queue)).toBe(0);
+    await sender.close();
+    await receiver.close();
+  });
+
+  it(`renewing the lock keeps a message from other receivers past the lock duration (${DOCS}/message-transfers-locks-settlement#renew-locks)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    const holder = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
+    const other = client.createReceiver(queue);
+    await sender.sendMessages({ messageId: 'held', body: 1 });
+    const [message] = await holder.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    const until = Date.now() + 3 * LOCK_MS;
+    while (Date.now() < until) {
+      const renewed = await holder.renewMessageLock(message!);
+      expect(renewed.getTime()).toBeGreaterThan(Date.now());
+      expect(await other.receiveMessages(1, { maxWaitTimeInMs: LOCK_MS / 3 })).toEqual([]);
+    }
+    await holder.completeMessage(message!);
+    // A lock that ran out cannot be renewed.
+    await sender.sendMessages({ messageId: 'lapsed', body: 1 });
+    const [lapsed] = await holder.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, LOCK_MS + 300));
+    await expect(holder.renewMessageLock(lapsed!)).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageLockLost');
+    await sender.close();
+    await holder.close();
+    await other.close();
+  });
+
+  it(`dead-letter keeps reason and description in the $DeadLetterQueue sub-queue; MaxDeliveryCount dead-letters by itself (${DOCS}/service-bus-dead-letter-queues)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    const receiver = client.createReceiver(queue);
+    await sender.sendMessages([
+      { messageId: 'poison', body: 1 },
+      { messageId: 'tired', body: 2 },
+    ]);
+    const [poison] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    await receiver.deadLetterMessage(poison!, { deadLetterReason: 'HANDLER_FAILED', deadLetterErrorDescription: 'boom' });
+    // MaxDeliveryCount is 3 here: three deliveries abandoned, then it goes to the dead-letter queue.
+    for (let delivery = 1; delivery <= 3; delivery += 1) {
+      const [tired] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+      expect(tired).toMatchObject({ messageId: 'tired', deliveryCount: delivery });
+      await receiver.abandonMessage(tired!);
+    }
+    expect(await receiver.receiveMessages(1, { maxWaitTimeInMs: 500 })).toEqual([]);
+    const dead = await receiveAll(queue, 2, { subQueueType: 'deadLetter' });
+    expect(dead.map((message) => [message.messageId, message.deadLetterReason, message.deadLetterErrorDescription])).toEqual([
+      ['poison', 'HANDLER_FAILED', 'boom'],
+      ['tired', 'MaxDeliveryCountExceeded', 'Message could not be consumed after 3 delivery attempts.'],
+    ]);
+    expect(server.count(`${queue}/$DeadLetterQueue`)).toBe(0);
+    await sender.close();
+    await receiver.close();
+  });
+
+  it(`peek reads without locking or counting a delivery (${DOCS}/message-browsing)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    await sender.sendMessages([
+      { messageId: 'p1', body: 1 },
+      { messageId: 'p2', body: 2 },
+    ]);
+    const receiver = client.createReceiver(queue);
+    const peeked = await receiver.peekMessages(10);
+    expect(peeked.map((message) => message.messageId)).toEqual(['p1', 'p2']);
+    expect(await receiver.peekMessages(10)).toEqual([]);
+    const received = await receiveAll(queue, 2);
+    expect(received.map((message) => message.deliveryCount)).toEqual([1, 1]);
+    await sender.close();
+    await receiver.close();
+  });
+
+  it(`topics copy each message to every subscription that exists when it is sent (${DOCS}/service-bus-queues-topics-subscriptions)`, async () => {
+    const topic = uniqueId();
+    const one = client.createReceiver(topic, 'one');
+    const two = client.createReceiver(topic, 'two');
+    await one.peekMessages(1);
+    await two.peekMessages(1);
+    await one.receiveMessages(1, { maxWaitTimeInMs: 100 });
+    await two.receiveMessages(1, { maxWaitTimeInMs: 100 });
+    const sender = client.createSender(topic);
+    await sender.sendMessages({ messageId: 't1', body: 1 });
+    const late = client.createReceiver(topic, 'late');
+    for (const receiver of [one, two]) {
+      const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+      expect(message?.messageId).toBe('t1');
+      await receiver.completeMessage(message!);
+    }
+    expect(await late.receiveMessages(1, { maxWaitTimeInMs: 500 })).toEqual([]);
+    await Promise.all([one.close(), two.close(), late.close(), sender.close()]);
+  });
+
+  it(`competing receivers of one entity share its messages, none twice (${DOCS}/service-bus-queues-topics-subscriptions#receive-modes)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    await sender.sendMessages(Array.from({ length: 20 }, (_, index) => ({ messageId: `c${index}`, body: index })));
+    const a = client.createReceiver(queue);
+    const b = client.createReceiver(queue);
+    const [fromA, fromB] = await Promise.all([a.receiveMessages(10, { maxWaitTimeInMs: 2_000 }), b.receiveMessages(10, { maxWaitTimeInMs: 2_000 })]);
+    const ids = [...fromA!, ...fromB!].map((message) => message.messageId);
+    expect(new Set(ids).size).toBe(ids.length);
+    await Promise.all([...fromA!.map((message) => a.completeMessage(message)), ...fromB!.map((message) => b.completeMessage(message))]);
+    const rest = await receiveAll(queue, 20 - ids.length);
+    expect(ids.length + rest.length).toBe(20);
+    await Promise.all([a.close(), b.close(), sender.close()]);
+  });
+
+  it(`sessions: a receiver locks one session and gets its messages in order; another cannot lock it meanwhile (${DOCS}/message-sessions)`, async () => {
+    const queue = `${uniqueId()}-sessions`;
+    const sender = client.createSender(queue);
+    await expect(sender.sendMessages({ body: 'no session' })).rejects.toThrow();
+    await sender.sendMessages([
+      ...Array.from({ length: 5 }, (_, index) => ({ messageId: `a${index}`, sessionId: 'a', body: index })),
+      ...Array.from({ length: 5 }, (_, index) => ({ messageId: `b${index}`, sessionId: 'b', body: index })),
+    ]);
+    const first = await client.acceptNextSession(queue);
+    expect(first.sessionId).toBe('a');
+    expect(first.sessionLockedUntilUtc!.getTime()).toBeGreaterThan(Date.now());
+    await expect(client.acceptSession(queue, 'a', { maxAutoLockRenewalDurationInMs: 0 })).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'SessionCannotBeLocked');
+    const second = await client.acceptNextSession(queue);
+    expect(second.sessionId).toBe('b');
+    const got: string[] = [];
+    for (const receiver of [first, second]) {
+      while (got.filter((id) => id.startsWith(receiver.sessionId)).length < 5) {
+        for (const message of await receiver.receiveMessages(5, { maxWaitTimeInMs: 2_000 })) {
+          got.push(message.messageId as string);
+          await receiver.completeMessage(message);
+        }
+      }
+    }
+    expect(got).toEqual([...Array.from({ length: 5 }, (_, index) => `a${index}`), ...Array.from({ length: 5 }, (_, index) => `b${index}`)]);
+    await first.renewSessionLock();
+    await Promise.all([first.close(), second.close(), sender.close()]);
+  });
+
+  it(`scheduled messages stay invisible until their ScheduledEnqueueTimeUtc (${DOCS}/message-sequencing#scheduled-messages)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    const at = new Date(Date.now() + 1_500);
+    const [sequenceNumber] = await sender.scheduleMessages({ messageId: 'later', body: 1 }, at);
+    expect(sequenceNumber!.toNumber()).toBeGreaterThan(0);
+    await sender.sendMessages({ messageId: 'now', body: 2 });
+    const receiver = client.createReceiver(queue);
+    const [now] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(now?.messageId).toBe('now');
+    await receiver.completeMessage(now!);
+    const [later] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(later?.messageId).toBe('later');
+    expect(Date.now()).toBeGreaterThanOrEqual(at.getTime() - 50);
+    await receiver.completeMessage(later!);
+    await Promise.all([receiver.close(), sender.close()]);
+  });
+
+  it(`duplicate detection drops a MessageId sent again within the window, and accepts the send (${DOCS}/duplicate-detection)`, async () => {
+    const queue = `${uniqueId()}-dedup`;
+    const receiver = client.createReceiver(queue);
+    await receiver.peekMessages(1);
+    const sender = client.createSender(queue);
+    await sender.sendMessages({ messageId: 'same', body: 1 });
+    await sender.sendMessages({ messageId: 'same', body: 2 });
+    await sender.sendMessages({ messageId: 'other', body: 3 });
+    await eventually(() => expect(server.count(queue)).toBe(2));
+    const received = await receiveAll(queue, 2);
+    expect(received.map((message) => [message.messageId, message.body])).toEqual([
+      ['same', 1],
+      ['other', 3],
+    ]);
+    await Promise.all([receiver.close(), sender.close()]);
+  });
+
+  it(`a throttled entity refuses sends with the ServiceBusy code (${DOCS}/service-bus-throttling)`, async () => {
+    const queue = uniqueId();
+    const receiver = client.createReceiver(queue);
+    await receiver.peekMessages(1);
+    const sender = client.createSender(queue);
+    server.throttle(queue, true);
+    await expect(sender.sendMessages({ messageId: 'busy', body: 1 })).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'ServiceBusy' && error.retryable);
+    server.throttle(queue, false);
+    await sender.sendMessages({ messageId: 'fine', body: 2 });
+    expect((await receiveAll(queue, 1)).map((message) => message.body)).toEqual([2]);
+    await Promise.all([receiver.close(), sender.close()]);
+  });
+});
