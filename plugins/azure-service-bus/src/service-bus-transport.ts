@@ -79,6 +79,8 @@ const P = {
   headers: 'courier-headers',
   messageId: 'courier-message-id',
   attempt: 'courier-attempt',
+  /** Abandons that were neither attempts nor lost locks: later messages of a session handed back behind a retry. */
+  returned: 'courier-returned',
   replayedFor: 'courier-replayed-for',
   deadAt: 'courier-dead-at',
 } as const;
@@ -356,6 +358,26 @@ export class ServiceBusTransport implements Transport {
       headers,
       payload: Buffer.isBuffer(body) ? body.toString('utf8') : typeof body === 'string' ? body : body,
     });
+  }
+
+  /**
+   * Whether a lock of this message ran out before (a receiver died or stalled with it). The
+   * broker's deliveryCount starts at 1 and grows with every abandon and every expired lock;
+   * each `retry` abandons once and raises `courier-attempt`, and each hand-back of a later
+   * session message behind a retry raises `courier-returned`, so the deliveries beyond
+   * `1 + (attempt - 1) + returned` are lost locks. Without a deliveryCount the transport cannot tell
+   * and says true, as the `Delivery.redelivered` contract asks.
+   */
+  static redeliveredOf(message: ServiceBusReceivedMessage, attempt: number): boolean {
+    const count = message.deliveryCount;
+    if (typeof count !== 'number' || !Number.isFinite(count)) return true;
+    return count - (attempt - 1) - ServiceBusTransport.returnedOf(message) > 1;
+  }
+
+  /** How many times this transport handed the message back unprocessed (`courier-returned`; absent: 0). */
+  static returnedOf(message: ServiceBusReceivedMessage): number {
+    const value = Number(message.applicationProperties?.[P.returned] ?? 0);
+    return Number.isSafeInteger(value) && value >= 0 ? value : 0;
   }
 
   /** The attempt a received message carries (absent: 1). */
@@ -644,6 +666,7 @@ class ServiceBusSubscription implements Subscription {
       envelope,
       attempt,
       replayed: message.applicationProperties?.[P.replayedFor] === this.endpoint.consumer,
+      redelivered: ServiceBusTransport.redeliveredOf(message, attempt),
       ack: () => once(() => receiver.completeMessage(message), 'complete'),
       retry: (delayMs: number) =>
         once(async () => {
@@ -716,7 +739,7 @@ class ServiceBusSubscription implements Subscription {
             // give them back too, so the retried one is the next the session delivers.
             const buffered = await receiver.receiveMessages(100, { maxWaitTimeInMs: 20 }).catch(() => []);
             await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
-            for (const later of buffered) await receiver.abandonMessage(later).catch(() => undefined);
+            for (const later of buffered) await receiver.abandonMessage(later, { [P.returned]: ServiceBusTransport.returnedOf(later) + 1 }).catch(() => undefined);
           }
         }
       } catch {
