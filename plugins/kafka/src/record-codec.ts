@@ -68,7 +68,8 @@ export function headerText(headers: IHeaders | undefined): Record<string, string
 export function decodeRecord(key: Buffer | null, value: Buffer | null, headers: Record<string, string>): Envelope {
   const user: Record<string, string> = {};
   for (const [name, text] of Object.entries(headers)) {
-    if (!name.toLowerCase().startsWith('courier-')) user[name] = text;
+    // defineProperty: a header named `__proto__` is data, never the object's prototype.
+    if (!name.toLowerCase().startsWith('courier-')) Object.defineProperty(user, name, { value: text, enumerable: true, writable: true, configurable: true });
   }
   const version = headers[HEADERS.version];
   return decodeEnvelope({

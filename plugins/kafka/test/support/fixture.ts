@@ -47,8 +47,26 @@ export function plainClient(clientId: string): Kafka {
   return new Kafka({ clientId, brokers: kafkaBrokers, logLevel: logLevel.NOTHING, retry: { retries: 3 } });
 }
 
+const [host, port] = [kafkaBrokers[0]!.split(':')[0]!, Number(kafkaBrokers[0]!.split(':')[1] ?? 9092)];
+let reachable: Promise<void> | undefined;
+
+/** Fails loudly, saying how to start one, when no broker answers (never a silent skip). */
+export function assertBrokerAnswers(): Promise<void> {
+  reachable ??= new Promise<void>((resolve, reject) => {
+    const socket = tcpConnect({ host, port }, () => {
+      socket.destroy();
+      resolve();
+    });
+    socket.setTimeout(3_000, () => socket.destroy(new Error('timed out')));
+    socket.on('error', (error) =>
+      reject(new Error(`no Kafka broker answers on ${host}:${port} (${error.message}): start one with \`bash scripts/kafka.sh start\` (Java 17 + Maven), or point COURIER_KAFKA_BROKERS at yours`)),
+    );
+  });
+  return reachable;
+}
+
 export async function createKafkaFixture({ testId }: FixtureContext, config: Partial<KafkaTransportConfig> = {}): Promise<TransportFixture> {
-  const [host, port] = [kafkaBrokers[0]!.split(':')[0]!, Number(kafkaBrokers[0]!.split(':')[1] ?? 9092)];
+  await assertBrokerAnswers();
   const entries = new Map<Transport, { proxy: TcpProxy; killed: boolean }>();
   let down = false;
 
