@@ -114,6 +114,9 @@ transaction.state.log.num.partitions=4
 # Tests join and leave groups all the time: no initial rebalance delay, no commit linger.
 group.initial.rebalance.delay.ms=0
 group.coordinator.append.linger.ms=0
+# Tests crash consumers on purpose: a 2 s group session (the default minimum is 6 s) moves
+# a dead member's partitions sooner. The tests read this minimum and use it.
+group.min.session.timeout.ms=1000
 # After a SIGKILL the restarted node may register only once the old session expired.
 broker.session.timeout.ms=3000
 broker.heartbeat.interval.ms=1000

@@ -12,7 +12,12 @@ process.env['KAFKAJS_NO_PARTITIONER_WARNING'] = '1';
 /** The broker (scripts/services.sh starts one on 127.0.0.1:9092 and exports it). */
 export const kafkaBrokers = (process.env['COURIER_KAFKA_BROKERS'] ?? '127.0.0.1:9092').split(',');
 
-/** Fast failover for tests: the broker's minimum session timeout (6 s) and a short rebalance bound. */
+/**
+ * Fast failover for tests: a crashed consumer's partitions move after its session timeout,
+ * so the fixture uses 2 s when the broker allows it (scripts/kafka.sh sets
+ * `group.min.session.timeout.ms=1000`) and the broker's minimum otherwise (6 s by default);
+ * see {@link assertBrokerAnswers}.
+ */
 export const TEST_CONFIG = {
   partitions: 4,
   sessionTimeoutMs: 6_000,
@@ -23,7 +28,7 @@ export const TEST_CONFIG = {
   // The broker refuses records over 256 KiB on these topics (the refusable() case); the bus refuses payloads over 200 KiB first.
   topicConfig: { 'max.message.bytes': String(256 * 1024) },
   maxMessageBytes: 200 * 1024,
-} satisfies Partial<KafkaTransportConfig>;
+} satisfies Partial<KafkaTransportConfig> as Partial<KafkaTransportConfig> & { sessionTimeoutMs: number; heartbeatIntervalMs: number };
 
 /** A kafkajs client whose every socket goes to `proxy` (one broker: the bootstrap and the advertised address are the same). */
 export function proxiedClient(proxy: TcpProxy, clientId: string): Kafka {
@@ -50,9 +55,40 @@ export function plainClient(clientId: string): Kafka {
 const [host, port] = [kafkaBrokers[0]!.split(':')[0]!, Number(kafkaBrokers[0]!.split(':')[1] ?? 9092)];
 let reachable: Promise<void> | undefined;
 
-/** Fails loudly, saying how to start one, when no broker answers (never a silent skip). */
+/**
+ * Fails loudly, saying how to start one, when no broker answers (never a silent skip);
+ * then reads the broker's `group.min.session.timeout.ms` and lowers the fixture's session
+ * timeout to max(2 s, that minimum).
+ */
 export function assertBrokerAnswers(): Promise<void> {
-  reachable ??= new Promise<void>((resolve, reject) => {
+  reachable ??= probe().then(tuneSessionTimeout);
+  return reachable;
+}
+
+/** kafkajs `ConfigResourceTypes.BROKER`; Node's CommonJS export detection misses that named export in worker processes. */
+const BROKER_RESOURCE = 4;
+
+async function tuneSessionTimeout(): Promise<void> {
+  const admin = plainClient('courier-test-probe').admin();
+  try {
+    await admin.connect();
+    const { brokers } = await admin.describeCluster();
+    const described = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: [{ type: BROKER_RESOURCE, name: String(brokers[0]!.nodeId), configNames: ['group.min.session.timeout.ms'] }],
+    });
+    const minimum = Number(described.resources[0]?.configEntries.find((entry) => entry.configName === 'group.min.session.timeout.ms')?.configValue);
+    if (Number.isFinite(minimum) && minimum > 0) {
+      TEST_CONFIG.sessionTimeoutMs = Math.max(2_000, minimum);
+      TEST_CONFIG.heartbeatIntervalMs = Math.min(1_000, Math.floor(TEST_CONFIG.sessionTimeoutMs / 4));
+    }
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+function probe(): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
     const socket = tcpConnect({ host, port }, () => {
       socket.destroy();
       resolve();
@@ -62,7 +98,6 @@ export function assertBrokerAnswers(): Promise<void> {
       reject(new Error(`no Kafka broker answers on ${host}:${port} (${error.message}): start one with \`bash scripts/kafka.sh start\` (Java 17 + Maven), or point COURIER_KAFKA_BROKERS at yours`)),
     );
   });
-  return reachable;
 }
 
 export async function createKafkaFixture({ testId }: FixtureContext, config: Partial<KafkaTransportConfig> = {}): Promise<TransportFixture> {
