@@ -261,7 +261,7 @@ export class KafkaTransport implements Transport {
     const topics = endpoint.topics.map((topic) => this.topicName(topic));
     await this.#ensureTopics([...topics, this.retryTopic(endpoint.consumer)]);
     await this.#ensureTopics([this.deadLetterTopic(endpoint.consumer)], { 'cleanup.policy': 'compact' });
-    const subscription = new KafkaSubscription(this, endpoint, handler, {
+    const subscription = new KafkaSubscription(endpoint, handler, {
       consumer: this.#client.consumer({
         groupId: this.groupId(endpoint.consumer),
         sessionTimeout: this.#sessionTimeoutMs,
@@ -542,7 +542,6 @@ interface Item {
 }
 
 class KafkaSubscription implements Subscription {
-  readonly #transport: KafkaTransport;
   readonly #endpoint: Endpoint;
   readonly #handler: DeliveryHandler;
   readonly #parts: SubscriptionParts;
@@ -561,8 +560,7 @@ class KafkaSubscription implements Subscription {
   #closing: Promise<void> | undefined;
   #joined: (() => void) | undefined;
 
-  constructor(transport: KafkaTransport, endpoint: Endpoint, handler: DeliveryHandler, parts: SubscriptionParts) {
-    this.#transport = transport;
+  constructor(endpoint: Endpoint, handler: DeliveryHandler, parts: SubscriptionParts) {
     this.#endpoint = endpoint;
     this.#handler = handler;
     this.#parts = parts;
