@@ -167,8 +167,8 @@ export class KafkaTransport implements Transport {
     this.#maxRetryWaiting = config.maxRetryWaiting ?? 1_000;
     this.capabilities = {
       orderingByKey: true,
-      // One unconfirmed message per key: see the README ("Ordered pipelining").
-      orderedPipelining: false,
+      // Several messages of a key per call: see the README ("Ordered pipelining").
+      orderedPipelining: true,
       nativeDelay: true,
       nativeDeadLetter: true,
       maxMessageBytes: config.maxMessageBytes ?? 700 * 1024,
@@ -211,15 +211,31 @@ export class KafkaTransport implements Transport {
     this.#assertOpen();
     if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
     if (messages.length === 0) return [];
+    // Ordered pipelining: once a message of a (topic, key) fails, none after it of that key
+    // in this call is sent; they come back ABORTED (released by the relay without an attempt).
+    const stopped = new Set<string>();
+    const keyOf = (envelope: Envelope): string | undefined => (envelope.key === null ? undefined : `${envelope.topic}\0${envelope.key}`);
+    const held = (envelope: Envelope): PublishResult => ({
+      messageId: envelope.messageId,
+      ok: false,
+      error: new TransportError('not sent: an earlier message of its key in this call failed', { code: 'ABORTED', retriable: true }),
+    });
+    const failed = (envelope: Envelope, result: PublishResult): PublishResult => {
+      const key = keyOf(envelope);
+      if (!result.ok && key !== undefined) stopped.add(key);
+      return result;
+    };
     const results: (PublishResult | undefined)[] = messages.map((envelope) => {
+      const key = keyOf(envelope);
+      if (key !== undefined && stopped.has(key)) return held(envelope);
       const problems = this.validate(envelope);
-      if (problems.length > 0) return { messageId: envelope.messageId, ok: false, error: new ConfigError(problems) };
+      if (problems.length > 0) return failed(envelope, { messageId: envelope.messageId, ok: false, error: new ConfigError(problems) });
       if (payloadBytes(envelope) > this.capabilities.maxMessageBytes) {
-        return {
+        return failed(envelope, {
           messageId: envelope.messageId,
           ok: false,
           error: new SerializationError('PAYLOAD_TOO_LARGE', `payload of ${payloadBytes(envelope)} bytes is over maxMessageBytes ${this.capabilities.maxMessageBytes}`),
-        };
+        });
       }
       return undefined;
     });
@@ -229,6 +245,8 @@ export class KafkaTransport implements Transport {
       await this.#ensureTopics([...new Set(sendable.map(({ envelope }) => this.topicName(envelope.topic)))]);
       const producer = await this.#connectedProducer();
       try {
+        // One request: Kafka appends each partition's records atomically and in order (a key's
+        // records share a partition), so a refused partition batch writes none of them.
         await within(this.#send(producer, sendable.map(({ envelope }) => ({ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }))), this.#publishTimeoutMs, 'the broker acknowledgement');
         for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: true };
       } catch (error) {
@@ -239,13 +257,17 @@ export class KafkaTransport implements Transport {
           // The whole batch failed for connectivity (kafkajs retried, then gave up): the broker is away.
           throw new TransportError(`Kafka did not take the batch: ${describe(error)}`, { cause: error, retriable: true });
         } else {
-          // One record (or more) was refused for its content: send one by one so each gets its own answer.
+          // One record (or more) was refused for its content: send one by one, in order, so each
+          // gets its own answer; a key stops at its first failure.
           for (const { envelope, index } of sendable) {
-            if (options.signal?.aborted) {
-              results[index] = { messageId: envelope.messageId, ok: false, error: new TransportError('publish was aborted', { code: 'ABORTED', retriable: true }) };
-              continue;
+            const key = keyOf(envelope);
+            if (key !== undefined && stopped.has(key)) {
+              results[index] = held(envelope);
+            } else if (options.signal?.aborted) {
+              results[index] = failed(envelope, { messageId: envelope.messageId, ok: false, error: new TransportError('publish was aborted', { code: 'ABORTED', retriable: true }) });
+            } else {
+              results[index] = failed(envelope, await this.#sendOne(producer, envelope));
             }
-            results[index] = await this.#sendOne(producer, envelope);
           }
         }
       }
