@@ -251,10 +251,16 @@ export class KafkaTransport implements Transport {
         for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: true };
       } catch (error) {
         if (error instanceof Timeout) {
+          // kafkajs may still be retrying that request, and with one request in flight every
+          // later send would queue behind it: start over with a fresh producer.
+          this.#resetProducer();
           const failure = new TransportError(`no acknowledgement within ${this.#publishTimeoutMs} ms (the broker may still have the messages)`, { code: 'PUBLISH_TIMEOUT', retriable: true });
           for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
         } else if (!CONTENT_ERRORS.has(protocolType(error) ?? '')) {
-          // The whole batch failed for connectivity (kafkajs retried, then gave up): the broker is away.
+          // The whole batch failed for connectivity (kafkajs retried, then gave up): the broker is
+          // away. A fresh producer next time: one whose broker was restarted under it may keep
+          // failing on its old idempotence state (producer id, sequence numbers).
+          this.#resetProducer();
           throw new TransportError(`Kafka did not take the batch: ${describe(error)}`, { cause: error, retriable: true });
         } else {
           // One record (or more) was refused for its content: send one by one, in order, so each
@@ -350,6 +356,13 @@ export class KafkaTransport implements Transport {
       void failed.then((p) => p.disconnect()).catch(() => undefined);
       throw new TransportError(`cannot reach Kafka: ${describe(error)}`, { cause: error, retriable: true });
     }
+  }
+
+  /** Drops the producer (disconnecting it in the background); the next send connects a new one. */
+  #resetProducer(): void {
+    const old = this.#producer;
+    this.#producer = undefined;
+    void old?.then((p) => p.disconnect()).catch(() => undefined);
   }
 
   async #connectedAdmin(): Promise<Admin> {
