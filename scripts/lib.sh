@@ -53,7 +53,7 @@ courier_setup() {
   fi
   courier_step "install pnpm $COURIER_PNPM_VERSION and dependencies"
   courier_install
-  courier_step "prepare services (PostgreSQL, MariaDB, RabbitMQ)"
+  courier_step "prepare services (PostgreSQL, MariaDB, RabbitMQ, NATS, Kafka)"
   # shellcheck source=services.sh
   source "$COURIER_ROOT/scripts/services.sh" || courier_die "services are not ready"
   export COURIER_SETUP_DONE=1

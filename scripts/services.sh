@@ -6,6 +6,8 @@
 #   RabbitMQ    guest/guest on loopback (its default)
 #   NATS        with JetStream on 127.0.0.1:4222 (nats-server -js); if a server there
 #               answers without JetStream, a second one is started on 4223 and used
+#   Kafka       a single-node KRaft broker on 127.0.0.1:9092 (scripts/kafka.sh: jars from
+#               Maven Central into ~/.cache/courier/kafka, then started in the background)
 # Each service that does not answer is started (Debian packages' commands, as on the
 # project's machines), then waited for with a bounded loop; one that never answers fails
 # the script with what failed and how to start it by hand.
@@ -15,7 +17,8 @@
 #   eval "$(bash scripts/services.sh)"  the same from any shell (prints export lines)
 #
 # Environment:
-#   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL, COURIER_NATS_URL  kept if already set
+#   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL, COURIER_NATS_URL,
+#   COURIER_KAFKA_BROKERS     kept if already set
 #   COURIER_SERVICES=skip     touch no service, only export the URLs (your own servers)
 #   COURIER_TESTCONTAINERS=1  the same: the tests start containers themselves
 #   COURIER_SERVICE_TIMEOUT   seconds to wait for each service (default 120)
@@ -254,13 +257,23 @@ _cs_nats_prepare() {
   _cs_log "NATS ready: $COURIER_NATS_URL"
 }
 
+# ---------------------------------------------------------------- Kafka
+# scripts/kafka.sh probes the port, fetches the jars and starts the broker when needed, and
+# fails with the reason (no Java, no Maven, a foreign process on the port, a start timeout).
+_cs_kafka_prepare() {
+  bash "$(dirname "${BASH_SOURCE[0]}")/kafka.sh" start </dev/null ||
+    { _cs_fail "Kafka did not start on $COURIER_KAFKA_BROKERS; start it: bash scripts/kafka.sh start (needs Java 17+ and Maven), or point COURIER_KAFKA_BROKERS at a broker and set COURIER_SERVICES=skip"; return 1; }
+  _cs_log "Kafka ready: $COURIER_KAFKA_BROKERS"
+}
+
 # ---------------------------------------------------------------- main
 courier_services_prepare() {
   : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
   : "${COURIER_MARIADB_URL:=mysql://courier:courier@127.0.0.1:3306/courier_test}"
   : "${COURIER_RABBITMQ_URL:=amqp://guest:guest@127.0.0.1:5672}"
   : "${COURIER_NATS_URL:=nats://127.0.0.1:4222}"
-  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL
+  : "${COURIER_KAFKA_BROKERS:=127.0.0.1:9092}"
+  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL COURIER_KAFKA_BROKERS
   if [ "${COURIER_SERVICES:-}" = "skip" ] || [ "${COURIER_TESTCONTAINERS:-}" = "1" ]; then
     _cs_log "not preparing local services (COURIER_SERVICES=${COURIER_SERVICES:-} COURIER_TESTCONTAINERS=${COURIER_TESTCONTAINERS:-})"
     return 0
@@ -270,6 +283,7 @@ courier_services_prepare() {
   _cs_maria_prepare || failed="$failed MariaDB"
   _cs_rabbit_prepare || failed="$failed RabbitMQ"
   _cs_nats_prepare || failed="$failed NATS"
+  _cs_kafka_prepare || failed="$failed Kafka"
   if [ -n "$failed" ]; then
     _cs_fail "not ready:$failed (see the messages above)"
     return 1
@@ -286,4 +300,5 @@ else
   printf 'export COURIER_MARIADB_URL=%q\n' "$COURIER_MARIADB_URL"
   printf 'export COURIER_RABBITMQ_URL=%q\n' "$COURIER_RABBITMQ_URL"
   printf 'export COURIER_NATS_URL=%q\n' "$COURIER_NATS_URL"
+  printf 'export COURIER_KAFKA_BROKERS=%q\n' "$COURIER_KAFKA_BROKERS"
 fi

@@ -16,13 +16,14 @@ import { runId } from './setup.js';
 import type { Scenario } from './scenarios/context.js';
 import { backlogScenario, drainScenario, mariaDbDrainScenario } from './scenarios/drain.js';
 import { inboxScenario } from './scenarios/inbox.js';
+import { kafkaScenario } from './scenarios/kafka.js';
 import { idleScenario, steadyScenario } from './scenarios/latency.js';
 import { orderedScenario } from './scenarios/ordered.js';
 import { producerScenario } from './scenarios/producer.js';
 import { startupScenario } from './scenarios/startup.js';
 import { sqlTransportScenario } from './scenarios/sql-transport.js';
 
-const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario];
+const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario, kafkaScenario];
 
 async function main(): Promise<number> {
   let options;

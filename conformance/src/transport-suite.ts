@@ -458,6 +458,28 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    name: 'with ordered pipelining, a message refused for its content stops the later messages of its key in that call',
+    async run(env) {
+      if (!env.transport.capabilities.orderedPipelining) return env.skip('transport declares orderedPipelining: false (the relay sends one message per key at a time)');
+      const refusable = env.fixture.refusable?.bind(env.fixture);
+      if (!refusable) return env.skip('the fixture offers no refusable() to build a message the broker refuses for its content');
+      const inbox = await collect(env, { consumer: env.consumer('pipelined') });
+      const [first, poison, after, other] = [message(env, 'k'), refusable(message(env, 'k')), message(env, 'k'), message(env, 'o')];
+      const results = await env.transport.publish([first, poison, after, other]);
+      expect(results.map((result) => [result.messageId, result.ok])).toEqual([
+        [first.messageId, true],
+        [poison.messageId, false],
+        [after.messageId, false],
+        [other.messageId, true],
+      ]);
+      // A later message of the key arrives after anything of the call could have: `after` never does.
+      const marker = message(env, 'k');
+      await publishOk(env.transport, [marker]);
+      await eventually(() => expect(unique(inbox.ids())).toEqual(sorted([first.messageId, other.messageId, marker.messageId])), { timeoutMs: env.options.timeoutMs });
+      expect(inbox.ids()).not.toContain(after.messageId);
+    },
+  },
+  {
     name: 'during an outage publish rejects with a retriable error, and works again after',
     async run(env) {
       const outage = env.fixture.outage;

@@ -20,3 +20,6 @@ export const E2E_PUBLISH_TIMEOUT_MS = 600;
 /** A RabbitMQ transport fixture whose outage cuts only its own connections (safe beside other tests). */
 export const rabbitMqTransport = (context: FixtureContext): Promise<TransportFixture> =>
   createRabbitMqFixture(context, { outage: 'network', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS } });
+
+/** A Kafka transport fixture (plugins/kafka): its outage cuts only its own connections, through TCP proxies. */
+export { createKafkaFixture as kafkaTransport } from '../../../plugins/kafka/test/support/fixture.js';

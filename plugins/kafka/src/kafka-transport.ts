@@ -1,0 +1,902 @@
+import { randomUUID } from 'node:crypto';
+import {
+  ClosedError,
+  ConfigError,
+  CourierError,
+  SerializationError,
+  TransportError,
+  payloadBytes,
+  type DeadLetter,
+  type DeadLetterReason,
+  type Delivery,
+  type DeliveryHandler,
+  type Endpoint,
+  type Envelope,
+  type PortLimits,
+  type PublishResult,
+  type Subscription,
+  type Transport,
+  type TransportCapabilities,
+  type TransportDeadLetters,
+} from '@courier/core';
+import type { Admin, Consumer, Kafka, KafkaMessage, Producer } from 'kafkajs';
+import { HEADERS, decodeRecord, encodeRecord, headerText, type OutgoingRecord } from './record-codec.js';
+
+/** Constructor arguments of {@link KafkaTransport}. */
+export interface KafkaTransportConfig {
+  /** The user's kafkajs client (`new Kafka({ brokers, ... })`); the transport creates its producer, consumers and admin from it. */
+  readonly client: Kafka;
+  /** Prefix of every Kafka name the transport uses: topics, consumer groups, retry and dead-letter topics. Default none. */
+  readonly prefix?: string;
+  /** Partitions of each topic the transport creates (topics that exist keep theirs). Default 6. */
+  readonly partitions?: number;
+  /** Replication factor of the topics it creates. Default: the broker's `default.replication.factor`. */
+  readonly replicationFactor?: number;
+  /** Extra topic configs for message topics it creates (`retention.ms`, `max.message.bytes`, ...). */
+  readonly topicConfig?: Readonly<Record<string, string>>;
+  /** Largest payload in UTF-8 bytes. Default 700 KiB: the broker's 1 MiB `message.max.bytes` minus the largest envelope headers. */
+  readonly maxMessageBytes?: number;
+  /** Longest wait for the broker's acknowledgement of a `publish` call before its messages are `PUBLISH_TIMEOUT`. Default 10 s. */
+  readonly publishTimeoutMs?: number;
+  /** Longest wait for a connection (and a group join in `subscribe`) before rejecting retriably. Default 10 s. */
+  readonly connectTimeoutMs?: number;
+  /** Consumer group session timeout: how soon a crashed consumer's partitions move to another. Default 30 s (broker minimum 6 s). */
+  readonly sessionTimeoutMs?: number;
+  /** Consumer heartbeat interval. Default a third of `sessionTimeoutMs`, at most 3 s. */
+  readonly heartbeatIntervalMs?: number;
+  /** Longest a rebalance waits for members to rejoin. Default 60 s. */
+  readonly rebalanceTimeoutMs?: number;
+  /** Records a subscription holds in memory (queued behind their key or running) before it stops fetching. Default 1000. */
+  readonly maxBuffered?: number;
+  /** Retry copies waiting for their time in memory before the retry topic is paused. Default 1000. */
+  readonly maxRetryWaiting?: number;
+}
+
+const NAME_PATTERN = /^[A-Za-z0-9._-]*$/;
+const TOPIC_MAX = 249;
+const RETRY_INFIX = 'courier-retry.';
+const DLT_INFIX = 'courier-dlt.';
+/** Protocol errors that refuse a record for its content: retrying the same record never helps. */
+const CONTENT_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE', 'POLICY_VIOLATION', 'INVALID_TIMESTAMP', 'INVALID_TOPIC_EXCEPTION']);
+
+const describe = (error: unknown): string => (error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+
+/** The Kafka protocol error type (`MESSAGE_TOO_LARGE`, ...) somewhere in a kafkajs error's causes. */
+function protocolType(error: unknown, depth = 0): string | undefined {
+  if (!error || typeof error !== 'object' || depth > 5) return undefined;
+  const record = error as { type?: unknown; originalError?: unknown; cause?: unknown; errors?: unknown };
+  if (typeof record.type === 'string') return record.type;
+  for (const next of [record.originalError, record.cause, ...(Array.isArray(record.errors) ? record.errors : [])]) {
+    const found = protocolType(next, depth + 1);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+class Timeout extends Error {}
+
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Timeout(`${what} did not finish within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Courier transport on Apache Kafka through kafkajs.
+ *
+ * Guarantees (the conformance suites check them against a real broker):
+ * - `publish` uses an idempotent producer with `acks=all` and resolves once the broker
+ *   acknowledged every message, one result per message in input order. The envelope key is
+ *   the record key (order per key follows its partition); every other field travels in a
+ *   `courier-` header, the payload is the value; decoding is lossless. A record the broker
+ *   refuses for its content fails alone (`PUBLISH_REJECTED`); a broker that cannot be
+ *   reached makes the call reject with a retriable `TransportError` (the relay pauses).
+ * - Topics are created with `partitions` when they do not exist; a new consumer group
+ *   starts at the beginning of the topic's retention.
+ * - Offsets are committed only up to the lowest record whose delivery has not been
+ *   settled, per partition: a crash or rebalance redelivers every unfinished record and
+ *   never skips one. Unordered endpoints run up to `concurrency` records at once, from any
+ *   partition; ordered ones run one record per (topic, key) at a time, in offset order.
+ * - `retry` on an ordered endpoint waits in place (only that key waits; the handler slot
+ *   is free); on an unordered one it publishes a copy to the group's retry topic with the
+ *   attempt and due time in headers, and the original is settled. A crash redelivery keeps
+ *   the attempt of the record (broker redeliveries never count).
+ * - `deadLetter` writes the record to the group's dead-letter topic (compacted, keyed by
+ *   the dead letter's id) with the reason, attempt and origin before settling the original;
+ *   `deadLetters` lists, replays (through the retry topic, attempt 1) and purges them
+ *   (purge writes a tombstone: gone from `list` at once, from disk after compaction).
+ */
+export class KafkaTransport implements Transport {
+  readonly capabilities: TransportCapabilities;
+  readonly limits: PortLimits;
+  readonly deadLetters: TransportDeadLetters;
+
+  readonly #client: Kafka;
+  readonly #prefix: string;
+  readonly #partitions: number;
+  readonly #replicationFactor: number | undefined;
+  readonly #topicConfig: Readonly<Record<string, string>>;
+  readonly #publishTimeoutMs: number;
+  readonly #connectTimeoutMs: number;
+  readonly #sessionTimeoutMs: number;
+  readonly #heartbeatIntervalMs: number;
+  readonly #rebalanceTimeoutMs: number;
+  readonly #maxBuffered: number;
+  readonly #maxRetryWaiting: number;
+  #producer: Promise<Producer> | undefined;
+  #admin: Promise<Admin> | undefined;
+  readonly #knownTopics = new Set<string>();
+  readonly #subscriptions = new Set<KafkaSubscription>();
+  #closing: Promise<void> | undefined;
+
+  constructor(config: KafkaTransportConfig) {
+    const problems: string[] = [];
+    const prefix = config.prefix ?? '';
+    if (!NAME_PATTERN.test(prefix) || prefix.length > 100) problems.push(`prefix must be at most 100 of A-Z a-z 0-9 . _ -, got '${prefix}'`);
+    const positive = (name: string, value: number | undefined): void => {
+      if (value !== undefined && (!Number.isInteger(value) || value < 1)) problems.push(`${name} must be a positive integer, got ${value}`);
+    };
+    positive('partitions', config.partitions);
+    positive('replicationFactor', config.replicationFactor);
+    positive('maxMessageBytes', config.maxMessageBytes);
+    positive('publishTimeoutMs', config.publishTimeoutMs);
+    positive('connectTimeoutMs', config.connectTimeoutMs);
+    positive('sessionTimeoutMs', config.sessionTimeoutMs);
+    positive('heartbeatIntervalMs', config.heartbeatIntervalMs);
+    positive('rebalanceTimeoutMs', config.rebalanceTimeoutMs);
+    positive('maxBuffered', config.maxBuffered);
+    positive('maxRetryWaiting', config.maxRetryWaiting);
+    if (problems.length > 0) throw new ConfigError(problems);
+    this.#client = config.client;
+    this.#prefix = prefix;
+    this.#partitions = config.partitions ?? 6;
+    this.#replicationFactor = config.replicationFactor;
+    this.#topicConfig = config.topicConfig ?? {};
+    this.#publishTimeoutMs = config.publishTimeoutMs ?? 10_000;
+    this.#connectTimeoutMs = config.connectTimeoutMs ?? 10_000;
+    this.#sessionTimeoutMs = config.sessionTimeoutMs ?? 30_000;
+    this.#heartbeatIntervalMs = config.heartbeatIntervalMs ?? Math.min(3_000, Math.floor(this.#sessionTimeoutMs / 3));
+    this.#rebalanceTimeoutMs = config.rebalanceTimeoutMs ?? 60_000;
+    this.#maxBuffered = config.maxBuffered ?? 1_000;
+    this.#maxRetryWaiting = config.maxRetryWaiting ?? 1_000;
+    this.capabilities = {
+      orderingByKey: true,
+      // False until a broker-restart failure seen with it is understood: README "Ordered pipelining".
+      orderedPipelining: false,
+      nativeDelay: true,
+      nativeDeadLetter: true,
+      maxMessageBytes: config.maxMessageBytes ?? 700 * 1024,
+      publishTimeoutMs: this.#publishTimeoutMs,
+    };
+    // Consumer names become parts of topic names: `<prefix>courier-retry.<consumer>` must fit in 249.
+    const room = TOPIC_MAX - prefix.length - RETRY_INFIX.length;
+    this.limits = { consumer: { bytes: room }, topic: { bytes: TOPIC_MAX - prefix.length } };
+    this.deadLetters = {
+      list: (consumer, options) => this.#listDead(consumer, options?.limit),
+      replay: (consumer, ids) => this.#replayDead(consumer, ids),
+      purge: (consumer, ids) => this.#purgeDead(consumer, ids),
+    };
+  }
+
+  /** Kafka topic names take only A-Z a-z 0-9 . _ - (the bus refuses other topics at `publish()`). */
+  validate(envelope: Envelope): readonly string[] {
+    return NAME_PATTERN.test(envelope.topic) ? [] : [`topic '${envelope.topic}' has characters Kafka topic names cannot hold (only A-Z a-z 0-9 . _ -)`];
+  }
+
+  /** The Kafka topic of a Courier topic. */
+  topicName(topic: string): string {
+    return `${this.#prefix}${topic}`;
+  }
+
+  /** The consumer group of a Courier consumer. */
+  groupId(consumer: string): string {
+    return `${this.#prefix}${consumer}`;
+  }
+
+  retryTopic(consumer: string): string {
+    return `${this.#prefix}${RETRY_INFIX}${consumer}`;
+  }
+
+  deadLetterTopic(consumer: string): string {
+    return `${this.#prefix}${DLT_INFIX}${consumer}`;
+  }
+
+  async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
+    this.#assertOpen();
+    if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
+    if (messages.length === 0) return [];
+    // Ordered pipelining: once a message of a (topic, key) fails, none after it of that key
+    // in this call is sent; they come back ABORTED (released by the relay without an attempt).
+    const stopped = new Set<string>();
+    const keyOf = (envelope: Envelope): string | undefined => (envelope.key === null ? undefined : `${envelope.topic}\0${envelope.key}`);
+    const held = (envelope: Envelope): PublishResult => ({
+      messageId: envelope.messageId,
+      ok: false,
+      error: new TransportError('not sent: an earlier message of its key in this call failed', { code: 'ABORTED', retriable: true }),
+    });
+    const failed = (envelope: Envelope, result: PublishResult): PublishResult => {
+      const key = keyOf(envelope);
+      if (!result.ok && key !== undefined) stopped.add(key);
+      return result;
+    };
+    const results: (PublishResult | undefined)[] = messages.map((envelope) => {
+      const key = keyOf(envelope);
+      if (key !== undefined && stopped.has(key)) return held(envelope);
+      const problems = this.validate(envelope);
+      if (problems.length > 0) return failed(envelope, { messageId: envelope.messageId, ok: false, error: new ConfigError(problems) });
+      if (payloadBytes(envelope) > this.capabilities.maxMessageBytes) {
+        return failed(envelope, {
+          messageId: envelope.messageId,
+          ok: false,
+          error: new SerializationError('PAYLOAD_TOO_LARGE', `payload of ${payloadBytes(envelope)} bytes is over maxMessageBytes ${this.capabilities.maxMessageBytes}`),
+        });
+      }
+      return undefined;
+    });
+    const sendable = messages.map((envelope, index) => ({ envelope, index })).filter(({ index }) => results[index] === undefined);
+    if (sendable.length > 0) {
+      // Nothing is sent yet: a broker that cannot be reached rejects the call as a whole.
+      await this.#ensureTopics([...new Set(sendable.map(({ envelope }) => this.topicName(envelope.topic)))]);
+      const producer = await this.#connectedProducer();
+      try {
+        // One request: Kafka appends each partition's records atomically and in order (a key's
+        // records share a partition), so a refused partition batch writes none of them.
+        await within(this.#send(producer, sendable.map(({ envelope }) => ({ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }))), this.#publishTimeoutMs, 'the broker acknowledgement');
+        for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: true };
+      } catch (error) {
+        if (error instanceof Timeout) {
+          // kafkajs may still be retrying that request, and with one request in flight every
+          // later send would queue behind it: start over with a fresh producer.
+          this.#resetProducer();
+          const failure = new TransportError(`no acknowledgement within ${this.#publishTimeoutMs} ms (the broker may still have the messages)`, { code: 'PUBLISH_TIMEOUT', retriable: true });
+          for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
+        } else if (!CONTENT_ERRORS.has(protocolType(error) ?? '')) {
+          // The whole batch failed for connectivity (kafkajs retried, then gave up): the broker is
+          // away. A fresh producer next time: one whose broker was restarted under it may keep
+          // failing on its old idempotence state (producer id, sequence numbers).
+          this.#resetProducer();
+          throw new TransportError(`Kafka did not take the batch: ${describe(error)}`, { cause: error, retriable: true });
+        } else {
+          // One record (or more) was refused for its content: send one by one, in order, so each
+          // gets its own answer; a key stops at its first failure.
+          for (const { envelope, index } of sendable) {
+            const key = keyOf(envelope);
+            if (key !== undefined && stopped.has(key)) {
+              results[index] = held(envelope);
+            } else if (options.signal?.aborted) {
+              results[index] = failed(envelope, { messageId: envelope.messageId, ok: false, error: new TransportError('publish was aborted', { code: 'ABORTED', retriable: true }) });
+            } else {
+              results[index] = failed(envelope, await this.#sendOne(producer, envelope));
+            }
+          }
+        }
+      }
+    }
+    return results.map((result) => result!);
+  }
+
+  async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
+    this.#assertOpen();
+    const problems = [...endpoint.topics.filter((topic) => !NAME_PATTERN.test(topic)).map((topic) => `topic '${topic}' is not a Kafka topic name`)];
+    if (!NAME_PATTERN.test(endpoint.consumer) || endpoint.consumer.length === 0) problems.push(`consumer '${endpoint.consumer}' must be A-Z a-z 0-9 . _ - only (it names Kafka topics and the group)`);
+    if (problems.length > 0) throw new ConfigError(problems);
+    const topics = endpoint.topics.map((topic) => this.topicName(topic));
+    await this.#ensureTopics([...topics, this.retryTopic(endpoint.consumer)]);
+    await this.#ensureTopics([this.deadLetterTopic(endpoint.consumer)], { 'cleanup.policy': 'compact' });
+    const subscription = new KafkaSubscription(endpoint, handler, {
+      consumer: this.#client.consumer({
+        groupId: this.groupId(endpoint.consumer),
+        sessionTimeout: this.#sessionTimeoutMs,
+        heartbeatInterval: this.#heartbeatIntervalMs,
+        rebalanceTimeout: this.#rebalanceTimeoutMs,
+        maxWaitTimeInMs: 250,
+        allowAutoTopicCreation: false,
+        // kafkajs restarts a crashed consumer only for retriable errors by default: always rejoin.
+        retry: { retries: 5, restartOnFailure: async () => true },
+      }),
+      topics: [...topics, this.retryTopic(endpoint.consumer)],
+      retryTopic: this.retryTopic(endpoint.consumer),
+      maxBuffered: Math.max(this.#maxBuffered, endpoint.concurrency),
+      maxRetryWaiting: this.#maxRetryWaiting,
+      connectTimeoutMs: this.#connectTimeoutMs,
+      publishCopy: (topic, record) => this.#publishCopy(topic, record),
+      deadLetterTopic: this.deadLetterTopic(endpoint.consumer),
+      forget: (s) => this.#subscriptions.delete(s),
+    });
+    this.#subscriptions.add(subscription);
+    try {
+      await subscription.start();
+    } catch (error) {
+      this.#subscriptions.delete(subscription);
+      await subscription.close().catch(() => undefined);
+      throw error instanceof CourierError ? error : new TransportError(`could not subscribe '${endpoint.consumer}': ${describe(error)}`, { cause: error, retriable: true });
+    }
+    return subscription;
+  }
+
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await Promise.all([...this.#subscriptions].map((subscription) => subscription.close().catch(() => undefined)));
+      const producer = this.#producer;
+      const admin = this.#admin;
+      await Promise.all([
+        producer?.then((p) => p.disconnect()).catch(() => undefined),
+        admin?.then((a) => a.disconnect()).catch(() => undefined),
+      ]);
+    })();
+    return this.#closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #assertOpen(): void {
+    if (this.#closing) throw new ClosedError('KafkaTransport');
+  }
+
+  async #connectedProducer(): Promise<Producer> {
+    this.#producer ??= (async () => {
+      // maxInFlightRequests 1: with retries, a later batch can never overtake an earlier one.
+      const producer = this.#client.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, retry: { retries: 5 } });
+      await producer.connect();
+      return producer;
+    })();
+    try {
+      return await within(this.#producer, this.#connectTimeoutMs, 'connecting the producer');
+    } catch (error) {
+      const failed = this.#producer;
+      this.#producer = undefined;
+      void failed.then((p) => p.disconnect()).catch(() => undefined);
+      throw new TransportError(`cannot reach Kafka: ${describe(error)}`, { cause: error, retriable: true });
+    }
+  }
+
+  /** Drops the producer (disconnecting it in the background); the next send connects a new one. */
+  #resetProducer(): void {
+    const old = this.#producer;
+    this.#producer = undefined;
+    void old?.then((p) => p.disconnect()).catch(() => undefined);
+  }
+
+  async #connectedAdmin(): Promise<Admin> {
+    this.#admin ??= (async () => {
+      const admin = this.#client.admin();
+      await admin.connect();
+      return admin;
+    })();
+    try {
+      return await within(this.#admin, this.#connectTimeoutMs, 'connecting the admin client');
+    } catch (error) {
+      const failed = this.#admin;
+      this.#admin = undefined;
+      void failed.then((a) => a.disconnect()).catch(() => undefined);
+      throw new TransportError(`cannot reach Kafka: ${describe(error)}`, { cause: error, retriable: true });
+    }
+  }
+
+  /** Creates the topics that do not exist yet, with `partitions`; remembered once seen. */
+  async #ensureTopics(topics: readonly string[], extraConfig: Record<string, string> = {}): Promise<void> {
+    const missing = topics.filter((topic) => !this.#knownTopics.has(topic));
+    if (missing.length === 0) return;
+    const admin = await this.#connectedAdmin();
+    const configs = { ...this.#topicConfig, ...extraConfig };
+    const began = Date.now();
+    for (;;) {
+      try {
+        await within(
+          admin.createTopics({
+            waitForLeaders: true,
+            topics: missing.map((topic) => ({
+              topic,
+              numPartitions: this.#partitions,
+              ...(this.#replicationFactor === undefined ? {} : { replicationFactor: this.#replicationFactor }),
+              configEntries: Object.entries(configs).map(([name, value]) => ({ name, value })),
+            })),
+          }),
+          this.#connectTimeoutMs,
+          'creating topics',
+        );
+        break;
+      } catch (error) {
+        const type = protocolType(error);
+        if (type === 'TOPIC_ALREADY_EXISTS') break;
+        // Created, but the metadata has not reached every listener yet: ask again (it then exists).
+        if ((type === 'UNKNOWN_TOPIC_OR_PARTITION' || type === 'LEADER_NOT_AVAILABLE') && Date.now() - began < this.#connectTimeoutMs) {
+          await sleep(100);
+          continue;
+        }
+        throw new TransportError(`could not create topics ${missing.join(', ')}: ${describe(error)}`, { cause: error, retriable: true });
+      }
+    }
+    for (const topic of missing) this.#knownTopics.add(topic);
+  }
+
+  async #send(producer: Producer, records: readonly { topic: string; record: OutgoingRecord }[]): Promise<void> {
+    const byTopic = new Map<string, OutgoingRecord[]>();
+    for (const { topic, record } of records) byTopic.set(topic, [...(byTopic.get(topic) ?? []), record]);
+    await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages: messages.map((m) => ({ ...m })) })) });
+  }
+
+  async #sendOne(producer: Producer, envelope: Envelope): Promise<PublishResult> {
+    try {
+      await within(this.#send(producer, [{ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }]), this.#publishTimeoutMs, 'the broker acknowledgement');
+      return { messageId: envelope.messageId, ok: true };
+    } catch (error) {
+      if (error instanceof Timeout) return { messageId: envelope.messageId, ok: false, error: new TransportError(error.message, { code: 'PUBLISH_TIMEOUT', retriable: true }) };
+      const type = protocolType(error);
+      if (type && CONTENT_ERRORS.has(type)) {
+        return { messageId: envelope.messageId, ok: false, error: new TransportError(`Kafka refused the record: ${type}`, { code: 'PUBLISH_REJECTED', retriable: true, cause: error }) };
+      }
+      return { messageId: envelope.messageId, ok: false, error: new TransportError(`Kafka did not take the record: ${describe(error)}`, { cause: error, retriable: true }) };
+    }
+  }
+
+  /** Publishes a copy (retry, dead letter, replay) and resolves once the broker acknowledged it. */
+  async #publishCopy(topic: string, record: OutgoingRecord): Promise<void> {
+    this.#assertOpen();
+    const producer = await this.#connectedProducer();
+    try {
+      await within(this.#send(producer, [{ topic, record }]), this.#publishTimeoutMs, 'the broker acknowledgement');
+    } catch (error) {
+      throw new TransportError(`could not write to ${topic}: ${describe(error)}`, { cause: error, retriable: true });
+    }
+  }
+
+  /** Reads a dead-letter topic from its start to its current end (a throwaway group that is deleted afterwards). */
+  async #readDead(consumer: string): Promise<Map<string, { record: KafkaMessage; headers: Record<string, string> }>> {
+    this.#assertOpen();
+    const topic = this.deadLetterTopic(consumer);
+    await this.#ensureTopics([topic], { 'cleanup.policy': 'compact' });
+    const admin = await this.#connectedAdmin();
+    const ends = await admin.fetchTopicOffsets(topic);
+    const remaining = new Map(ends.filter((end) => BigInt(end.high) > BigInt(end.low)).map((end) => [end.partition, BigInt(end.high)]));
+    const latest = new Map<string, { record: KafkaMessage; headers: Record<string, string> }>();
+    if (remaining.size === 0) return latest;
+    const groupId = `${this.#prefix}courier-dlt-reader.${randomUUID()}`;
+    const reader = this.#client.consumer({ groupId, sessionTimeout: 10_000, maxWaitTimeInMs: 100 });
+    try {
+      await reader.connect();
+      await reader.subscribe({ topics: [topic], fromBeginning: true });
+      const done = new Promise<void>((resolve) => {
+        void reader.run({
+          autoCommit: false,
+          eachMessage: async ({ partition, message }) => {
+            const key = message.key?.toString('utf8');
+            if (key !== undefined) {
+              if (message.value === null) latest.delete(key);
+              else latest.set(key, { record: message, headers: headerText(message.headers) });
+            }
+            const high = remaining.get(partition);
+            if (high !== undefined && BigInt(message.offset) + 1n >= high) remaining.delete(partition);
+            if (remaining.size === 0) resolve();
+          },
+        });
+      });
+      await within(done, Math.max(this.#connectTimeoutMs, 15_000), `reading ${topic}`);
+    } catch (error) {
+      throw new TransportError(`could not read the dead letters of '${consumer}': ${describe(error)}`, { cause: error, retriable: true });
+    } finally {
+      await reader.disconnect().catch(() => undefined);
+      await admin.deleteGroups([groupId]).catch(() => undefined);
+    }
+    return latest;
+  }
+
+  async #listDead(consumer: string, limit = 100): Promise<readonly DeadLetter[]> {
+    const entries = await this.#readDead(consumer);
+    const letters: DeadLetter[] = [];
+    for (const [id, { record, headers }] of entries) {
+      let envelope: Envelope;
+      try {
+        const key = headers['courier-dead-key-null'] === '1' ? null : Buffer.from(headers['courier-dead-key'] ?? '', 'base64');
+        envelope = decodeRecord(key, record.value, headers);
+      } catch {
+        continue; // a record that never was a Courier message (ENVELOPE_INVALID): visible with Kafka's tools only
+      }
+      letters.push({
+        id,
+        consumer,
+        envelope,
+        reason: { code: headers[HEADERS.deadCode] ?? 'UNKNOWN', message: headers[HEADERS.deadMessage] ?? '' },
+        attempt: Number(headers[HEADERS.attempt] ?? '1'),
+        deadAt: new Date(Number(headers[HEADERS.deadAt] ?? '0')),
+      });
+    }
+    letters.sort((a, b) => a.deadAt.getTime() - b.deadAt.getTime());
+    return letters.slice(0, limit);
+  }
+
+  async #replayDead(consumer: string, ids: readonly string[]): Promise<number> {
+    const letters = await this.#listDead(consumer, Number.MAX_SAFE_INTEGER);
+    let replayed = 0;
+    for (const letter of letters.filter((item) => ids.includes(item.id))) {
+      // Into the group's own retry topic: other groups of the origin topic never see the replay.
+      await this.#publishCopy(this.retryTopic(consumer), encodeRecord(letter.envelope, { [HEADERS.replayed]: '1', [HEADERS.attempt]: '1' }));
+      await this.#publishCopy(this.deadLetterTopic(consumer), { key: letter.id, value: null, headers: {} });
+      replayed += 1;
+    }
+    return replayed;
+  }
+
+  async #purgeDead(consumer: string, ids: readonly string[]): Promise<number> {
+    const entries = await this.#readDead(consumer);
+    let purged = 0;
+    for (const id of ids) {
+      if (!entries.has(id)) continue;
+      await this.#publishCopy(this.deadLetterTopic(consumer), { key: id, value: null, headers: {} });
+      purged += 1;
+    }
+    return purged;
+  }
+}
+
+interface SubscriptionParts {
+  readonly consumer: Consumer;
+  readonly topics: readonly string[];
+  readonly retryTopic: string;
+  readonly deadLetterTopic: string;
+  readonly maxBuffered: number;
+  readonly maxRetryWaiting: number;
+  readonly connectTimeoutMs: number;
+  publishCopy(topic: string, record: OutgoingRecord): Promise<void>;
+  forget(subscription: KafkaSubscription): void;
+}
+
+/** Where one partition's records stand in this member. */
+interface PartitionState {
+  readonly topic: string;
+  readonly partition: number;
+  /** Offsets handed over (queued, waiting or running) and not settled yet. */
+  readonly unfinished: Set<number>;
+  /** Next offset after the highest record taken. */
+  next: number;
+  /** Offset last committed by this member. */
+  committed: number;
+  revoked: boolean;
+  commits: Promise<void>;
+}
+
+/** One consumed record on its way through the subscription. */
+interface Item {
+  readonly state: PartitionState;
+  readonly offset: number;
+  readonly message: KafkaMessage;
+  readonly headers: Record<string, string>;
+  attempt: number;
+  /** `topic\0key` on ordered endpoints (keyed records only). */
+  readonly orderKey: string | undefined;
+  timer?: NodeJS.Timeout;
+  dropped?: boolean;
+}
+
+class KafkaSubscription implements Subscription {
+  readonly #endpoint: Endpoint;
+  readonly #handler: DeliveryHandler;
+  readonly #parts: SubscriptionParts;
+  readonly #states = new Map<string, PartitionState>();
+  /** Ordered endpoints: per (topic, key), the records behind the one in front. */
+  readonly #keys = new Map<string, Item[]>();
+  readonly #ready: Item[] = [];
+  readonly #running = new Set<Promise<void>>();
+  readonly #waiting = new Set<Item>();
+  readonly #roomWaiters: (() => void)[] = [];
+  #buffered = 0;
+  #active = 0;
+  #retryWaiting = 0;
+  #retryPaused = false;
+  #stopped = false;
+  #closing: Promise<void> | undefined;
+  #joined: (() => void) | undefined;
+
+  constructor(endpoint: Endpoint, handler: DeliveryHandler, parts: SubscriptionParts) {
+    this.#endpoint = endpoint;
+    this.#handler = handler;
+    this.#parts = parts;
+  }
+
+  async start(): Promise<void> {
+    const { consumer } = this.#parts;
+    const joined = new Promise<void>((resolve) => {
+      this.#joined = resolve;
+    });
+    consumer.on(consumer.events.GROUP_JOIN, (event) => {
+      this.#onAssignment(event.payload.memberAssignment);
+      this.#joined?.();
+    });
+    await within(
+      (async () => {
+        await consumer.connect();
+        await consumer.subscribe({ topics: [...this.#parts.topics], fromBeginning: true });
+        await consumer.run({
+          autoCommit: false,
+          eachBatchAutoResolve: false,
+          partitionsConsumedConcurrently: 4,
+          eachBatch: (payload) => this.#onBatch(payload),
+        });
+        await joined;
+      })(),
+      Math.max(this.#parts.connectTimeoutMs, 30_000),
+      'joining the consumer group',
+    ).catch((error: unknown) => {
+      throw new TransportError(`cannot subscribe '${this.#endpoint.consumer}' (Kafka unreachable or the group did not form): ${describe(error)}`, { cause: error, retriable: true });
+    });
+  }
+
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#stopped = true;
+      for (const wake of this.#roomWaiters.splice(0)) wake();
+      // Not started yet: dropped (uncommitted, so the group gets them again).
+      this.#ready.length = 0;
+      this.#keys.clear();
+      for (const item of this.#waiting) clearTimeout(item.timer);
+      this.#waiting.clear();
+      while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
+      await Promise.all([...this.#states.values()].map((state) => state.commits));
+      await this.#parts.consumer.disconnect().catch(() => undefined);
+      this.#parts.forget(this);
+    })();
+    return this.#closing;
+  }
+
+  #onAssignment(assignment: Record<string, number[]>): void {
+    const kept = new Set(Object.entries(assignment).flatMap(([topic, partitions]) => partitions.map((partition) => `${topic}\0${partition}`)));
+    for (const [id, state] of this.#states) {
+      if (kept.has(id)) continue;
+      // Revoked: nothing more of it starts, and nothing is committed for it by this member.
+      state.revoked = true;
+      this.#states.delete(id);
+    }
+    this.#dropRevoked();
+  }
+
+  /** Records of revoked partitions that have not started are dropped (uncommitted: the new owner gets them). */
+  #dropRevoked(): void {
+    for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
+      if (this.#drop(this.#ready[index]!)) this.#ready.splice(index, 1);
+    }
+    for (const [key, queue] of this.#keys) {
+      const kept = queue.filter((item, index) => (index === 0 && this.#isRunning(item)) || !this.#drop(item));
+      if (kept.length === 0) this.#keys.delete(key);
+      else this.#keys.set(key, kept);
+    }
+    for (const item of [...this.#waiting]) {
+      if (this.#drop(item)) {
+        clearTimeout(item.timer);
+        this.#waiting.delete(item);
+        if (item.orderKey === undefined) {
+          this.#retryWaiting -= 1;
+          this.#resumeRetries();
+        }
+      }
+    }
+  }
+
+  /** Drops a revoked, not running record once; true when it is (or was) dropped. */
+  #drop(item: Item): boolean {
+    if (!item.state.revoked || this.#isRunning(item)) return false;
+    if (!item.dropped) {
+      item.dropped = true;
+      this.#release();
+    }
+    return true;
+  }
+
+  readonly #runningItems = new Set<Item>();
+  #isRunning(item: Item): boolean {
+    return this.#runningItems.has(item);
+  }
+
+  async #onBatch(payload: import('kafkajs').EachBatchPayload): Promise<void> {
+    const { batch } = payload;
+    const id = `${batch.topic}\0${batch.partition}`;
+    for (const message of batch.messages) {
+      if (this.#stopped || !payload.isRunning() || payload.isStale()) return;
+      let state = this.#states.get(id);
+      if (!state) {
+        state = { topic: batch.topic, partition: batch.partition, unfinished: new Set(), next: Number(message.offset), committed: Number(message.offset), revoked: false, commits: Promise.resolve() };
+        this.#states.set(id, state);
+      }
+      const offset = Number(message.offset);
+      if (state.unfinished.has(offset)) {
+        // Fetched again after a rebalance while still in hand here: not twice.
+        payload.resolveOffset(message.offset);
+        continue;
+      }
+      if (!(await this.#room(payload))) return;
+      if (state.revoked || this.#stopped) return;
+      state.unfinished.add(offset);
+      state.next = Math.max(state.next, offset + 1);
+      this.#buffered += 1;
+      this.#take(state, offset, message);
+      payload.resolveOffset(message.offset);
+    }
+    await payload.heartbeat().catch(() => undefined);
+  }
+
+  /** Waits until fewer than `maxBuffered` records are in hand; heartbeats meanwhile. False when the batch must end. */
+  async #room(payload: import('kafkajs').EachBatchPayload): Promise<boolean> {
+    while (this.#buffered >= this.#parts.maxBuffered) {
+      await Promise.race([new Promise<void>((resolve) => this.#roomWaiters.push(resolve)), sleep(1_000)]);
+      if (this.#stopped || !payload.isRunning() || payload.isStale()) return false;
+      await payload.heartbeat().catch(() => undefined);
+    }
+    return true;
+  }
+
+  #release(): void {
+    this.#buffered -= 1;
+    this.#roomWaiters.shift()?.();
+  }
+
+  #take(state: PartitionState, offset: number, message: KafkaMessage): void {
+    const headers = headerText(message.headers);
+    const attempt = Number(headers[HEADERS.attempt] ?? '1');
+    const key = message.key === null ? null : message.key.toString('utf8');
+    const ordered = this.#endpoint.ordered && key !== null && state.topic !== this.#parts.retryTopic;
+    const item: Item = { state, offset, message, headers, attempt: Number.isInteger(attempt) && attempt > 0 ? attempt : 1, orderKey: ordered ? `${state.topic}\0${key}` : undefined };
+    const due = Number(headers[HEADERS.retryAt] ?? '0');
+    if (state.topic === this.#parts.retryTopic && due > Date.now()) {
+      // A retry copy waits in memory for its time, holding no handler slot and blocking nothing.
+      this.#retryWaiting += 1;
+      this.#waiting.add(item);
+      item.timer = setTimeout(() => {
+        this.#waiting.delete(item);
+        this.#retryWaiting -= 1;
+        this.#resumeRetries();
+        this.#enqueue(item);
+      }, due - Date.now());
+      if (this.#retryWaiting >= this.#parts.maxRetryWaiting && !this.#retryPaused) {
+        this.#retryPaused = true;
+        this.#parts.consumer.pause([{ topic: this.#parts.retryTopic }]);
+      }
+      return;
+    }
+    if (item.orderKey !== undefined) {
+      const queue = this.#keys.get(item.orderKey);
+      if (queue) {
+        queue.push(item);
+        return;
+      }
+      this.#keys.set(item.orderKey, [item]);
+    }
+    this.#enqueue(item);
+  }
+
+  #resumeRetries(): void {
+    if (this.#retryPaused && this.#retryWaiting < this.#parts.maxRetryWaiting / 2) {
+      this.#retryPaused = false;
+      this.#parts.consumer.resume([{ topic: this.#parts.retryTopic }]);
+    }
+  }
+
+  #enqueue(item: Item): void {
+    if (this.#stopped) return;
+    this.#ready.push(item);
+    this.#pump();
+  }
+
+  #pump(): void {
+    while (this.#active < this.#endpoint.concurrency && this.#ready.length > 0 && !this.#stopped) {
+      const item = this.#ready.shift()!;
+      if (item.dropped || this.#drop(item)) continue;
+      this.#active += 1;
+      this.#runningItems.add(item);
+      const run = this.#run(item).finally(() => {
+        this.#active -= 1;
+        this.#runningItems.delete(item);
+        this.#running.delete(run);
+        this.#pump();
+      });
+      this.#running.add(run);
+    }
+  }
+
+  async #run(item: Item): Promise<void> {
+    let envelope: Envelope;
+    try {
+      envelope = decodeRecord(item.message.key, item.message.value, item.headers);
+    } catch (error) {
+      await this.#deadLetter(item, { code: 'ENVELOPE_INVALID', message: describe(error) }).catch(() => undefined);
+      return;
+    }
+    let settled = false;
+    const once = async (action: () => Promise<void>): Promise<void> => {
+      if (settled) return;
+      settled = true;
+      await action();
+    };
+    const delivery: Delivery = {
+      envelope,
+      attempt: item.attempt,
+      ...(item.headers[HEADERS.replayed] === '1' ? { replayed: true } : {}),
+      ack: () => once(() => this.#finish(item)),
+      retry: (delayMs, reason) => once(() => this.#retry(item, delayMs, reason)),
+      deadLetter: (reason) => once(() => this.#deadLetter(item, reason)),
+    };
+    await this.#handler(delivery).catch(() => undefined);
+  }
+
+  /** The record is done: the next of its key may run, and the partition's commit point may move. */
+  async #finish(item: Item): Promise<void> {
+    const { state } = item;
+    state.unfinished.delete(item.offset);
+    this.#release();
+    if (item.orderKey !== undefined) {
+      const queue = this.#keys.get(item.orderKey);
+      queue?.shift();
+      if (queue && queue.length > 0) this.#enqueue(queue[0]!);
+      else this.#keys.delete(item.orderKey);
+    }
+    await this.#commit(state);
+  }
+
+  /** Commits the partition up to its lowest unfinished record (never past work in hand). */
+  #commit(state: PartitionState): Promise<void> {
+    state.commits = state.commits.then(async () => {
+      if (state.revoked) return;
+      const point = state.unfinished.size === 0 ? state.next : Math.min(...state.unfinished);
+      if (point <= state.committed) return;
+      try {
+        await this.#parts.consumer.commitOffsets([{ topic: state.topic, partition: state.partition, offset: String(point) }]);
+        state.committed = point;
+      } catch (error) {
+        // Lost the partition or the broker: uncommitted work comes again and the inbox drops the copies.
+        throw new TransportError(`could not commit ${state.topic}[${state.partition}]@${point}: ${describe(error)}`, { cause: error, retriable: true });
+      }
+    });
+    const done = state.commits;
+    state.commits = state.commits.catch(() => undefined);
+    return done;
+  }
+
+  async #retry(item: Item, delayMs: number, reason: DeadLetterReason): Promise<void> {
+    void reason;
+    if (item.orderKey !== undefined) {
+      // In place: the key waits (its queue keeps this record in front); the slot is free.
+      this.#waiting.add(item);
+      item.timer = setTimeout(() => {
+        this.#waiting.delete(item);
+        if (item.state.revoked || this.#stopped) return;
+        item.attempt += 1;
+        this.#enqueue(item);
+      }, Math.max(0, delayMs));
+      return;
+    }
+    const envelope = decodeRecord(item.message.key, item.message.value, item.headers);
+    await this.#parts.publishCopy(
+      this.#parts.retryTopic,
+      encodeRecord(envelope, {
+        [HEADERS.attempt]: String(item.attempt + 1),
+        [HEADERS.retryAt]: String(Date.now() + Math.max(0, delayMs)),
+        ...(item.headers[HEADERS.replayed] === '1' ? { [HEADERS.replayed]: '1' } : {}),
+      }),
+    );
+    await this.#finish(item);
+  }
+
+  async #deadLetter(item: Item, reason: DeadLetterReason): Promise<void> {
+    const id = `${item.state.topic}:${item.state.partition}:${item.offset}`;
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(item.headers)) {
+      if (name !== HEADERS.retryAt && name !== HEADERS.replayed) headers[name] = value;
+    }
+    headers[HEADERS.attempt] = String(item.attempt);
+    headers[HEADERS.deadCode] = reason.code;
+    headers[HEADERS.deadMessage] = reason.message;
+    headers[HEADERS.deadAt] = String(Date.now());
+    headers[HEADERS.origin] = id;
+    // The dead-letter record's key is its id (compaction keeps the latest per id); the original key travels in a header.
+    if (item.message.key === null) headers['courier-dead-key-null'] = '1';
+    else headers['courier-dead-key'] = item.message.key.toString('base64');
+    await this.#parts.publishCopy(this.#parts.deadLetterTopic, { key: id, value: item.message.value === null ? '' : item.message.value.toString('utf8'), headers });
+    await this.#finish(item);
+  }
+}
