@@ -306,6 +306,11 @@ export class KafkaTransport implements Transport {
       maxRetryWaiting: this.#maxRetryWaiting,
       connectTimeoutMs: this.#connectTimeoutMs,
       publishCopy: (topic, record) => this.#publishCopy(topic, record),
+      highWatermarks: async (topic) => {
+        const admin = await this.#connectedAdmin();
+        const ends = await admin.fetchTopicOffsets(topic);
+        return new Map(ends.map((end) => [end.partition, Number(end.high)]));
+      },
       deadLetterTopic: this.deadLetterTopic(endpoint.consumer),
       forget: (s) => this.#subscriptions.delete(s),
     });
@@ -546,6 +551,8 @@ interface SubscriptionParts {
   readonly maxRetryWaiting: number;
   readonly connectTimeoutMs: number;
   publishCopy(topic: string, record: OutgoingRecord): Promise<void>;
+  /** Each partition's high watermark now (`partition → offset`). */
+  highWatermarks(topic: string): Promise<Map<number, number>>;
   forget(subscription: KafkaSubscription): void;
 }
 
@@ -561,6 +568,12 @@ interface PartitionState {
   committed: number;
   revoked: boolean;
   commits: Promise<void>;
+  /**
+   * The partition's high watermark when this member joined with it. Records below it may have
+   * been in a previous member's hands when it died (a log keeps no per-record delivery
+   * state), so they are delivered flagged `redelivered`; records produced later are not.
+   */
+  readonly suspectBelow: number;
 }
 
 /** One consumed record on its way through the subscription. */
@@ -607,6 +620,7 @@ class KafkaSubscription implements Subscription {
       this.#joined = resolve;
     });
     consumer.on(consumer.events.GROUP_JOIN, (event) => {
+      this.#suspects = this.#watermarks(event.payload.memberAssignment);
       this.#onAssignment(event.payload.memberAssignment);
       this.#joined?.();
     });
@@ -645,6 +659,24 @@ class KafkaSubscription implements Subscription {
     })();
     return this.#closing;
   }
+
+  /**
+   * Where each assigned partition's log ended when this member joined: what lies below may
+   * have been in a dead member's hands. A failed lookup suspects everything (the safe side
+   * of `Delivery.redelivered`).
+   */
+  async #watermarks(assignment: Record<string, number[]>): Promise<Map<string, number>> {
+    const ends = new Map<string, number>();
+    await Promise.all(
+      Object.keys(assignment).map(async (topic) => {
+        const marks = await this.#parts.highWatermarks(topic).catch(() => new Map<number, number>());
+        for (const partition of assignment[topic] ?? []) ends.set(`${topic}\0${partition}`, marks.get(partition) ?? Number.POSITIVE_INFINITY);
+      }),
+    );
+    return ends;
+  }
+
+  #suspects: Promise<Map<string, number>> | undefined;
 
   #onAssignment(assignment: Record<string, number[]>): void {
     const kept = new Set(Object.entries(assignment).flatMap(([topic, partitions]) => partitions.map((partition) => `${topic}\0${partition}`)));
@@ -701,7 +733,9 @@ class KafkaSubscription implements Subscription {
       if (this.#stopped || !payload.isRunning() || payload.isStale()) return;
       let state = this.#states.get(id);
       if (!state) {
-        state = { topic: batch.topic, partition: batch.partition, unfinished: new Set(), next: Number(message.offset), committed: Number(message.offset), revoked: false, commits: Promise.resolve() };
+        const suspectBelow = (await this.#suspects)?.get(id) ?? Number(batch.highWatermark);
+        if (this.#stopped || !payload.isRunning() || payload.isStale()) return;
+        state = { topic: batch.topic, partition: batch.partition, unfinished: new Set(), next: Number(message.offset), committed: Number(message.offset), revoked: false, commits: Promise.resolve(), suspectBelow };
         this.#states.set(id, state);
       }
       const offset = Number(message.offset);
@@ -816,6 +850,7 @@ class KafkaSubscription implements Subscription {
     const delivery: Delivery = {
       envelope,
       attempt: item.attempt,
+      redelivered: item.offset < item.state.suspectBelow,
       ...(item.headers[HEADERS.replayed] === '1' ? { replayed: true } : {}),
       ack: () => once(() => this.#finish(item)),
       retry: (delayMs, reason) => once(() => this.#retry(item, delayMs, reason)),
