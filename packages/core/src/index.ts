@@ -39,14 +39,17 @@ export type {
   HaltedKey,
   ListOptions,
   OutboxAppend,
+  OutboxEngine,
   OutboxFailure,
   OutboxLease,
   OutboxRecord,
   OutboxState,
+  OutboxOperations,
   OutboxStats,
   OutboxStore,
 } from './outbox-store.js';
 export type { InboxResult, InboxStore } from './inbox-store.js';
+export type { InboxOperations } from './inbox-operations.js';
 export type {
   DeadLetter,
   DeadLetterReason,
