@@ -1,3 +1,3 @@
 import { courierProject } from '../../vitest.shared.js';
 
-export default courierProject('cli', { testTimeout: 120_000 });
+export default courierProject('cli', { testTimeout: 300_000 });

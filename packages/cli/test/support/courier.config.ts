@@ -8,15 +8,15 @@ export default defineCourierConfig(async () => {
   const prefix = process.env['CLI_TEST_PREFIX'] ?? 'cli_';
   const stores = await openStores(dialect, prefix, process.env['CLI_TEST_DB_URL']);
   const brokerPrefix = process.env['CLI_TEST_BROKER_PREFIX'];
-  const transport = brokerPrefix ? openTransport(brokerPrefix) : undefined;
+  const transport = brokerPrefix ? await openTransport(brokerPrefix) : undefined;
   return {
     outbox: stores.outbox,
     inbox: stores.inbox,
     schema: stores.schema,
     ...(transport ? { transport, consumers: (process.env['CLI_TEST_CONSUMERS'] ?? '').split(',').filter(Boolean) } : {}),
-    relay: () => {
+    relay: async () => {
       if (!brokerPrefix) throw new Error('CLI_TEST_BROKER_PREFIX is not set');
-      return { outbox: stores.outbox, transport: openTransport(brokerPrefix), relay: { batchSize: 50, pollIntervalMs: 200 } };
+      return { outbox: stores.outbox, transport: await openTransport(brokerPrefix), relay: { batchSize: 50, pollIntervalMs: 200 } };
     },
     async close() {
       await transport?.close();

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { courierSchemaAdmin } from '@courier/mikro-orm/migrations';
-import { RabbitMqTransport } from '@courier/rabbitmq';
+import type { RabbitMqTransport } from '@courier/rabbitmq';
 import type { MikroORM, Options } from '@mikro-orm/core';
 
 export type Dialect = 'postgresql' | 'mariadb' | 'sqlite';
@@ -71,6 +71,8 @@ export async function openStores(dialect: Dialect, prefix: string, url?: string)
 }
 
 /** A RabbitMQ transport whose names start with `prefix`. */
-export function openTransport(prefix: string): RabbitMqTransport {
-  return new RabbitMqTransport({ connection: AMQP_URL, prefix, connectTimeoutMs: 3_000 });
+export async function openTransport(prefix: string): Promise<RabbitMqTransport> {
+  // Imported on demand: the CLI's child processes that need no broker skip loading amqplib.
+  const { RabbitMqTransport: Transport } = await import('@courier/rabbitmq');
+  return new Transport({ connection: AMQP_URL, prefix, connectTimeoutMs: 3_000 });
 }
