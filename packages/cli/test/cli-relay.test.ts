@@ -72,7 +72,7 @@ describe('courier relay (postgresql + rabbitmq)', () => {
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ ready: true, relay: { running: true, paused: false } });
     const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`)).text();
-    for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age_seconds', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
+    for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
       expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
     }
     expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
