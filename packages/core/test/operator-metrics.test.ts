@@ -1,10 +1,11 @@
 // The operator gauges, read through the real OpenTelemetry metrics SDK and its in-memory
 // exporter: values come from the outbox's stats at collection time, a failing stats()
 // reports nothing (never zeros), and the relay-paused gauge follows bus.health().
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData } from '@opentelemetry/sdk-metrics';
+import { metrics as otelMetrics } from '@opentelemetry/api';
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations } from '@courier/core';
-import { harness } from './support/harness.js';
+import { defineMessage, DURATION_HISTOGRAMS, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations } from '@courier/core';
+import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
 
@@ -94,5 +95,50 @@ describe('operator gauges', () => {
     expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
     relay = { running: false, paused: true };
     expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
+  });
+});
+
+describe('duration histograms', () => {
+  afterEach(() => {
+    otelMetrics.disable();
+  });
+
+  it('record publish (sent → confirmed), handler duration and delivery → ack through the global meter provider', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    await using h = harness();
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push(message.messageId);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(handled).toHaveLength(1));
+    const counts = async (): Promise<Record<string, { count: number; attributes: Record<string, unknown> }>> => {
+      exporter.reset();
+      await reader.forceFlush();
+      const found: Record<string, { count: number; attributes: Record<string, unknown> }> = {};
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as HistogramMetricData[]) {
+            const count = metric.dataPoints.reduce((sum, point) => sum + point.value.count, 0);
+            found[metric.descriptor.name] = { count, attributes: { ...metric.dataPoints[0]?.attributes } };
+          }
+        }
+      }
+      return found;
+    };
+    // The ack is recorded just after the handler's commit: poll until it is there.
+    await eventually(async () => expect((await counts())[DURATION_HISTOGRAMS.deliveryToAck]?.count).toBe(1));
+    const found = await counts();
+    expect(found[DURATION_HISTOGRAMS.publish]?.count).toBeGreaterThanOrEqual(1);
+    expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
+    expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
+    expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
   });
 });
