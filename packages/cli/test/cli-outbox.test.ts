@@ -47,7 +47,9 @@ describe.each(['postgresql', 'mariadb', 'sqlite'] as Dialect[])('courier against
     expect((await runCli(['migrate', '--print'], env)).stdout).toContain('nothing to run');
   });
 
-  it('stats, dead list/show/replay/purge and halted list/resume act on the seeded outbox', async () => {
+  // About 20 runs of the binary in a row: each starts Node, tsx and a database driver, which
+  // takes seconds on a loaded 2-core machine, so the bound is generous.
+  it('stats, dead list/show/replay/purge and halted list/resume act on the seeded outbox', { timeout: 900_000 }, async () => {
     await stores.outbox.ensureSchema();
     // Two rows that will die, one key that will halt with two rows held behind its head, three plain pending rows.
     const doomed = [envelope('d1'), envelope('d2', { type: 'cli.Other' })];
