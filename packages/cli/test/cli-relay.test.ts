@@ -76,6 +76,8 @@ describe('courier relay (postgresql + rabbitmq)', () => {
       expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
     }
     expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
+    // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
+    expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
 
     first.child.kill('SIGTERM');
     expect(await first.exited).toBe(0);
