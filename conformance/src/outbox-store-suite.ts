@@ -7,7 +7,7 @@ import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { idVariants } from './support/id-variants.js';
 import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
-import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+import { describeCases, type CaseControls, type CaseSetup, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
 
 /** Per-suite settings of {@link describeOutboxStore}. */
@@ -63,12 +63,30 @@ const LONG_LEASE_MS = 60_000;
 export function describeOutboxStore<Tx>(name: string, factory: StoreFixtureFactory<Tx>, options: OutboxStoreSuiteOptions = {}): void {
   const settings = { ...DEFAULTS, ...options };
   const cases: SuiteCase<OutboxCaseEnv<Tx>>[] = outboxStoreCases.map((testCase) => ({ name: testCase.name, run: (env) => testCase.run(env) }));
-  describeCases(`outbox-store(${name})`, cases, async (context, controls) => {
+  const unknown = outboxOperationsCaseNames.filter((caseName) => !cases.some((testCase) => testCase.name === caseName));
+  if (unknown.length > 0) throw new Error(`outboxOperationsCaseNames names no case: ${unknown.map((caseName) => `'${caseName}'`).join(', ')}`);
+  const operations = new Set(outboxOperationsCaseNames);
+  const setup: CaseSetup<OutboxCaseEnv<Tx>> = async (context, controls) => {
     const fixture = await factory(context);
     const env: OutboxCaseEnv<Tx> = { ...controls, fixture, outbox: fixture.outbox, topic: `${context.testId}.outbox`, options: settings };
     return { env, close: () => fixture.close() };
-  });
+  };
+  // Two groups, so a store author certifies the engine (what the relay needs) before the operations.
+  describeCases(`outbox-store(${name}) engine`, cases.filter((testCase) => !operations.has(testCase.name)), setup);
+  describeCases(`outbox-store(${name}) operations`, cases.filter((testCase) => operations.has(testCase.name)), setup);
 }
+
+/**
+ * Names of the cases of {@link outboxStoreCases} that check the operator half of the port
+ * (`OutboxOperations`: stats, prune, dead rows, halted keys); every other case checks the
+ * engine (`OutboxEngine`). `describeOutboxStore` registers them as two groups.
+ */
+export const outboxOperationsCaseNames: readonly string[] = [
+  'stats count pending (in flight included), in flight, dead and halted keys',
+  'prune deletes only published rows older than the cutoff',
+  'lists, replays and purges dead rows',
+  'lists halted keys and resumes them by retry or park',
+];
 
 function message<Tx>(env: OutboxCaseEnv<Tx>, key: string | null, overrides: Partial<Envelope> = {}): Envelope {
   return makeEnvelope({ topic: env.topic, key, type: 'conformance.OutboxTested', ...overrides });

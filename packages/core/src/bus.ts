@@ -11,12 +11,14 @@ import type {
 import { ClosedError, ConfigError, describeError } from './errors.js';
 import { noopLogger, type Logger } from './logger.js';
 import type { MessageDefinition } from './message-definition.js';
+import type { Transport } from './transport.js';
 import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
 import { Gate } from './internal/async.js';
 import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
 import { retryPolicy } from './retry.js';
 import { Instruments, defaultTracer } from './telemetry.js';
+import { DurationHistograms, timedHandler, timedTransport } from './timed-transport.js';
 import { isValidTopic, lengthProblem, portLimitsProblems, type LengthLimit, type NamedLimits } from './envelope.js';
 
 /** Per-call options of {@link Bus.stop}. */
@@ -112,6 +114,9 @@ class CourierBus<Tx> implements Bus<Tx> {
   readonly #logger: Logger;
   readonly #tracer: Tracer = defaultTracer();
   readonly #instruments = new Instruments();
+  readonly #durations = new DurationHistograms();
+  /** The transport the relay and consumers use: the user's, with publish and delivery-to-ack timed. */
+  readonly #transport: Transport;
   readonly #publisher: PublisherSettings;
   /** What a consumer name must fit, and whose limit each is. */
   readonly #consumerLimits: readonly { readonly holder: string; readonly limit: LengthLimit | undefined }[];
@@ -129,6 +134,7 @@ class CourierBus<Tx> implements Bus<Tx> {
 
   constructor(config: BusConfig<Tx>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
     this.#config = config;
+    this.#transport = timedTransport(config.transport, this.#durations);
     this.#relaySettings = relay;
     this.#defaultRetry = retry;
     this.#logger = config.logger ?? noopLogger;
@@ -193,7 +199,8 @@ class CourierBus<Tx> implements Bus<Tx> {
     }
     if (problems.length > 0) throw new ConfigError(problems);
     const entry = plan ?? { registrations: new Map<string, Registration<Tx>>(), options: {} };
-    entry.registrations.set(definition.type, { definition, handler: handler as unknown as Registration<Tx>['handler'] });
+    const attributes = { 'messaging.system': 'courier', 'messaging.consumer.group.name': consumer, 'messaging.destination.name': definition.topic, 'courier.type': definition.type };
+    entry.registrations.set(definition.type, { definition, handler: timedHandler(handler as unknown as Registration<Tx>['handler'], this.#durations, attributes) });
     entry.options = { ...entry.options, ...options };
     this.#plans.set(consumer, entry);
   }
@@ -237,7 +244,7 @@ class CourierBus<Tx> implements Bus<Tx> {
             {
               inbox: this.#config.inbox,
               outbox: this.#config.outbox,
-              transport: this.#config.transport,
+              transport: this.#transport,
               logger: this.#logger,
               instruments: this.#instruments,
               tracer: this.#tracer,
@@ -255,7 +262,7 @@ class CourierBus<Tx> implements Bus<Tx> {
         this.#relay = new Relay<Tx>(
           {
             store: this.#config.outbox,
-            transport: this.#config.transport,
+            transport: this.#transport,
             logger: this.#logger,
             instruments: this.#instruments,
             tracer: this.#tracer,

@@ -40,15 +40,18 @@ export type {
   HaltedKey,
   ListOptions,
   OutboxAppend,
+  OutboxEngine,
   OutboxFailure,
   OutboxLease,
   OutboxRecord,
   OutboxState,
+  OutboxOperations,
   OutboxStats,
   OutboxStore,
   PendingCompletion,
 } from './outbox-store.js';
 export type { InboxResult, InboxStore } from './inbox-store.js';
+export type { InboxOperations } from './inbox-operations.js';
 export type {
   DeadLetter,
   DeadLetterReason,
@@ -77,6 +80,9 @@ export type {
 } from './bus-types.js';
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
+export type { ObserveOptions } from './operator-metrics.js';
+export { OPERATOR_GAUGES, observeOutbox, observeRelay } from './operator-metrics.js';
+export { DURATION_HISTOGRAMS } from './timed-transport.js';
 export { CONNECTIVITY_CODES } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';
 export type { InMemoryDatabaseConfig, InMemoryTransactionState } from './in-memory/in-memory-database.js';

@@ -115,7 +115,9 @@ export interface CompleteOptions {
 }
 
 /**
- * Storage port of the transactional outbox.
+ * The engine half of the outbox storage port: what the bus and the relay need to move
+ * messages from the caller's unit of work to the broker. A store author implements this
+ * first (and passes the engine cases of the conformance suite), then {@link OutboxOperations}.
  *
  * Contract every implementation keeps (the conformance suite checks each):
  * - `append` joins the caller's unit of work `tx`: the rows become visible when, and
@@ -129,9 +131,9 @@ export interface CompleteOptions {
  *   relay is fenced out) and return how many rows they changed.
  * - `renew`, where implemented, moves the lease expiry of rows still held by `lease` to
  *   `leaseMs` from now (database clock) and touches no other row.
- * - Dead and halted rows are never claimed. `prune` deletes only published rows.
+ * - Dead and halted rows are never claimed.
  */
-export interface OutboxStore<Tx> {
+export interface OutboxEngine<Tx> {
   /** Appends messages inside the caller's unit of work. Synchronous so it cannot race a flush. */
   append(tx: Tx, messages: readonly OutboxAppend[]): void;
   /** Claims up to `limit` due rows under a new lease. */
@@ -166,6 +168,28 @@ export interface OutboxStore<Tx> {
    * need not sleep-poll. Resolves with a function that stops listening.
    */
   watch?(listener: () => void): Promise<() => Promise<void>>;
+  close?(): Promise<void>;
+  /**
+   * Optional: the longest envelope fields the store holds (its column sizes). The bus
+   * refuses a message with a longer field at `publish()`, before it reaches `append`.
+   */
+  readonly limits?: PortLimits;
+}
+
+/**
+ * The operator half of the outbox storage port: what an operator (the `courier` CLI, a
+ * metrics gauge, an admin page) needs to see and repair the outbox. It takes no unit of
+ * work and no lease, so it can be used from a process that never runs a relay.
+ *
+ * Contract every implementation keeps (the conformance suite checks each):
+ * - `stats` counts on the database clock and never blocks appends or claims.
+ * - `prune` deletes only published rows, in bounded batches, so it is safe while
+ *   producers append and relays claim.
+ * - `replay` makes dead or halted rows pending again with the same messageId and zero
+ *   attempts; `purge` deletes only dead rows; `resume` acts only on a halted key's head.
+ *   Each returns how many rows it changed, so a repeated call is harmless and visible.
+ */
+export interface OutboxOperations {
   stats(): Promise<OutboxStats>;
   /** Deletes published rows older than `olderThanMs`, in bounded batches. Returns the count. */
   prune(olderThanMs: number, options?: { batchSize?: number; signal?: AbortSignal }): Promise<number>;
@@ -177,10 +201,12 @@ export interface OutboxStore<Tx> {
   listHalted(options?: ListOptions): Promise<readonly HaltedKey[]>;
   /** Resumes a halted key: `retry` makes its head pending again, `park` marks it dead so the key moves on. */
   resume(topic: string, key: string, action: 'retry' | 'park'): Promise<number>;
-  close?(): Promise<void>;
-  /**
-   * Optional: the longest envelope fields the store holds (its column sizes). The bus
-   * refuses a message with a longer field at `publish()`, before it reaches `append`.
-   */
-  readonly limits?: PortLimits;
 }
+
+/**
+ * Storage port of the transactional outbox: the engine ({@link OutboxEngine}) and the
+ * operator's operations ({@link OutboxOperations}) on one object, which is what
+ * `createBus` takes. Code that only inspects or repairs the outbox (the CLI, gauges)
+ * depends on `OutboxOperations` alone.
+ */
+export interface OutboxStore<Tx> extends OutboxEngine<Tx>, OutboxOperations {}

@@ -1,7 +1,10 @@
 import { Migration } from '@mikro-orm/migrations';
 import { resolveTableNames, type CourierTablesConfig } from './courier-tables.js';
 import { createDialect } from './dialects/create-dialect.js';
-import { upgradeSql, type DialectName } from './dialects/sql-dialect.js';
+import { SCHEMA_VERSION, upgradeSql, type DialectName } from './dialects/sql-dialect.js';
+import { toNumber } from './sql-runner.js';
+import { classifyDriverError, toStorageError } from './storage-errors.js';
+import { StoreCore, type MikroOrmStoreConfig } from './store-core.js';
 
 /** One entry of MikroORM's `migrations.migrationsList`. */
 export interface CourierMigration {
@@ -62,4 +65,48 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
   ];
+}
+
+/** Arguments of {@link courierSchemaAdmin}: the same settings the stores get. */
+export type CourierSchemaAdminConfig = MikroOrmStoreConfig;
+
+/**
+ * Schema status and migration for operator tools (the `courier migrate` command's
+ * `schema` member): the version found, the SQL that would bring it to this release's
+ * version, and applying it.
+ *
+ * Guarantees: `status` and `pendingSql` change nothing (a missing meta table reads as
+ * version 0; an unreachable database rejects with a retriable `StorageError`);
+ * `pendingSql` is empty exactly when the schema is current and is the same idempotent SQL
+ * `courierMigrations` and `ensureSchema()` run; `apply` is `ensureSchema()`: idempotent,
+ * safe from several processes at once. The ORM is the caller's and is not closed.
+ */
+export function courierSchemaAdmin(config: CourierSchemaAdminConfig): {
+  status(): Promise<{ current: number; target: number }>;
+  pendingSql(): Promise<string[]>;
+  apply(): Promise<void>;
+} {
+  const core = new StoreCore(config, 'courier schema admin');
+  const currentVersion = async (): Promise<number> => {
+    try {
+      await core.dialect.prepareDatabase?.(core.runner);
+      const rows = await core.runner.all(`SELECT value FROM ${core.dialect.table('meta')} WHERE name = 'schema_version'`);
+      return rows.length === 0 ? 0 : toNumber(rows[0]?.['value']);
+    } catch (error) {
+      // A missing table is version 0; anything else (the database away) is reported.
+      if (classifyDriverError(error) === 'schema') return 0;
+      throw toStorageError(error, 'schema status', core.schemaHint);
+    }
+  };
+  return {
+    async status() {
+      return { current: await currentVersion(), target: SCHEMA_VERSION };
+    },
+    async pendingSql() {
+      const current = await currentVersion();
+      if (current >= SCHEMA_VERSION) return [];
+      return current === 0 ? core.dialect.schemaStatements() : upgradeSql(core.dialect, current);
+    },
+    apply: () => core.ensureSchema(),
+  };
 }

@@ -1,0 +1,529 @@
+import { createInterface } from 'node:readline/promises';
+import { Command, CommanderError, Option } from 'commander';
+import { CourierError, describeError, type OutboxOperations } from '@courier/core';
+import { loadConfig, type CourierCliSetup } from './config.js';
+import { actOnParked, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
+import { runRelay } from './relay-process.js';
+
+/** Exit codes of `courier`: documented in the package README and `courier --help`. */
+export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
+
+/** Where the CLI writes; tests and embedders may pass their own. */
+export interface CliIo {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  /** Whether a person can answer a confirmation prompt. */
+  readonly interactive: boolean;
+  readonly cwd: string;
+}
+
+const defaultIo: CliIo = {
+  out: (text) => process.stdout.write(`${text}\n`),
+  err: (text) => process.stderr.write(`${text}\n`),
+  interactive: Boolean(process.stdin.isTTY && process.stdout.isTTY),
+  cwd: process.cwd(),
+};
+
+const EXIT_HELP = `
+Exit codes:
+  0  done (for --check: the schema is current)
+  1  failure: a store or broker error, a reference that does not exist, a schema behind (--check)
+  2  usage: a bad option, a config without what the command needs, a destructive command without --yes and no terminal
+`;
+
+/**
+ * Runs the `courier` command line with `argv` (without node and script) and resolves
+ * with the exit code. Expected failures (an unreachable database, a bad option) print one
+ * line naming the problem and its remedy, never a stack trace (set COURIER_DEBUG=1 for one).
+ */
+export async function runCli(argv: readonly string[], io: CliIo = defaultIo): Promise<number> {
+  let setup: CourierCliSetup | undefined;
+  let exitCode: number = EXIT.ok;
+  const open = async (command: string, configPath: string | undefined): Promise<CourierCliSetup> => {
+    const config = await loadConfig(configPath, io.cwd);
+    try {
+      setup = await config({ command });
+    } catch (error) {
+      throw new ConfigFailure(`the courier config failed while building its objects: ${describeError(error)}`, { cause: error });
+    }
+    return setup;
+  };
+  const program = buildProgram(io, open, (code) => {
+    exitCode = code;
+  });
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+  } catch (error) {
+    exitCode = report(error, io);
+  } finally {
+    if (setup?.close) {
+      try {
+        await setup.close();
+      } catch (error) {
+        io.err(`courier: warning: closing the config's objects failed: ${describeError(error)}`);
+      }
+    }
+  }
+  return exitCode;
+}
+
+class ConfigFailure extends Error {
+  override readonly name = 'ConfigFailure';
+}
+
+const UNREACHABLE = /ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EHOSTUNREACH|ECONNRESET|getaddrinfo|connect ETIMEDOUT|Connection terminated|SQLITE_CANTOPEN/i;
+
+function report(error: unknown, io: CliIo): number {
+  if (error instanceof CommanderError) {
+    // Commander printed the message or the help itself.
+    return error.code === 'commander.helpDisplayed' || error.code === 'commander.help' || error.code === 'commander.version' ? EXIT.ok : EXIT.usage;
+  }
+  const debug = process.env['COURIER_DEBUG'] === '1';
+  const text = error instanceof Error ? error.message : String(error);
+  if (error instanceof UsageError) {
+    io.err(`courier: ${text}\n(see \`courier --help\`)`);
+    return EXIT.usage;
+  }
+  const causeText = error instanceof Error && error.cause !== undefined ? describeError(error.cause) : '';
+  if (UNREACHABLE.test(text) || UNREACHABLE.test(causeText) || (error instanceof CourierError && error.retriable && (error.code === 'STORAGE' || error.code === 'TRANSPORT'))) {
+    io.err(`courier: ${text}\nremedy: is the database or broker running and reachable at the address your courier config uses? Start it, or fix the address, and run the command again.`);
+  } else if (error instanceof CourierError && error.code === 'SCHEMA_MISSING') {
+    io.err(`courier: ${text}\nremedy: run \`courier migrate\` (or \`courier migrate --print\` to hand the SQL to a DBA).`);
+  } else if (error instanceof CourierError || error instanceof NotFoundError || error instanceof ConfigFailure) {
+    io.err(`courier: ${text}`);
+  } else {
+    io.err(`courier: unexpected error: ${describeError(error)}`);
+    if (!debug && error instanceof Error && error.stack) io.err('(set COURIER_DEBUG=1 for the stack trace)');
+  }
+  if (debug && error instanceof Error && error.stack) io.err(error.stack);
+  return EXIT.failure;
+}
+
+type Opener = (command: string, configPath: string | undefined) => Promise<CourierCliSetup>;
+
+function need<T>(value: T | undefined, what: string): T {
+  if (value === undefined) throw new UsageError(`the courier config provides no ${what}; add it to the object your config's function returns`);
+  return value;
+}
+
+function buildProgram(io: CliIo, open: Opener, setExit: (code: number) => void): Command {
+  const program = new Command('courier')
+    .description('Operate Courier: outbox backlog, dead letters, halted keys, retention, schema, and the relay as a process of its own.')
+    .option('-c, --config <file>', 'config module (default: courier.config.ts|.mts|.js|.mjs in the working directory)')
+    .exitOverride()
+    .configureOutput({ writeOut: (text) => io.out(text.trimEnd()), writeErr: (text) => io.err(text.trimEnd()) })
+    .showHelpAfterError('(add --help for usage)')
+    .addHelpText('after', `${EXIT_HELP}
+Examples:
+  courier stats                       backlog, oldest pending age, dead letters, halted keys
+  courier dead list --topic orders    dead outbox rows and transport dead letters of topic 'orders'
+  courier migrate --check             exit 1 when the schema is behind (for deploy pipelines)
+  courier relay --port 9464           run the relay alone, /health and /metrics on port 9464`);
+  const configOf = (): string | undefined => program.opts<{ config?: string }>().config;
+  const examples = (command: Command, text: string): Command => command.addHelpText('after', `\nExamples:\n${text}\n${EXIT_HELP}`);
+
+  // ── stats ───────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('stats')
+      .description('Show per outbox: pending, oldest pending age, in flight, dead, halted keys; per transport: dead letters per consumer.')
+      .option('--json', 'print one JSON object (for scripts)')
+      .option('--watch', 'refresh in place until Ctrl-C')
+      .option('--interval <duration>', 'refresh period of --watch', '2s')
+      .action(async (options: { json?: boolean; watch?: boolean; interval: string }) => {
+        const interval = parseDuration(options.interval, '--interval');
+        const setup = await open('stats', configOf());
+        const render = async (): Promise<string> => {
+          const stats = await collectStats(setup);
+          return options.json ? toJson(stats) : renderStats(stats);
+        };
+        if (!options.watch) {
+          io.out(await render());
+          return;
+        }
+        const stop = new AbortController();
+        const onSignal = (): void => stop.abort();
+        process.once('SIGINT', onSignal);
+        process.once('SIGTERM', onSignal);
+        try {
+          while (!stop.signal.aborted) {
+            const text = await render().catch((error: unknown) => `stats failed: ${describeError(error)} (retrying)`);
+            // Clear the screen and home the cursor, so the view stays in place.
+            io.out(`${options.json ? '' : '\x1b[H\x1b[2J'}${text}\n\n(${new Date().toISOString()}, every ${options.interval}; Ctrl-C to quit)`);
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, interval);
+              stop.signal.addEventListener('abort', () => {
+                clearTimeout(timer);
+                resolve();
+              });
+            });
+          }
+        } finally {
+          process.off('SIGINT', onSignal);
+          process.off('SIGTERM', onSignal);
+        }
+      }),
+    `  courier stats
+  courier stats --json | jq .outbox.pending
+  courier stats --watch --interval 5s`,
+  );
+
+  // ── dead ────────────────────────────────────────────────────────────────────────────
+  const dead = program.command('dead').description('Dead outbox rows (never published) and transport dead letters (refused by a consumer): list, show, replay, purge.');
+  const filterOptions = (command: Command): Command =>
+    command
+      .addOption(new Option('--source <where>', 'outbox rows, transport dead letters, or both').choices(['outbox', 'transport', 'all']).default('all'))
+      .option('--topic <topic>', 'only this topic')
+      .option('--type <type>', 'only this message type')
+      .option('--consumer <consumer>', 'only this consumer (transport dead letters; also one not listed in the config)')
+      .option('--code <code>', 'only this error code (e.g. HANDLER_FAILED, PUBLISH_UNROUTABLE)')
+      .option('--older-than <duration>', 'only those parked at least this long ago (e.g. 1h)');
+  const filterOf = (options: RawFilter): ParkedFilter => ({
+    source: options.source,
+    ...(options.topic !== undefined ? { topic: options.topic } : {}),
+    ...(options.type !== undefined ? { type: options.type } : {}),
+    ...(options.consumer !== undefined ? { consumer: options.consumer } : {}),
+    ...(options.code !== undefined ? { code: options.code } : {}),
+    ...(options.olderThan !== undefined ? { olderThanMs: parseDuration(options.olderThan, '--older-than') } : {}),
+  });
+  const placesOf = (setup: CourierCliSetup): ParkingPlaces => {
+    if (!setup.outbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox nor a transport with dead letters');
+    return {
+      ...(setup.outbox ? { outbox: setup.outbox } : {}),
+      ...(setup.transport?.deadLetters ? { deadLetters: setup.transport.deadLetters } : {}),
+      consumers: setup.consumers ?? [],
+    };
+  };
+
+  examples(
+    filterOptions(dead.command('list').description('List parked messages, outbox rows first.'))
+      .option('--limit <n>', 'most to list', '100')
+      .option('--json', 'print a JSON array')
+      .action(async (options: RawFilter & { limit: string; json?: boolean }) => {
+        const limit = parsePositiveInt(options.limit, '--limit');
+        const filter = filterOf(options);
+        const places = placesOf(await open('dead list', configOf()));
+        const items = await listParked(places, filter, limit);
+        io.out(options.json ? toJson(items) : renderParked(items));
+      }),
+    `  courier dead list
+  courier dead list --source transport --consumer payments --code HANDLER_FAILED
+  courier dead list --topic orders --older-than 1h --json`,
+  );
+
+  examples(
+    dead
+      .command('show')
+      .description('Show parked messages in full: envelope, payload, error.')
+      .argument('<ref...>', 'references as `dead list` prints them: outbox:<sequence> or dlq:<consumer>:<id>')
+      .action(async (refs: string[]) => {
+        const items = await findParked(placesOf(await open('dead show', configOf())), refs);
+        io.out(toJson(items));
+      }),
+    `  courier dead show outbox:42
+  courier dead show dlq:payments:0190a1b2-...`,
+  );
+
+  for (const action of ['replay', 'purge'] as const) {
+    examples(
+      filterOptions(
+        dead
+          .command(action)
+          .description(
+            action === 'replay'
+              ? 'Publish parked messages again with their original messageId: outbox rows become pending, transport dead letters are redelivered to their consumer.'
+              : 'Delete parked messages for good (dead outbox rows; halted rows must be resumed first).',
+          )
+          .argument('[ref...]', 'references as `dead list` prints them; or use --all with filters'),
+      )
+        .option('--all', 'every parked message matching the filters')
+        .option('--dry-run', 'list what would change, change nothing')
+        .option('-y, --yes', 'do not ask for confirmation')
+        .action(async (refs: string[], options: RawFilter & { all?: boolean; dryRun?: boolean; yes?: boolean }) => {
+          const filter = filterOf(options);
+          if (refs.length === 0 && !options.all) throw new UsageError(`name what to ${action}: references (outbox:<sequence>, dlq:<consumer>:<id>) or --all with filters`);
+          if (refs.length > 0 && options.all) throw new UsageError('give references or --all, not both');
+          const places = placesOf(await open(`dead ${action}`, configOf()));
+          const items = options.all ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
+          if (items.length === 0) {
+            io.out(`nothing to ${action}`);
+            return;
+          }
+          io.out(renderParked(items));
+          if (options.dryRun) {
+            io.out(`dry run: would ${action} ${items.length} message(s); nothing changed`);
+            return;
+          }
+          if (!(await confirm(io, options.yes === true, `${action} ${items.length} message(s)?`))) {
+            io.out('cancelled; nothing changed');
+            setExit(EXIT.failure);
+            return;
+          }
+          const done = await actOnParked(places, items, action);
+          io.out(`${action === 'replay' ? 'replayed' : 'purged'} ${done.outbox} outbox row(s) and ${done.transport} transport dead letter(s)`);
+          if (done.outbox + done.transport < items.length) {
+            io.err(`courier: ${items.length - done.outbox - done.transport} of ${items.length} had already changed (another operator, or a relay)`);
+          }
+        }),
+      action === 'replay'
+        ? `  courier dead replay outbox:42 dlq:payments:0190a1b2-...
+  courier dead replay --all --code PUBLISH_UNROUTABLE --dry-run
+  courier dead replay --all --consumer payments --yes`
+        : `  courier dead purge outbox:42
+  courier dead purge --all --older-than 30d --dry-run
+  courier dead purge --all --type orders.Legacy --yes`,
+    );
+  }
+
+  // ── halted ──────────────────────────────────────────────────────────────────────────
+  const halted = program.command('halted').description('Keys halted by the poison-head policy: list them, resume them.');
+  examples(
+    halted
+      .command('list')
+      .description('List halted outbox keys with their head and how many rows wait behind it.')
+      .option('--topic <topic>', 'only this topic')
+      .option('--json', 'print a JSON array')
+      .action(async (options: { topic?: string; json?: boolean }) => {
+        const outbox = need((await open('halted list', configOf())).outbox, 'outbox');
+        const keys = await listAllHalted(outbox, options.topic);
+        if (options.json) {
+          io.out(toJson(keys));
+          return;
+        }
+        io.out(
+          keys.length === 0
+            ? 'no halted keys'
+            : table(
+                ['TOPIC', 'KEY', 'HEAD', 'HELD', 'ERROR'],
+                keys.map((key) => [key.topic, key.key, `outbox:${key.head.sequence}`, String(key.held), oneLine(key.head.lastError ?? '')]),
+              ),
+        );
+      }),
+    `  courier halted list
+  courier halted list --topic orders --json`,
+  );
+  examples(
+    halted
+      .command('resume')
+      .description('Resume a halted key: retry its head (default), or --park it as a dead row so the key moves on. Order within the key is kept.')
+      .argument('<topic>', 'the halted key’s topic')
+      .argument('<key>', 'the halted key')
+      .option('--park', 'mark the head dead instead of retrying it')
+      .option('--dry-run', 'show the head, change nothing')
+      .option('-y, --yes', 'do not ask for confirmation')
+      .action(async (topic: string, key: string, options: { park?: boolean; dryRun?: boolean; yes?: boolean }) => {
+        const outbox = need((await open('halted resume', configOf())).outbox, 'outbox');
+        const found = (await listAllHalted(outbox, topic)).find((candidate) => candidate.key === key);
+        if (!found) throw new NotFoundError(`key '${key}' of topic '${topic}' is not halted (list them with \`courier halted list\`)`);
+        const action = options.park ? 'park' : 'retry';
+        io.out(`head outbox:${found.head.sequence} (${found.head.envelope.type}), ${found.held} row(s) held behind it; last error: ${oneLine(found.head.lastError ?? '-')}`);
+        if (options.dryRun) {
+          io.out(`dry run: would ${action} the head of '${topic}'/'${key}'; nothing changed`);
+          return;
+        }
+        if (!(await confirm(io, options.yes === true, `${action} the head of '${topic}'/'${key}'?`))) {
+          io.out('cancelled; nothing changed');
+          setExit(EXIT.failure);
+          return;
+        }
+        const changed = await outbox.resume(topic, key, action);
+        io.out(`resumed '${topic}'/'${key}' (${action}): ${changed} row(s) changed`);
+      }),
+    `  courier halted resume orders order-42
+  courier halted resume orders order-42 --park --yes`,
+  );
+
+  // ── prune ───────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('prune')
+      .description('Delete published outbox rows and inbox records older than a duration, in bounded batches (safe while producers run). The inbox’s age is its deduplication window.')
+      .requiredOption('--older-than <duration>', 'age to keep, e.g. 7d')
+      .addOption(new Option('--only <what>', 'prune only the outbox or only the inbox').choices(['outbox', 'inbox']))
+      .option('--batch-size <n>', 'rows per delete statement (the store’s default when absent)')
+      .action(async (options: { olderThan: string; only?: 'outbox' | 'inbox'; batchSize?: string }) => {
+        const olderThanMs = parseDuration(options.olderThan, '--older-than');
+        const batch = options.batchSize !== undefined ? { batchSize: parsePositiveInt(options.batchSize, '--batch-size') } : {};
+        const setup = await open('prune', configOf());
+        if (options.only !== 'inbox') {
+          const outbox = need(setup.outbox, 'outbox');
+          io.out(`outbox: pruned ${await outbox.prune(olderThanMs, batch)} published row(s) older than ${options.olderThan}`);
+        }
+        if (options.only !== 'outbox') {
+          if (setup.inbox) io.out(`inbox: pruned ${await setup.inbox.prune(olderThanMs, batch)} record(s) older than ${options.olderThan}`);
+          else if (options.only === 'inbox') need(setup.inbox, 'inbox');
+        }
+      }),
+    `  courier prune --older-than 7d
+  courier prune --older-than 30d --only inbox --batch-size 5000`,
+  );
+
+  // ── migrate ─────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('migrate')
+      .description('Create or upgrade Courier’s tables; --print shows the SQL instead, --check exits 1 when the schema is behind.')
+      .option('--print', 'print the SQL that would run, run nothing')
+      .option('--check', 'exit 1 when the schema is behind this release, 0 when current; change nothing')
+      .action(async (options: { print?: boolean; check?: boolean }) => {
+        if (options.print && options.check) throw new UsageError('give --print or --check, not both');
+        const schema = need((await open('migrate', configOf())).schema, 'schema (e.g. `schema: courierSchemaAdmin({ orm })` from @courier/mikro-orm/migrations)');
+        const status = await schema.status();
+        if (options.check) {
+          if (status.current < status.target) {
+            io.err(`courier: the schema is at version ${status.current}, this release needs ${status.target}; run \`courier migrate\``);
+            setExit(EXIT.failure);
+          } else io.out(`the schema is current (version ${status.current})`);
+          return;
+        }
+        if (options.print) {
+          const sql = await schema.pendingSql();
+          io.out(sql.length === 0 ? `-- the schema is current (version ${status.current}); nothing to run` : sql.map((statement) => `${statement.trimEnd()};`).join('\n'));
+          return;
+        }
+        if (status.current >= status.target) {
+          io.out(`the schema is current (version ${status.current}); nothing to do`);
+          return;
+        }
+        await schema.apply();
+        const after = await schema.status();
+        io.out(`migrated the schema from version ${status.current} to ${after.current}`);
+      }),
+    `  courier migrate
+  courier migrate --print > courier-schema.sql
+  courier migrate --check || exit 1`,
+  );
+
+  // ── relay ───────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('relay')
+      .description('Run the relay alone as a long-running process. SIGTERM/SIGINT stops it gracefully: the batch in hand finishes, leases are released. Logs are JSON lines.')
+      .option('--port <port>', 'serve /health (200 ready, 503 not) and Prometheus /metrics on this port')
+      .option('--host <host>', 'address to listen on with --port', '0.0.0.0')
+      .option('--stop-timeout <duration>', 'longest a graceful stop waits for the batch in hand', '30s')
+      .action(async (options: { port?: string; host: string; stopTimeout: string }) => {
+        const port = options.port !== undefined ? parsePort(options.port) : undefined;
+        const stopTimeoutMs = parseDuration(options.stopTimeout, '--stop-timeout');
+        const setup = await open('relay', configOf());
+        const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
+        setExit(await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), port, host: options.host, stopTimeoutMs }));
+      }),
+    `  courier relay
+  courier relay --port 9464 --stop-timeout 60s`,
+  );
+
+  return program;
+}
+
+interface RawFilter {
+  source: 'outbox' | 'transport' | 'all';
+  topic?: string;
+  type?: string;
+  consumer?: string;
+  code?: string;
+  olderThan?: string;
+}
+
+function parsePort(text: string): number {
+  const port = Number(text);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`--port '${text}' is not a port number (0–65535)`);
+  return port;
+}
+
+async function confirm(io: CliIo, yes: boolean, question: string): Promise<boolean> {
+  if (yes) return true;
+  if (!io.interactive) throw new UsageError(`refusing to ${question.replace(/\?$/, '')} without confirmation: no terminal to ask on; pass --yes (or --dry-run to look first)`);
+  const prompt = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    const answer = await prompt.question(`${question} [y/N] `);
+    return /^y(es)?$/i.test(answer.trim());
+  } finally {
+    prompt.close();
+  }
+}
+
+async function listAllHalted(outbox: OutboxOperations, topic: string | undefined) {
+  const all = [];
+  let after: bigint | undefined;
+  for (;;) {
+    const page = await outbox.listHalted({ limit: 500, ...(after !== undefined ? { after } : {}), ...(topic !== undefined ? { topic } : {}) });
+    all.push(...page);
+    if (page.length < 500) return all;
+    after = page[page.length - 1]!.head.sequence;
+  }
+}
+
+function oneLine(text: string, max = 80): string {
+  const flat = text.replace(/\s+/g, ' ');
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+function renderParked(items: readonly ParkedMessage[]): string {
+  if (items.length === 0) return 'no dead letters';
+  return table(
+    ['REF', 'STATE', 'TOPIC', 'TYPE', 'KEY', 'CODE', 'ATTEMPTS', 'AGE', 'ERROR'],
+    items.map((item) => [
+      item.ref,
+      item.state,
+      item.envelope.topic,
+      item.envelope.type,
+      item.envelope.key ?? '-',
+      item.code ?? '-',
+      String(item.attempts),
+      item.parkedAt ? formatDuration(Date.now() - item.parkedAt.getTime()) : '-',
+      oneLine(item.error ?? ''),
+    ]),
+  );
+}
+
+/** What `courier stats --json` prints. */
+export interface CliStats {
+  readonly outbox: { readonly pending: number; readonly oldestPendingAgeMs: number; readonly inFlight: number; readonly dead: number; readonly haltedKeys: number } | null;
+  /** Present when the inbox store offers `stats()` (an optional operator member, detected at runtime). */
+  readonly inbox: Record<string, unknown> | null;
+  /** Dead letters per consumer; `atLeast` when the transport listed its maximum. */
+  readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean }[] | null;
+}
+
+const DEPTH_LIMIT = 10_000;
+
+async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
+  if (!setup.outbox && !setup.inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides no outbox, inbox or transport dead letters to report on');
+  const inboxStats = (setup.inbox as { stats?: () => Promise<Record<string, unknown>> } | undefined)?.stats;
+  const deadLetters = setup.transport?.deadLetters;
+  const [outbox, inbox, transport] = await Promise.all([
+    setup.outbox ? setup.outbox.stats() : null,
+    typeof inboxStats === 'function' ? inboxStats.call(setup.inbox) : null,
+    deadLetters
+      ? Promise.all(
+          (setup.consumers ?? []).map(async (consumer) => {
+            const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
+            return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };
+          }),
+        )
+      : null,
+  ]);
+  return { outbox, inbox, transport };
+}
+
+function renderStats(stats: CliStats): string {
+  const lines: string[] = [];
+  if (stats.outbox) {
+    const o = stats.outbox;
+    lines.push('outbox', table(['PENDING', 'OLDEST PENDING', 'IN FLIGHT', 'DEAD', 'HALTED KEYS'], [[String(o.pending), formatDuration(o.oldestPendingAgeMs), String(o.inFlight), String(o.dead), String(o.haltedKeys)]]));
+  }
+  if (stats.inbox) {
+    lines.push('', 'inbox', table(Object.keys(stats.inbox).map((name) => name.toUpperCase()), [Object.values(stats.inbox).map((value) => String(value))]));
+  }
+  if (stats.transport) {
+    lines.push('', 'transport dead letters');
+    lines.push(
+      stats.transport.length === 0
+        ? '(no consumers listed in the config: add `consumers: [...]`)'
+        : table(['CONSUMER', 'DEAD LETTERS'], stats.transport.map((row) => [row.consumer, `${row.atLeast ? '≥' : ''}${row.deadLetters}`])),
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,115 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { metrics } from '@opentelemetry/api';
+import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { consoleLogger, createBus, describeError, observeOutbox, observeRelay, type Logger, type OutboxOperations } from '@courier/core';
+import type { CourierRelaySetup } from './config.js';
+
+/** Arguments of {@link runRelay}. */
+export interface RunRelayOptions {
+  readonly build: (logger: Logger) => CourierRelaySetup<unknown> | Promise<CourierRelaySetup<unknown>>;
+  /** Gauges come from here when given, else from the relay's own outbox store. */
+  readonly operations?: OutboxOperations;
+  readonly port: number | undefined;
+  readonly host: string;
+  readonly stopTimeoutMs: number;
+  readonly logger?: Logger;
+}
+
+/**
+ * Runs the relay alone until SIGTERM or SIGINT, then stops it gracefully (the batch in
+ * hand finishes within `stopTimeoutMs`, the rest of its leases are released) and resolves
+ * with the exit code: 0 after a clean stop, 1 when the relay could not start or the stop
+ * ran out of time. A second signal during the stop exits at once with 1.
+ *
+ * With `port`, serves `/health` (the bus's health as JSON: 200 when ready, 503 when not)
+ * and `/metrics` (Prometheus text: the bus's counters and the outbox and relay gauges).
+ * The process's own meter provider is registered globally before the bus is built, so
+ * the library's `@opentelemetry/api` instruments report into it.
+ */
+export async function runRelay(options: RunRelayOptions): Promise<number> {
+  const logger = options.logger ?? consoleLogger('info');
+  const exporter = new PrometheusExporter({ preventServerStart: true });
+  const provider = new MeterProvider({ readers: [exporter] });
+  metrics.setGlobalMeterProvider(provider);
+  let server: Server | undefined;
+  const cleanups: (() => void)[] = [];
+  try {
+    const setup = await options.build(logger);
+    const bus = createBus({
+      outbox: setup.outbox,
+      transport: setup.transport,
+      logger,
+      ...(setup.relay ? { relay: setup.relay } : {}),
+      onKeyHalted:
+        setup.onKeyHalted ??
+        ((topic, key, error) => {
+          logger.error('key halted; resume it with `courier halted resume`', { topic, key, error });
+        }),
+    });
+    cleanups.push(observeOutbox(options.operations ?? setup.outbox, { logger }), observeRelay(bus, {}));
+    if (options.port !== undefined) {
+      server = createServer((request, response) => {
+        const path = (request.url ?? '/').split('?')[0];
+        if (path === '/metrics') {
+          exporter.getMetricsRequestHandler(request, response);
+        } else if (path === '/health') {
+          const health = bus.health();
+          response.writeHead(health.ready ? 200 : 503, { 'content-type': 'application/json' });
+          response.end(JSON.stringify(health));
+        } else {
+          response.writeHead(404, { 'content-type': 'text/plain' });
+          response.end('not found: try /health or /metrics\n');
+        }
+      });
+      await new Promise<void>((resolve, reject) => {
+        server!.once('error', reject);
+        server!.listen(options.port, options.host, () => resolve());
+      });
+      const address = server.address() as AddressInfo;
+      logger.info('relay http listening', { host: address.address, port: address.port, endpoints: ['/health', '/metrics'] });
+    }
+
+    let signalled: (name: string) => void = () => undefined;
+    const stopRequested = new Promise<string>((resolve) => {
+      signalled = resolve;
+    });
+    let stopping = false;
+    const onSignal = (name: NodeJS.Signals): void => {
+      if (stopping) {
+        logger.error('second signal during stop; exiting now, leases left to expire', { signal: name });
+        process.exit(1);
+      }
+      stopping = true;
+      signalled(name);
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+    try {
+      await bus.start({ relay: true, consumers: false });
+      logger.info('relay started', { pid: process.pid });
+      const signal = await stopRequested;
+      logger.info('relay stopping', { signal, timeoutMs: options.stopTimeoutMs });
+      const started = Date.now();
+      await bus.stop({ timeoutMs: options.stopTimeoutMs });
+      const tookMs = Date.now() - started;
+      const counters = bus.health().counters;
+      logger.info('relay stopped', { tookMs, published: counters.published, publishFailures: counters.publishFailures });
+      await setup.transport.close();
+      await setup.outbox.close?.();
+      return tookMs > options.stopTimeoutMs ? 1 : 0;
+    } finally {
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+    }
+  } catch (error) {
+    logger.error('relay failed', { error: describeError(error) });
+    return 1;
+  } finally {
+    for (const cleanup of cleanups) cleanup();
+    if (server) await new Promise<void>((resolve) => server!.close(() => resolve()));
+    await provider.shutdown().catch(() => undefined);
+    metrics.disable();
+  }
+}

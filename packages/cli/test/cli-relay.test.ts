@@ -1,0 +1,102 @@
+// `courier relay` as a process of its own (PostgreSQL + RabbitMQ): it drains a backlog,
+// serves /health and Prometheus /metrics, and on SIGTERM stops cleanly — exit 0, nothing
+// left leased — after which a second relay process finishes the backlog.
+import { randomBytes } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import type { ChildProcess } from 'node:child_process';
+import { eventually } from '@courier/conformance';
+import { createBus, defineMessage } from '@courier/core';
+import type { EntityManager } from '@mikro-orm/core';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startCli } from './support/run-cli.js';
+import { openStores, openTransport } from './support/setup.js';
+
+/** A running relay process with its JSON log lines and the port it listens on. */
+async function startRelay(env: Record<string, string>): Promise<{ child: ChildProcess; logs: Record<string, unknown>[]; port: number; exited: Promise<number | null> }> {
+  const child = startCli(['relay', '--port', '0', '--host', '127.0.0.1', '--stop-timeout', '20s'], env);
+  const logs: Record<string, unknown>[] = [];
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    try {
+      logs.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      logs.push({ message: 'not json', line });
+    }
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  await eventually(() => expect(logs.find((entry) => entry['message'] === 'relay http listening'), `relay logs: ${JSON.stringify(logs)} stderr: ${stderr}`).toBeDefined(), {
+    timeoutMs: 60_000,
+  });
+  const port = Number(logs.find((entry) => entry['message'] === 'relay http listening')!['port']);
+  return { child, logs, port, exited };
+}
+
+describe('courier relay (postgresql + rabbitmq)', () => {
+  const prefix = `cli${randomBytes(4).toString('hex')}_`;
+  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix, CLI_TEST_BROKER_PREFIX: prefix };
+  const cleanup: (() => Promise<unknown>)[] = [];
+  afterAll(async () => {
+    for (const close of cleanup.reverse()) await close();
+  });
+
+  it('drains a backlog, serves /health and /metrics, stops on SIGTERM with nothing leased', { timeout: 240_000 }, async () => {
+    const stores = await openStores('postgresql', prefix);
+    cleanup.push(() => stores.close());
+    await stores.outbox.ensureSchema();
+    const transport = await openTransport(prefix);
+    cleanup.push(() => transport.close());
+    const Work = defineMessage('cli.Work', { version: 1, topic: `${prefix}work` });
+    const copies = new Map<string, number>();
+    const subscription = await transport.subscribe({ consumer: `${prefix}sink`, topics: [Work.topic], ordered: false, concurrency: 16 }, async (delivery) => {
+      copies.set(delivery.envelope.messageId, (copies.get(delivery.envelope.messageId) ?? 0) + 1);
+      await delivery.ack();
+    });
+    cleanup.push(() => subscription.close());
+    const producer = createBus({ outbox: stores.outbox, transport });
+    const total = 3_000;
+    for (let chunk = 0; chunk < total; chunk += 500) {
+      await stores.orm.em.fork().transactional(async (em: EntityManager) => {
+        for (let index = chunk; index < chunk + 500; index += 1) producer.outbox(em).publish(Work, { n: index }, index % 2 === 0 ? {} : { key: `k-${index % 32}` });
+      });
+    }
+    const leased = async (): Promise<number> => {
+      const rows = (await stores.orm.em.getConnection().execute(`SELECT COUNT(*) AS n FROM "${prefix}outbox" WHERE state = 'pending' AND lease_token IS NOT NULL`, [], 'all')) as { n: string }[];
+      return Number(rows[0]!.n);
+    };
+
+    const first = await startRelay(env);
+    cleanup.push(async () => first.child.kill('SIGKILL'));
+    await eventually(() => expect(copies.size).toBeGreaterThan(0), { timeoutMs: 60_000 });
+    const health = await fetch(`http://127.0.0.1:${first.port}/health`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toMatchObject({ ready: true, relay: { running: true, paused: false } });
+    const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`)).text();
+    for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
+      expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
+    }
+    expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
+    // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
+    expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
+
+    first.child.kill('SIGTERM');
+    expect(await first.exited).toBe(0);
+    expect(first.logs.map((entry) => entry['message'])).toContain('relay stopped');
+    expect(first.logs.every((entry) => entry['message'] !== 'not json')).toBe(true);
+    expect(await leased()).toBe(0);
+    const afterStop = await stores.outbox.stats();
+    expect(afterStop).toMatchObject({ inFlight: 0, dead: 0 });
+
+    if (afterStop.pending > 0) {
+      const second = await startRelay(env);
+      cleanup.push(async () => second.child.kill('SIGKILL'));
+      await eventually(() => expect(copies.size).toBe(total), { timeoutMs: 120_000 });
+      second.child.kill('SIGINT');
+      expect(await second.exited).toBe(0);
+    } else {
+      await eventually(() => expect(copies.size).toBe(total), { timeoutMs: 60_000 });
+    }
+    expect(await stores.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0 });
+    expect(await leased()).toBe(0);
+  });
+});

@@ -1,0 +1,86 @@
+import { metrics, type Attributes, type Meter, type ObservableResult } from '@opentelemetry/api';
+import type { Bus } from './bus.js';
+import { describeError } from './errors.js';
+import type { Logger } from './logger.js';
+import { noopLogger } from './logger.js';
+import type { OutboxOperations, OutboxStats } from './outbox-store.js';
+
+const INSTRUMENTATION = '@courier/core';
+
+/** Names of the observable gauges Courier registers; the operations guide documents each. */
+export const OPERATOR_GAUGES = {
+  outboxPending: 'courier.outbox.pending',
+  outboxOldestPendingAge: 'courier.outbox.oldest_pending.age',
+  outboxInFlight: 'courier.outbox.in_flight',
+  outboxDead: 'courier.outbox.dead',
+  outboxHaltedKeys: 'courier.outbox.halted_keys',
+  relayPaused: 'courier.relay.paused',
+} as const;
+
+/** Options of {@link observeOutbox} and {@link observeRelay}. */
+export interface ObserveOptions {
+  /** Defaults to the global meter provider's `@courier/core` meter (a no-op without an SDK). */
+  readonly meter?: Meter;
+  /** Added to every observation, e.g. `{ 'courier.outbox.name': 'orders' }` when a process watches several. */
+  readonly attributes?: Attributes;
+  /** Where a failed `stats()` is reported (the gauges then report nothing for that collection). */
+  readonly logger?: Logger;
+}
+
+/**
+ * Registers observable gauges over an outbox's operator half: pending rows, age of the
+ * oldest due pending row (seconds), rows in flight (leased), dead rows and halted keys.
+ *
+ * Guarantees: `stats()` runs at most once per collection (all five gauges share it),
+ * only when a metrics SDK collects (so with the no-op API it never runs), and a failing
+ * `stats()` (database away) is logged and leaves that collection without values rather
+ * than reporting zeros that would silence a backlog alert. Returns a function that
+ * unregisters the gauges; call it before closing the store.
+ */
+export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions = {}): () => void {
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = options.attributes ?? {};
+  const logger = options.logger ?? noopLogger;
+  const pending = meter.createObservableGauge(OPERATOR_GAUGES.outboxPending, { description: 'outbox rows not yet published (due or not)' });
+  const age = meter.createObservableGauge(OPERATOR_GAUGES.outboxOldestPendingAge, { description: 'age of the oldest due pending outbox row (database clock)', unit: 's' });
+  const inFlight = meter.createObservableGauge(OPERATOR_GAUGES.outboxInFlight, { description: 'outbox rows claimed by a relay and awaiting the broker' });
+  const dead = meter.createObservableGauge(OPERATOR_GAUGES.outboxDead, { description: 'dead outbox rows (never published; replay or purge them)' });
+  const halted = meter.createObservableGauge(OPERATOR_GAUGES.outboxHaltedKeys, { description: 'keys halted by the poison-head policy (resume them)' });
+  const callback = async (observer: {
+    observe(instrument: typeof pending, value: number, attributes?: Attributes): void;
+  }): Promise<void> => {
+    let stats: OutboxStats;
+    try {
+      stats = await outbox.stats();
+    } catch (error) {
+      logger.warn('outbox stats for metrics failed', { error: describeError(error) });
+      return;
+    }
+    observer.observe(pending, stats.pending, attributes);
+    observer.observe(age, stats.oldestPendingAgeMs / 1000, attributes);
+    observer.observe(inFlight, stats.inFlight, attributes);
+    observer.observe(dead, stats.dead, attributes);
+    observer.observe(halted, stats.haltedKeys, attributes);
+  };
+  const instruments = [pending, age, inFlight, dead, halted];
+  meter.addBatchObservableCallback(callback, instruments);
+  return () => meter.removeBatchObservableCallback(callback, instruments);
+}
+
+/**
+ * Registers the gauge `courier.relay.paused`: 1 while the bus's relay backs off because
+ * its transport or store is unavailable, else 0 (also 0 when the relay does not run).
+ * Reads `bus.health()` only, so it costs nothing between collections. Returns a function
+ * that unregisters it.
+ */
+export function observeRelay(bus: Pick<Bus<unknown>, 'health'>, options: ObserveOptions = {}): () => void {
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = options.attributes ?? {};
+  const paused = meter.createObservableGauge(OPERATOR_GAUGES.relayPaused, { description: '1 while the relay is paused by an unavailable transport or store' });
+  const callback = (result: ObservableResult): void => {
+    const relay = bus.health().relay;
+    result.observe(relay.running && relay.paused ? 1 : 0, attributes);
+  };
+  paused.addCallback(callback);
+  return () => paused.removeCallback(callback);
+}

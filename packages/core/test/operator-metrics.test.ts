@@ -1,0 +1,144 @@
+// The operator gauges, read through the real OpenTelemetry metrics SDK and its in-memory
+// exporter: values come from the outbox's stats at collection time, a failing stats()
+// reports nothing (never zeros), and the relay-paused gauge follows bus.health().
+import { metrics as otelMetrics } from '@opentelemetry/api';
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
+import { afterEach, describe, expect, it } from 'vitest';
+import { defineMessage, DURATION_HISTOGRAMS, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations } from '@courier/core';
+import { eventually, harness } from './support/harness.js';
+
+const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
+
+const providers: MeterProvider[] = [];
+afterEach(async () => {
+  await Promise.all(providers.splice(0).map((provider) => provider.shutdown()));
+});
+
+function sdk() {
+  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+  const provider = new MeterProvider({ readers: [reader] });
+  providers.push(provider);
+  return {
+    meter: provider.getMeter('test'),
+    /** Collects once and returns the last value of each gauge by name. */
+    async read(): Promise<Record<string, number>> {
+      exporter.reset();
+      await reader.forceFlush();
+      const values: Record<string, number> = {};
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as GaugeMetricData[]) {
+            const point = metric.dataPoints.at(-1);
+            if (point) values[metric.descriptor.name] = point.value;
+          }
+        }
+      }
+      return values;
+    },
+  };
+}
+
+function pick(outbox: OutboxOperations): OutboxOperations {
+  return {
+    stats: () => outbox.stats(),
+    prune: (olderThanMs, options) => outbox.prune(olderThanMs, options),
+    listDead: (options) => outbox.listDead(options),
+    replay: (sequences) => outbox.replay(sequences),
+    purge: (sequences) => outbox.purge(sequences),
+    listHalted: (options) => outbox.listHalted(options),
+    resume: (topic, key, action) => outbox.resume(topic, key, action),
+  };
+}
+
+describe('operator gauges', () => {
+  it('report the outbox stats at collection time, with the given attributes', async () => {
+    await using h = harness();
+    const metrics = sdk();
+    let calls = 0;
+    const counted: OutboxOperations = { ...pick(h.outbox), stats: () => ((calls += 1), h.outbox.stats()) };
+    const stop = observeOutbox(counted, { meter: metrics.meter, attributes: { 'courier.outbox.name': 'orders' } });
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-2' }, { key: 'k' });
+    });
+    const values = await metrics.read();
+    expect(values).toMatchObject({
+      [OPERATOR_GAUGES.outboxPending]: 2,
+      [OPERATOR_GAUGES.outboxInFlight]: 0,
+      [OPERATOR_GAUGES.outboxDead]: 0,
+      [OPERATOR_GAUGES.outboxHaltedKeys]: 0,
+    });
+    expect(values[OPERATOR_GAUGES.outboxOldestPendingAge]).toBeGreaterThanOrEqual(0);
+    expect(calls, 'one stats() call serves all five gauges').toBe(1);
+    stop();
+    await metrics.read();
+    expect(calls, 'no stats() after the gauges were unregistered').toBe(1);
+  });
+
+  it('report nothing, and log why, when stats() fails — a dead database must not look like an empty backlog', async () => {
+    const metrics = sdk();
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, error() {}, warn: (message) => warnings.push(message) };
+    const failing = { stats: () => Promise.reject(new Error('database away')) } as unknown as OutboxOperations;
+    observeOutbox(failing, { meter: metrics.meter, logger });
+    expect(await metrics.read()).not.toHaveProperty(OPERATOR_GAUGES.outboxPending);
+    expect(warnings).toEqual(['outbox stats for metrics failed']);
+  });
+
+  it('courier.relay.paused is 1 only while the running relay is paused', async () => {
+    const metrics = sdk();
+    let relay = { running: true, paused: true };
+    observeRelay({ health: () => ({ relay }) as never }, { meter: metrics.meter });
+    expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(1);
+    relay = { running: true, paused: false };
+    expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
+    relay = { running: false, paused: true };
+    expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
+  });
+});
+
+describe('duration histograms', () => {
+  afterEach(() => {
+    otelMetrics.disable();
+  });
+
+  it('record publish (sent → confirmed), handler duration and delivery → ack through the global meter provider', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    await using h = harness();
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push(message.messageId);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(handled).toHaveLength(1));
+    const counts = async (): Promise<Record<string, { count: number; attributes: Record<string, unknown> }>> => {
+      exporter.reset();
+      await reader.forceFlush();
+      const found: Record<string, { count: number; attributes: Record<string, unknown> }> = {};
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as HistogramMetricData[]) {
+            const count = metric.dataPoints.reduce((sum, point) => sum + point.value.count, 0);
+            found[metric.descriptor.name] = { count, attributes: { ...metric.dataPoints[0]?.attributes } };
+          }
+        }
+      }
+      return found;
+    };
+    // The ack is recorded just after the handler's commit: poll until it is there.
+    await eventually(async () => expect((await counts())[DURATION_HISTOGRAMS.deliveryToAck]?.count).toBe(1));
+    const found = await counts();
+    expect(found[DURATION_HISTOGRAMS.publish]?.count).toBeGreaterThanOrEqual(1);
+    expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
+    expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
+    expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
+  });
+});
