@@ -67,6 +67,7 @@ export function timedTransport(transport: Transport, histograms: DurationHistogr
         const timed: Delivery = {
           envelope: delivery.envelope,
           attempt: delivery.attempt,
+          redelivered: delivery.redelivered,
           ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
           async ack() {
             await delivery.ack();
