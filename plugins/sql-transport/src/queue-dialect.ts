@@ -312,9 +312,11 @@ class SqliteQueueDialect implements QueueDialect {
   }
 
   async prepareDatabase(runner: SqlRunner): Promise<void> {
+    // The busy timeout on every connection of the ORM (the store's dialect does the same):
+    // libsql opens connections without one, and the ORM replaces its connection every 10 s.
+    await runner.configureEveryConnection();
     const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
     if (mode === 'wal' || mode === 'memory' || mode === '') return;
-    await runner.untransacted(`PRAGMA busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
     // Persistent in the file: the first process to get here switches it for all.
     await runner.untransacted('PRAGMA journal_mode = WAL').catch(() => undefined);
   }
