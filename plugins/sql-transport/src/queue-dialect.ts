@@ -292,7 +292,7 @@ const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER
 /**
  * SQLite (`@mikro-orm/libsql`), one file shared by several processes: WAL mode, and every
  * transaction takes the write lock with its first statement (so it never has to upgrade a
- * read snapshot, which fails at once with `SQLITE_BUSY`) and waits up to 5 s for it; a
+ * read snapshot, which fails at once with `SQLITE_BUSY`) and waits up to 30 s for it; a
  * transaction that still lost is retried whole (`BusyRetryRunner`). SQLite has one writer at a time, so no row locks are needed. Times
  * are INTEGER milliseconds since the epoch.
  */
