@@ -92,9 +92,16 @@ export function sqlInspector(config: {
       })),
     };
   };
-  const processedBy = async (service: ServiceName, consumer: string): Promise<number> => {
-    const rows = await sql(`SELECT COUNT(*) AS n FROM ${config.tables[service].inbox} WHERE consumer = ?`, [consumer]);
-    return Number(rows[0]?.['n'] ?? 0);
+  // The message ids the consumer's inbox recorded. The core also records a message it
+  // dead-lettered (so later copies are acknowledged as duplicates), so the handled count
+  // leaves out the dead letters' ids below.
+  const processedBy = async (service: ServiceName, consumer: string): Promise<string[]> => {
+    const rows = await sql(`SELECT message_id FROM ${config.tables[service].inbox} WHERE consumer = ?`, [consumer]);
+    return rows.map((row) => String(row['message_id']));
+  };
+  const handled = (recorded: readonly string[], dead: readonly { messageId: string }[]): number => {
+    const deadIds = new Set(dead.map((letter) => letter.messageId));
+    return recorded.filter((id) => !deadIds.has(id)).length;
   };
   return {
     async snapshot() {
@@ -116,7 +123,7 @@ export function sqlInspector(config: {
         payments,
         outbox: { orders: ordersOutbox.counts, payments: paymentsOutbox.counts },
         outboxMessages: { orders: ordersOutbox.messages, payments: paymentsOutbox.messages },
-        processed: { orders: ordersProcessed, payments: paymentsProcessed },
+        processed: { orders: handled(ordersProcessed, ordersDead), payments: handled(paymentsProcessed, paymentsDead) },
         duplicates: { orders: ordersDuplicates, payments: paymentsDuplicates },
         deadLetters: { orders: ordersDead, payments: paymentsDead },
         queued,

@@ -39,7 +39,7 @@ export interface Snapshot {
   readonly outbox: Readonly<Record<ServiceName, OutboxCounts>>;
   /** Every outbox row of each service, when the store can be read directly (SQL setups). */
   readonly outboxMessages: Readonly<Record<ServiceName, readonly OutboxMessage[]>> | null;
-  /** Inbox records of each service's consumer, or null when the store cannot be read directly. */
+  /** Inbox records of each service's consumer for messages it handled (dead-lettered ones left out), or null when the store cannot be read directly. */
   readonly processed: Readonly<Record<ServiceName, number | null>>;
   /** Redeliveries each service's inbox suppressed, as recorded in the database (DuplicateRecordingInbox). */
   readonly duplicates: Readonly<Record<ServiceName, number>>;

@@ -58,6 +58,46 @@ export class SqlRunner {
     return { affectedRows: Number(result?.affectedRows ?? 0), insertId: result?.insertId };
   }
 
+  /**
+   * Makes every connection the ORM opens from now on run the prologue's session settings
+   * (SQLite: `PRAGMA busy_timeout`) once, before anything else uses it, and runs them on
+   * the current one now. Idempotent; no-op without a prologue.
+   *
+   * Why: the settings are per connection, and the transactions the application runs itself
+   * (`em.transactional`, a flush) never pass through this runner. `@mikro-orm/libsql`
+   * 6.6.16 replaces its connection every 10 s (its knex dialect deems a connection older
+   * than that invalid), and libsql opens it with no busy timeout, so without this an
+   * application write on a fresh connection fails at once with `SQLITE_BUSY` ("database
+   * is locked") whenever another process holds the file — and that failure inside a
+   * transaction leaves the connection unusable ("SQL statements in progress", then
+   * knex's "Transaction query already complete"). Reproduced in
+   * test/sqlite-fresh-connection.test.ts.
+   *
+   * It wraps the knex client's `acquireRawConnection` of the application's ORM (MikroORM 6
+   * drivers are knex based; a connection without a knex client is left as it is and only
+   * this runner's own transactions get the settings).
+   */
+  async configureEveryConnection(): Promise<void> {
+    if (!this.#prologue || this.#prologue.session.length === 0) return;
+    const client = knexClientOf(this.#connection);
+    if (client !== undefined) {
+      let statements = SESSION_STATEMENTS.get(client);
+      if (statements === undefined) {
+        const known = new Set<string>();
+        statements = known;
+        SESSION_STATEMENTS.set(client, known);
+        const acquire = client.acquireRawConnection.bind(client);
+        client.acquireRawConnection = async () => {
+          const raw = await acquire();
+          for (const sql of known) await client._query(raw, { sql, bindings: [], method: 'raw' });
+          return raw;
+        };
+      }
+      for (const statement of this.#prologue.session) statements.add(statement);
+    }
+    for (const statement of this.#prologue.session) await this.untransacted(statement);
+  }
+
   /** Runs a statement outside any transaction and without the prologue (pragmas that refuse to run in a transaction). */
   async untransacted(sql: string): Promise<SqlRow[]> {
     const result: unknown = await this.#connection.execute(sql, [], 'all');
@@ -99,6 +139,24 @@ export class SqlRunner {
       return work(trx);
     }, isolation);
   }
+}
+
+/** The part of a knex client {@link SqlRunner.configureEveryConnection} uses. */
+interface KnexClient {
+  acquireRawConnection(): Promise<unknown>;
+  _query(connection: unknown, query: { sql: string; bindings: unknown[]; method: string }): Promise<unknown>;
+}
+
+// Session statements per knex client (one client per ORM), shared by every runner on it
+// (stores and transport), so its raw connections are wrapped once.
+const SESSION_STATEMENTS = new WeakMap<KnexClient, Set<string>>();
+
+function knexClientOf(connection: Connection): KnexClient | undefined {
+  const getKnex = (connection as { getKnex?: () => { client?: unknown } }).getKnex;
+  if (typeof getKnex !== 'function') return undefined;
+  const client = getKnex.call(connection).client as Partial<KnexClient> | undefined;
+  if (typeof client?.acquireRawConnection !== 'function' || typeof client._query !== 'function') return undefined;
+  return client as KnexClient;
 }
 
 /** Reads a column that may come back as number, bigint or string (drivers differ). */

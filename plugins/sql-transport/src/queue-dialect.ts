@@ -292,7 +292,7 @@ const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER
 /**
  * SQLite (`@mikro-orm/libsql`), one file shared by several processes: WAL mode, and every
  * transaction takes the write lock with its first statement (so it never has to upgrade a
- * read snapshot, which fails at once with `SQLITE_BUSY`) and waits up to 5 s for it; a
+ * read snapshot, which fails at once with `SQLITE_BUSY`) and waits up to 30 s for it; a
  * transaction that still lost is retried whole (`BusyRetryRunner`). SQLite has one writer at a time, so no row locks are needed. Times
  * are INTEGER milliseconds since the epoch.
  */
@@ -312,9 +312,11 @@ class SqliteQueueDialect implements QueueDialect {
   }
 
   async prepareDatabase(runner: SqlRunner): Promise<void> {
+    // The busy timeout on every connection of the ORM (the store's dialect does the same):
+    // libsql opens connections without one, and the ORM replaces its connection every 10 s.
+    await runner.configureEveryConnection();
     const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
     if (mode === 'wal' || mode === 'memory' || mode === '') return;
-    await runner.untransacted(`PRAGMA busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
     // Persistent in the file: the first process to get here switches it for all.
     await runner.untransacted('PRAGMA journal_mode = WAL').catch(() => undefined);
   }

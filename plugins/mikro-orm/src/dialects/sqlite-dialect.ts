@@ -25,7 +25,8 @@ const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
  *   token counter row is bumped in the same transaction.
  * - Times are INTEGER milliseconds since the epoch.
  * - Several processes on one file: the file is put in WAL mode (readers and the writer do
- *   not block each other); every store transaction sets a busy timeout of 5 s and takes
+ *   not block each other); every connection of the ORM gets a busy timeout of 30 s when
+ *   it opens (`SqlRunner.configureEveryConnection`), every store transaction sets it again and takes
  *   the write lock with its first statement (a `DELETE … WHERE 0`, since MikroORM begins
  *   with a deferred `BEGIN`), so it waits its turn instead of failing with `SQLITE_BUSY`
  *   when a read would have to be upgraded while another process writes.
@@ -50,6 +51,8 @@ export class SqliteDialect implements SqlDialect {
   }
 
   async prepareDatabase(runner: SqlRunner): Promise<void> {
+    // The busy timeout on every connection of the ORM, the application's transactions included.
+    await runner.configureEveryConnection();
     const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
     if (mode === 'wal' || mode === 'memory' || mode === '') return;
     try {
