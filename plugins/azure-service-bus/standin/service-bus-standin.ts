@@ -389,8 +389,14 @@ export class ServiceBusStandIn {
     receiver.entity.receivers.delete(receiver);
     if (receiver.session !== undefined && receiver.entity.sessionLocks.get(receiver.session)?.link === receiver) receiver.entity.sessionLocks.delete(receiver.session);
     // Messages whose lock this link held stay locked until the lock expires or is settled
-    // through $management, as on Service Bus; but a link's delivery is gone with it.
-    for (const message of receiver.entity.messages) if (message.lock && message.lock.link === link) message.lock.delivery = undefined;
+    // through $management, as on Service Bus; but a link's delivery is gone with it. In a
+    // session the session lock is what locks its messages: with the session released, they
+    // are available again at once, in order, to the session's next receiver.
+    for (const message of receiver.entity.messages) {
+      if (!message.lock || message.lock.link !== link) continue;
+      if (receiver.session !== undefined && message.sessionId === receiver.session) message.lock = undefined;
+      else message.lock.delivery = undefined;
+    }
     this.pump(receiver.entity);
   }
 
@@ -559,6 +565,8 @@ export class ServiceBusStandIn {
       for (const [session, hold] of entity.sessionLocks) {
         if (hold.until <= now) {
           entity.sessionLocks.delete(session);
+          // Its messages were locked by the session lock: they go with it.
+          for (const message of entity.messages) if (message.sessionId === session && message.lock?.link === hold.link.link) message.lock = undefined;
           // A session receiver whose lock ran out is detached (SessionLockLost on the client).
           hold.link.link.close({ condition: 'com.microsoft:session-lock-lost', description: `the lock on session ${session} expired` });
           freed = true;
