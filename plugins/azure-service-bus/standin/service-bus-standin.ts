@@ -756,10 +756,11 @@ export class ServiceBusStandIn {
  */
 function hasCredit(link: Sender): boolean {
   if (!link.sendable()) return false;
-  const outgoing = (link as unknown as { session: { outgoing: { next_pending_delivery: number; next_delivery_id: number; deliveries: { by_id(id: number): { link: Sender } | undefined } } } }).session.outgoing;
+  const state = link as unknown as { credit: number; session: { outgoing: { next_pending_delivery: number; next_delivery_id: number; deliveries: { by_id(id: number): { link: Sender } | undefined } } } };
+  const outgoing = state.session.outgoing;
   let held = 0;
   for (let id = outgoing.next_pending_delivery; id < outgoing.next_delivery_id; id += 1) if (outgoing.deliveries.by_id(id)?.link === link) held += 1;
-  return link.credit > held;
+  return state.credit > held;
 }
 
 /** The `properties-to-modify` map of an update-disposition request (absent: none). */
