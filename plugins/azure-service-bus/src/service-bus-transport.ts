@@ -79,8 +79,6 @@ const P = {
   headers: 'courier-headers',
   messageId: 'courier-message-id',
   attempt: 'courier-attempt',
-  /** Abandons that were neither attempts nor lost locks: later messages of a session handed back behind a retry. */
-  returned: 'courier-returned',
   replayedFor: 'courier-replayed-for',
   deadAt: 'courier-dead-at',
 } as const;
@@ -363,21 +361,16 @@ export class ServiceBusTransport implements Transport {
   /**
    * Whether a lock of this message ran out before (a receiver died or stalled with it). The
    * broker's deliveryCount starts at 1 and grows with every abandon and every expired lock;
-   * each `retry` abandons once and raises `courier-attempt`, and each hand-back of a later
-   * session message behind a retry raises `courier-returned`, so the deliveries beyond
-   * `1 + (attempt - 1) + returned` are lost locks. Without a deliveryCount the transport cannot tell
-   * and says true, as the `Delivery.redelivered` contract asks.
+   * the transport abandons only for a `retry` (ordered or not), each time raising
+   * `courier-attempt` in the same settle, so the deliveries beyond `1 + (attempt - 1)` are
+   * lost locks (a renewal that came too late included: the broker handed the message out
+   * again). Without a deliveryCount the transport cannot tell and says true, as the
+   * `Delivery.redelivered` contract asks.
    */
   static redeliveredOf(message: ServiceBusReceivedMessage, attempt: number): boolean {
     const count = message.deliveryCount;
     if (typeof count !== 'number' || !Number.isFinite(count)) return true;
-    return count - (attempt - 1) - ServiceBusTransport.returnedOf(message) > 1;
-  }
-
-  /** How many times this transport handed the message back unprocessed (`courier-returned`; absent: 0). */
-  static returnedOf(message: ServiceBusReceivedMessage): number {
-    const value = Number(message.applicationProperties?.[P.returned] ?? 0);
-    return Number.isSafeInteger(value) && value >= 0 ? value : 0;
+    return count - (attempt - 1) > 1;
   }
 
   /** The attempt a received message carries (absent: 1). */
@@ -735,11 +728,12 @@ class ServiceBusSubscription implements Subscription {
             this.#spawnSessionLoop(topic);
             await sleep(parked.delayMs, signal);
             this.#parked -= 1;
-            // The SDK may have taken later messages of the session already (link credit):
-            // give them back too, so the retried one is the next the session delivers.
-            const buffered = await receiver.receiveMessages(100, { maxWaitTimeInMs: 20 }).catch(() => []);
+            // Nothing later of the session is in hand: every receive asks for one message, so
+            // the link has no credit left once it arrived and the broker sends nothing more.
+            // (Asking for more here, to hand them back, cost a drain: a drain the SDK sees no
+            // answer to within 200 ms closes the link, the session lock goes with it, and the
+            // retried message came back after its lock at the old attempt, as a crash.)
             await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
-            for (const later of buffered) await receiver.abandonMessage(later, { [P.returned]: ServiceBusTransport.returnedOf(later) + 1 }).catch(() => undefined);
           }
         }
       } catch {

@@ -40,6 +40,13 @@ export interface ServiceBusStandInConfig {
   readonly refuse?: (message: Message) => string | undefined;
   /** Largest encoded message (or batch) a sender may transfer; the link's max-message-size. Default 256 KiB (Standard tier). */
   readonly maxMessageBytes?: number;
+  /**
+   * Test hook: answer a receiver's drain this much later (default at once), as a busy broker
+   * or a loaded machine does. The SDK gives a drain 200 ms and then closes the link, which
+   * loses the session lock of a session receiver (its unsettled messages come back after
+   * their lock with DeliveryCount + 1).
+   */
+  readonly drainDelayMs?: number;
 }
 
 interface StoredMessage {
@@ -115,6 +122,8 @@ export class ServiceBusStandIn {
   private readonly throttled = new Set<string>();
   private readonly duplicates = new Map<string, Map<string, number>>();
   private readonly connections = new Set<Connection>();
+  /** Receiver links whose drain answer is held back (drainDelayMs). */
+  private readonly slowDrains = new Set<Sender>();
   private readonly timers = new Set<NodeJS.Timeout>();
   /** Server-side senders of `$cbs` / `$management`, by connection and link name: replies go to the link named by reply_to. */
   private readonly replyLinks = new WeakMap<Connection, Map<string, Sender>>();
@@ -380,8 +389,14 @@ export class ServiceBusStandIn {
     receiver.entity.receivers.delete(receiver);
     if (receiver.session !== undefined && receiver.entity.sessionLocks.get(receiver.session)?.link === receiver) receiver.entity.sessionLocks.delete(receiver.session);
     // Messages whose lock this link held stay locked until the lock expires or is settled
-    // through $management, as on Service Bus; but a link's delivery is gone with it.
-    for (const message of receiver.entity.messages) if (message.lock && message.lock.link === link) message.lock.delivery = undefined;
+    // through $management, as on Service Bus; but a link's delivery is gone with it. In a
+    // session the session lock is what locks its messages: with the session released, they
+    // are available again at once, in order, to the session's next receiver.
+    for (const message of receiver.entity.messages) {
+      if (!message.lock || message.lock.link !== link) continue;
+      if (receiver.session !== undefined && message.sessionId === receiver.session) message.lock = undefined;
+      else message.lock.delivery = undefined;
+    }
     this.pump(receiver.entity);
   }
 
@@ -462,7 +477,7 @@ export class ServiceBusStandIn {
         const count = receivers.length;
         for (let turn = 0; turn < count; turn += 1) {
           const receiver = receivers[(entity.turn + turn) % count]!;
-          if (!receiver.link.sendable()) continue;
+          if (!hasCredit(receiver.link)) continue;
           if (entity.options.requiresSession && message.sessionId !== receiver.session) continue;
           this.deliver(receiver, message);
           entity.turn = (entity.turn + turn + 1) % count;
@@ -474,8 +489,21 @@ export class ServiceBusStandIn {
   }
 
   private finishDrain(link: Sender): void {
-    const state = link as unknown as { _draining?: boolean; credit: number };
-    if (state._draining) link.set_drained(true);
+    const state = link as unknown as { _draining?: boolean; credit: number; connection: { _register(): void } };
+    if (!state._draining) return;
+    const delay = this.config.drainDelayMs ?? 0;
+    if (delay <= 0) return link.set_drained(true);
+    // rhea answers a drain by itself at its next write: hold that back (drainDelayMs), then
+    // answer and make rhea write (its internal _register schedules the connection's output).
+    link.set_drained(false);
+    if (this.slowDrains.has(link)) return;
+    this.slowDrains.add(link);
+    setTimeout(() => {
+      this.slowDrains.delete(link);
+      if (!link.is_open() || !state._draining) return;
+      link.set_drained(true);
+      state.connection._register();
+    }, delay).unref();
   }
 
   private deliver(receiver: ReceiverLink, message: StoredMessage): void {
@@ -537,6 +565,8 @@ export class ServiceBusStandIn {
       for (const [session, hold] of entity.sessionLocks) {
         if (hold.until <= now) {
           entity.sessionLocks.delete(session);
+          // Its messages were locked by the session lock: they go with it.
+          for (const message of entity.messages) if (message.sessionId === session && message.lock?.link === hold.link.link) message.lock = undefined;
           // A session receiver whose lock ran out is detached (SessionLockLost on the client).
           hold.link.link.close({ condition: 'com.microsoft:session-lock-lost', description: `the lock on session ${session} expired` });
           freed = true;
@@ -688,8 +718,10 @@ export class ServiceBusStandIn {
             const message = this.findLocked(entity, Buffer.from(token));
             if (!message?.lock || message.lock.until <= Date.now()) return fail(410, 'com.microsoft:message-lock-lost', 'the lock was lost or never held');
             if (status === 'completed') this.settle(entity, message, 'accepted', false, undefined);
-            else if (status === 'abandoned') this.settle(entity, message, 'released', false, undefined);
-            else if (status === 'defered' || status === 'deferred') this.settle(entity, message, 'released', true, undefined);
+            // Abandon and defer by lock token carry `properties-to-modify` too (the SDK sends it
+            // when its receiving link is gone), and they update application properties as on the link.
+            else if (status === 'abandoned') this.settle(entity, message, 'released', false, modifications(body));
+            else if (status === 'defered' || status === 'deferred') this.settle(entity, message, 'released', true, modifications(body));
             else if (status === 'suspended') this.settle(entity, message, 'rejected', false, { DeadLetterReason: body['deadletter-reason'], DeadLetterErrorDescription: body['deadletter-description'] });
           }
           return this.reply(context, 200, {});
@@ -714,6 +746,29 @@ export class ServiceBusStandIn {
 }
 
 /** The messages of a batch transfer: one encoded message per data section. */
+/**
+ * Whether a link has credit for one more message. rhea takes a delivery's credit only when
+ * it writes the transfer (on the next tick), so `sendable()` stays true for every message
+ * handed to it in one pump: the stand-in locked (and counted a delivery of) messages beyond
+ * the receiver's credit, which rhea then held back until the next credit came, unlike a
+ * broker, which sends only what the receiver asked for. The deliveries rhea still holds for
+ * this link count against its credit here.
+ */
+function hasCredit(link: Sender): boolean {
+  if (!link.sendable()) return false;
+  const state = link as unknown as { credit: number; session: { outgoing: { next_pending_delivery: number; next_delivery_id: number; deliveries: { by_id(id: number): { link: Sender } | undefined } } } };
+  const outgoing = state.session.outgoing;
+  let held = 0;
+  for (let id = outgoing.next_pending_delivery; id < outgoing.next_delivery_id; id += 1) if (outgoing.deliveries.by_id(id)?.link === link) held += 1;
+  return state.credit > held;
+}
+
+/** The `properties-to-modify` map of an update-disposition request (absent: none). */
+function modifications(body: Record<string, unknown>): Record<string, unknown> | undefined {
+  const given = body['properties-to-modify'];
+  return given && typeof given === 'object' && !Buffer.isBuffer(given) ? (given as Record<string, unknown>) : undefined;
+}
+
 function batchMessages(outer: Message): Message[] {
   const body = outer.body as { multiple?: boolean; content?: unknown; typecode?: number } | Buffer | undefined;
   if (body && typeof body === 'object' && 'content' in body && body.content !== undefined) {

@@ -101,6 +101,22 @@ describe('Service Bus stand-in', () => {
     await receiver.close();
   });
 
+  it(`a receiver is sent (and its locks taken for) only as many messages as its link credit; the rest stay with other receivers (${DOCS}/service-bus-amqp-protocol-guide)`, async () => {
+    const queue = uniqueId();
+    const sender = client.createSender(queue);
+    await sender.sendMessages([{ messageId: 'a', body: 1 }, { messageId: 'b', body: 2 }, { messageId: 'c', body: 3 }]);
+    const one = client.createReceiver(queue);
+    const two = client.createReceiver(queue);
+    const taken = await one.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(taken.map((message) => message.messageId)).toEqual(['a']);
+    // Well inside the lock duration: a message locked beyond the first receiver's credit would be missing here.
+    const rest = await two.receiveMessages(2, { maxWaitTimeInMs: LOCK_MS / 2 });
+    expect(rest.map((message) => [message.messageId, message.deliveryCount])).toEqual([['b', 1], ['c', 1]]);
+    for (const message of taken) await one.completeMessage(message);
+    for (const message of rest) await two.completeMessage(message);
+    await Promise.all([one.close(), two.close(), sender.close()]);
+  });
+
   it(`renewing the lock keeps a message from other receivers past the lock duration (${DOCS}/message-transfers-locks-settlement#renew-locks)`, async () => {
     const queue = uniqueId();
     const sender = client.createSender(queue);
