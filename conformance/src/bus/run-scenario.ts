@@ -290,6 +290,14 @@ export async function runInProcessScenario<Tx>(
       }
     }
 
+    if (spec.action === 'duplicate' && target !== undefined) {
+      // Both copies must reach a handler before the run is judged. A broker that hands out
+      // one message of a session (or key) at a time delivers the second copy only after the
+      // first settled, and a settle that saw the first copy's effect would end the run first.
+      const deadline = Date.now() + (options.timeoutMs ?? 45_000);
+      while ((duplicateArrivals.get(target) ?? 0) < 2 && Date.now() < deadline && !fixtureFaults.signal.aborted) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+
     // A fixture that broke its outage fails the run at once, under its own name: waiting
     // for the messages would only report them lost.
     const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, fixtureFaults.signal);
