@@ -228,8 +228,8 @@ export const kafkaScenario: Scenario = {
       });
       report.note(
         `${PARTITIONS} partitions, single local KRaft broker; producer side: distinct keys, relay batch ${BATCH}, idempotent acks=all on both sides, ` +
-          `one batch in flight. Consumer side: unordered, the same one-row handler transaction; Courier adds recordStart + the inbox row per message ` +
-          `(two commits) and commits offsets below unfinished work (ratio ${consumer.ratio?.toFixed(3)}).`,
+          `one batch in flight. Consumer side: unordered, the same one-row handler transaction; Courier adds the inbox row to the handler's transaction ` +
+          `(a recordStart commit too only for records flagged redelivered) and commits offsets below unfinished work (ratio ${consumer.ratio?.toFixed(3)}).`,
       );
     } finally {
       await transport.close();
