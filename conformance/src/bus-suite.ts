@@ -1,6 +1,7 @@
 import { FAULT_POINTS, type FaultPoint } from '@courier/core';
 import { afterAll, describe, expect, it, type TestContext } from 'vitest';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
+import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
@@ -171,6 +172,8 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         assertScenario(LATE_KILLS, result);
       }), 120_000);
     });
+
+    it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
 
     describe('process-level (SIGKILL)', () => {
       for (const point of FAULT_POINTS) {

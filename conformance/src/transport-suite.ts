@@ -446,6 +446,41 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // The consumer runs a replay under the replay's own inbox key and takes an unmarked copy
+    // of a message it dead-lettered for a relay duplicate: a retry that dropped the mark
+    // would be acknowledged without running, and the replay lost.
+    name: 'a replayed delivery stays marked replayed on the copies its retries produce',
+    async run(env) {
+      const deadLetters = env.transport.deadLetters;
+      if (!env.transport.capabilities.nativeDeadLetter || !deadLetters) {
+        return env.skip('transport declares nativeDeadLetter: false (nothing can be replayed)');
+      }
+      const consumer = env.consumer('replay-retry');
+      const parked = message(env, 'r');
+      let replaying = false;
+      const runs: Delivery[] = [];
+      await collect(env, { consumer }, async (delivery) => {
+        if (!replaying) return delivery.deadLetter({ code: 'CONFORMANCE_POISON', message: 'park it' });
+        runs.push(delivery);
+        if (delivery.attempt < 3) return delivery.retry(0, { code: 'CONFORMANCE_RETRY', message: 'once more' });
+        return delivery.ack();
+      });
+      await publishOk(env.transport, [parked]);
+      const letter = await eventually(
+        async () => {
+          const list = await deadLetters.list(consumer);
+          expect(list).toHaveLength(1);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      replaying = true;
+      expect(await deadLetters.replay(consumer, [letter.id])).toBe(1);
+      await eventually(() => expect(runs.map((delivery) => delivery.attempt)).toEqual([1, 2, 3]), { timeoutMs: env.options.timeoutMs * 2 });
+      expect(runs.map((delivery) => delivery.replayed === true)).toEqual([true, true, true]);
+    },
+  },
+  {
     name: 'competing consumers of one group split the work; two groups each get everything',
     async run(env) {
       const group = env.consumer('shared');

@@ -17,8 +17,16 @@ import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } fr
 const ALONE_SUFFIX = '~alone';
 /** Suffix of the inbox record that says a message was dead-lettered for a consumer. */
 const DEAD_SUFFIX = '~dead';
+/**
+ * Suffix of the inbox record of a replay's run: the replay id. A replay of a dead letter is
+ * identified by the dead letter itself, (messageId, consumer), so every copy of it (a
+ * broker's duplicate, a second operator's replay, a retry of the replayed copy) meets the
+ * others at this one unique key and at most one commits its effects. No longer than the
+ * other suffixes, so no consumer name accepted before is refused now.
+ */
+const REPLAY_SUFFIX = '~rerun';
 /** Every suffix appended to the consumer's name in inbox calls: the bus refuses names too long to carry them. */
-export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX];
+export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX, REPLAY_SUFFIX];
 
 /** Thrown inside an inbox unit of work to read without writing: the work rolls back. */
 class ReadOnly extends Error {}
@@ -262,13 +270,14 @@ export class Consumer<Tx> {
     };
     let suspectRun: SuspectRun | undefined;
     try {
-      if (delivery.replayed && (await this.#wasDeadLettered(envelope.messageId))) {
-        // An operator's replay of a dead letter runs again, from a clean slate: the record
-        // the dead-lettering left (which makes relay copies duplicates) goes first, then
-        // the mark, so a replay redelivered after its run committed is a duplicate again.
-        await inbox.forget(envelope.messageId, consumer);
-        await inbox.forget(envelope.messageId, `${consumer}${DEAD_SUFFIX}`);
-      }
+      // An operator's replay of a dead letter runs again, but under its replay id rather
+      // than the consumer's own record: that record (left by the dead-lettering) stays, so
+      // relay copies remain duplicates, and copies of the replay meet at the replay id's
+      // unique key. Nothing is removed, so no copy can remove a record another copy's run
+      // has just committed (which let a replay delivered twice run twice). A replay whose
+      // run fails is dead-lettered again with no replay record committed, so it can be
+      // replayed again; one whose run committed is a duplicate for every later copy.
+      const inboxKey = delivery.replayed && (await this.#wasDeadLettered(envelope.messageId)) ? `${consumer}${REPLAY_SUFFIX}` : consumer;
       if (delivery.redelivered) {
         // Only a redelivery can follow a run that never finished, so only a redelivery
         // writes anything before the handler's own transaction: a first delivery costs one
@@ -302,7 +311,7 @@ export class Consumer<Tx> {
         );
       }
       await fault('crash-loop', { messageIds, consumer });
-      await this.#run(delivery, registration, payload, pause);
+      await this.#run(delivery, registration, payload, pause, inboxKey);
     } finally {
       // It finished (handled or failed in a way we saw) or the bus stopped it: no crash.
       // The count of unfinished runs alone restarts.
@@ -318,8 +327,12 @@ export class Consumer<Tx> {
     });
   }
 
-  /** Runs the handler through the inbox until it commits or fails; `pause` waits without holding the gate. */
-  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>): Promise<void> {
+  /**
+   * Runs the handler through the inbox until it commits or fails; `pause` waits without
+   * holding the gate. `inboxKey` is the consumer name the run is recorded under: the
+   * consumer's own, or a replay's (see #process).
+   */
+  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>, inboxKey: string): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -345,7 +358,7 @@ export class Consumer<Tx> {
       // store's (unreachable); after it, the failure is this run's, commit included.
       let handlerRan = false;
       try {
-        const result = await inbox.run(envelope.messageId, consumer, async (tx) => {
+        const result = await inbox.run(envelope.messageId, inboxKey, async (tx) => {
           handlerRan = true;
           const context = this.#context(tx, delivery, attempt);
           await inSpan(
