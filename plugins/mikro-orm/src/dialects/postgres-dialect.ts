@@ -148,7 +148,15 @@ export class PostgresDialect implements SqlDialect {
       // The LEFT JOIN returns the token even when nothing was due.
       `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, claimed.* FROM token LEFT JOIN claimed ON true`;
     const params = [query.limit, query.owner, query.leaseMs];
-    const rows = await runner.all(sql, completing ? [[...done.sequences], done.token, ...params] : params);
+    const values = completing ? [[...done.sequences], done.token, ...params] : params;
+    const hook = done?.beforeCommit;
+    const rows = hook
+      ? await runner.transaction(async (trx) => {
+          const claimed = await runner.all(sql, values, trx);
+          await hook(trx);
+          return claimed;
+        })
+      : await runner.all(sql, values);
     const first = rows[0];
     if (!first) throw new Error('the claim statement returned no token row');
     return {
