@@ -1,5 +1,5 @@
 import { metrics, type Histogram, type Meter } from '@opentelemetry/api';
-import type { Delivery, Transport } from './transport.js';
+import type { Transport } from './transport.js';
 
 const INSTRUMENTATION = '@courier/core';
 

@@ -160,13 +160,16 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     // With the fault hook: the same statements, in a transaction held open while the hook
     // runs, so a test can kill the process after the combined statement and before COMMIT.
     const beforeCommit = hook
-      ? async (trx: Transaction) => {
+      ? async (trx: Transaction, completedIds?: readonly string[]) => {
           const outbox = this.#core.dialect.table('outbox');
           const completed =
-            sequences.length === 0
+            completedIds ??
+            (sequences.length === 0
               ? []
-              : await this.#core.runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, [sequences, token], trx);
-          await hook('complete-before-commit', { messageIds: completed.map((row) => String(row['message_id'])) });
+              : (await this.#core.runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, [sequences, token], trx)).map((row) =>
+                  String(row['message_id']),
+                ));
+          await hook('complete-before-commit', { messageIds: completed });
           throwIfAborted(options.signal, 'claim');
         }
       : undefined;
