@@ -183,7 +183,10 @@ export async function runProcessScenario<Tx>(
       .finally(() => {
         settled = true;
       });
-    return { ...report, seed: options.seed, testId, observed, target, workersStarted: children.length, relayPauses: 0, faultFired: true };
+    // Completions a worker saw touch rows it never had confirmed (see createWorkerBus).
+    const violations = children.flatMap((child) => child.output.filter((line) => line.startsWith('violation ')).map((line) => line.slice('violation '.length)));
+    const problems = [...report.problems, ...violations];
+    return { ...report, problems, seed: options.seed, testId, observed, target, workersStarted: children.length, relayPauses: 0, faultFired: true };
   } finally {
     await Promise.all(children.map((child) => stopChild(child)));
     await transport.close().catch(() => undefined);

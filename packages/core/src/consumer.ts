@@ -11,6 +11,7 @@ import { createOutboxPublisher, type PublisherSettings } from './outbox-publishe
 import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
+import type { DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
 
 /** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
@@ -63,6 +64,8 @@ export interface ConsumerDependencies<Tx> {
   readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
   /** Shared by every consumer of a bus: suspects of a crash loop run alone. */
   readonly gate: Gate;
+  /** Where the delivery → ack time is recorded, at the ack site (no wrapper per delivery). */
+  readonly durations?: DurationHistograms;
 }
 
 /**
@@ -88,6 +91,8 @@ export class Consumer<Tx> {
   readonly #deps: ConsumerDependencies<Tx>;
   readonly #settings: ConsumerSettings;
   readonly #registrations: ReadonlyMap<string, Registration<Tx>>;
+  /** The delivery → ack histogram's attributes per topic, built once: the ack site is hot. */
+  readonly #ackAttributesByTopic = new Map<string, Readonly<Record<string, string>>>();
   readonly #topics: readonly string[];
   #abort = new AbortController();
   #subscription: Subscription | undefined;
@@ -220,9 +225,10 @@ export class Consumer<Tx> {
   }
 
   async #handle(delivery: Delivery): Promise<void> {
+    const receivedAt = performance.now();
     this.#inFlight += 1;
     try {
-      await this.#process(delivery);
+      await this.#process(delivery, receivedAt);
     } catch (error) {
       // Something outside the handler failed (a non-retriable store error, a settle on a
       // dead connection). Ask for a later redelivery; if even that fails the connection
@@ -239,7 +245,7 @@ export class Consumer<Tx> {
     }
   }
 
-  async #process(delivery: Delivery): Promise<void> {
+  async #process(delivery: Delivery, receivedAt: number): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -311,13 +317,23 @@ export class Consumer<Tx> {
         );
       }
       await fault('crash-loop', { messageIds, consumer });
-      await this.#run(delivery, registration, payload, pause, inboxKey);
+      await this.#run(delivery, registration, payload, pause, inboxKey, receivedAt);
     } finally {
       // It finished (handled or failed in a way we saw) or the bus stopped it: no crash.
       // The count of unfinished runs alone restarts.
       if (suspectRun) await suspectRun.finish();
       release();
     }
+  }
+
+  /** The delivery → ack histogram's attributes for `topic` (the names `timedTransport` used). */
+  #ackAttributes(topic: string): Readonly<Record<string, string>> {
+    let attributes = this.#ackAttributesByTopic.get(topic);
+    if (!attributes) {
+      attributes = { 'messaging.system': 'courier', 'messaging.consumer.group.name': this.#settings.consumer, 'messaging.destination.name': topic };
+      this.#ackAttributesByTopic.set(topic, attributes);
+    }
+    return attributes;
   }
 
   /** Drops the count of a message's unfinished runs alone; never rejects (a count left behind only errs towards parking later). */
@@ -330,9 +346,9 @@ export class Consumer<Tx> {
   /**
    * Runs the handler through the inbox until it commits or fails; `pause` waits without
    * holding the gate. `inboxKey` is the consumer name the run is recorded under: the
-   * consumer's own, or a replay's (see #process).
+   * consumer's own, or a replay's (see #process). `receivedAt` starts the delivery→ack timer.
    */
-  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>, inboxKey: string): Promise<void> {
+  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>, inboxKey: string, receivedAt: number): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -384,6 +400,7 @@ export class Consumer<Tx> {
         else this.#deps.instruments.processed.add(1, { consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
         await delivery.ack();
+        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes(envelope.topic));
         return;
       } catch (error) {
         if (this.#abort.signal.aborted) return;

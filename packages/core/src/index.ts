@@ -34,6 +34,7 @@ export { FAULT_POINTS } from './fault-points.js';
 export type {
   ClaimOptions,
   ClaimedBatch,
+  CompleteAndClaimOptions,
   CompleteOptions,
   CompletedAndClaimed,
   DeadOutboxRecord,

@@ -174,6 +174,7 @@ export class MySqlDialect implements SqlDialect {
             trx,
           );
         }
+        await done?.beforeCommit?.(trx);
         return { token, rows, ...(completed === undefined ? {} : { completed }) };
       },
       { readCommitted: true },
