@@ -25,26 +25,26 @@ class AnswerSwallowingProxy {
   }
 
   static async start(target: { host: string; port: number }): Promise<AnswerSwallowingProxy> {
-    let proxy: AnswerSwallowingProxy | undefined;
     const server = createServer((client) => {
       const upstream = tcpConnect(target);
       const pair: [Socket, Socket] = [client, upstream];
-      proxy!.#pairs.add(pair);
+      proxy.#pairs.add(pair);
       const end = (): void => {
         client.destroy();
         upstream.destroy();
-        proxy!.#pairs.delete(pair);
+        proxy.#pairs.delete(pair);
       };
       client.on('data', (chunk) => upstream.write(chunk));
       upstream.on('data', (chunk) => {
-        if (!proxy!.swallow) client.write(chunk);
+        if (!proxy.swallow) client.write(chunk);
       });
       for (const socket of pair) {
         socket.on('error', end);
         socket.on('close', end);
       }
     });
-    proxy = new AnswerSwallowingProxy(server);
+    // Connections arrive only after listen(), when `proxy` is set.
+    const proxy = new AnswerSwallowingProxy(server);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return proxy;
   }
