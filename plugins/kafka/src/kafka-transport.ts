@@ -169,8 +169,9 @@ export class KafkaTransport implements Transport {
     this.#maxRetryWaiting = config.maxRetryWaiting ?? 1_000;
     this.capabilities = {
       orderingByKey: true,
-      // False until a broker-restart failure seen with it is understood: README "Ordered pipelining".
-      orderedPipelining: false,
+      // A call's records of one partition are appended atomically and in order, and a key stops
+      // at its first failure in a call (README "Ordered pipelining").
+      orderedPipelining: true,
       nativeDelay: true,
       nativeDeadLetter: true,
       maxMessageBytes: config.maxMessageBytes ?? 700 * 1024,
@@ -734,7 +735,12 @@ class KafkaSubscription implements Subscription {
     for (const [key, queue] of this.#keys) {
       const kept = queue.filter((item, index) => (index === 0 && this.#isRunning(item)) || !this.#drop(item));
       if (kept.length === 0) this.#keys.delete(key);
-      else this.#keys.set(key, kept);
+      else {
+        this.#keys.set(key, kept);
+        // The front was dropped and the one now in front (of a partition kept or assigned
+        // again) never started: start it, or the key waits forever.
+        if (kept[0] !== queue[0]) this.#enqueue(kept[0]!);
+      }
     }
     for (const item of [...this.#waiting]) {
       if (this.#drop(item)) {
@@ -901,13 +907,18 @@ class KafkaSubscription implements Subscription {
     const { state } = item;
     state.unfinished.delete(item.offset);
     this.#release();
-    if (item.orderKey !== undefined) {
-      const queue = this.#keys.get(item.orderKey);
-      queue?.shift();
-      if (queue && queue.length > 0) this.#enqueue(queue[0]!);
-      else this.#keys.delete(item.orderKey);
-    }
+    this.#nextOfKey(item);
     await this.#commit(state);
+  }
+
+  /** Takes `item` from the front of its key's queue (ordered endpoints) and starts the record behind it. */
+  #nextOfKey(item: Item): void {
+    if (item.orderKey === undefined) return;
+    const queue = this.#keys.get(item.orderKey);
+    if (!queue || queue[0] !== item) return;
+    queue.shift();
+    if (queue.length > 0) this.#enqueue(queue[0]!);
+    else this.#keys.delete(item.orderKey);
   }
 
   /** Commits the partition up to its lowest unfinished record (never past work in hand). */
@@ -936,7 +947,18 @@ class KafkaSubscription implements Subscription {
       this.#waiting.add(item);
       item.timer = setTimeout(() => {
         this.#waiting.delete(item);
-        if (item.state.revoked || this.#stopped) return;
+        if (this.#stopped) return;
+        if (item.state.revoked) {
+          // Its partition was taken away while it was running (so it stayed in front of its
+          // key then): the new owner has it. It leaves the front now, or the records of its
+          // key that come again, should the partition come back here, would wait behind it forever.
+          if (!item.dropped) {
+            item.dropped = true;
+            this.#release();
+          }
+          this.#nextOfKey(item);
+          return;
+        }
         item.attempt += 1;
         this.#enqueue(item);
       }, Math.max(0, delayMs));
