@@ -296,7 +296,9 @@ export class KafkaTransport implements Transport {
         rebalanceTimeout: this.#rebalanceTimeoutMs,
         maxWaitTimeInMs: 250,
         allowAutoTopicCreation: false,
-        // kafkajs restarts a crashed consumer only for retriable errors by default: always rejoin.
+        // kafkajs consults this only for retriable errors: it can veto a restart, never force
+        // one, so a consumer crashed by an error kafkajs deems not retriable stays down
+        // (README "Broker restarts": open).
         retry: { retries: 5, restartOnFailure: async () => true },
       }),
       topics: [...topics, this.retryTopic(endpoint.consumer)],
