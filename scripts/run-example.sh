@@ -7,8 +7,9 @@
 # SQL transport) and the in-memory and SQLite setups need no server: with no setup, or
 # `sqlite-sql`, `in-memory` or `sqlite` (first argument, `--setup`, or
 # COURIER_EXAMPLE_SETUP), or COURIER_SERVICES=skip, no service is touched. Otherwise
-# (postgres-rabbitmq) the services are prepared when the machine has them, and a failure
-# there is only a warning: the example itself says what it needs.
+# (postgres-rabbitmq, postgres-kafka) the services are prepared when the machine has them
+# (Kafka through scripts/kafka.sh: Java 17+ and Maven), and a failure there is only a
+# warning: the example itself says what it needs.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,7 +26,7 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   # The setup comes first (`sqlite`), or as `--setup sqlite` / `--setup=sqlite`, or from
   # COURIER_EXAMPLE_SETUP; none given means the default, sqlite-sql, which needs no server.
   setup="${COURIER_EXAMPLE_SETUP:-}"
-  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq) setup="$1" ;; esac
+  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq | postgres-kafka) setup="$1" ;; esac
   previous=""
   for arg in "$@"; do
     case "$previous:$arg" in
@@ -40,7 +41,7 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   courier_step "prepare services"
   # shellcheck source=services.sh
   source scripts/services.sh ||
-    echo "warning: services are not ready; a setup that needs PostgreSQL or RabbitMQ will fail" >&2
+    echo "warning: services are not ready; a setup that needs PostgreSQL, RabbitMQ or Kafka will fail" >&2
 fi
 
 courier_step "example: pnpm --filter @courier/example-orders-payments start $*"

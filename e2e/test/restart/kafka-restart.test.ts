@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { SCENARIOS, runInProcessScenario, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import { describe, expect, it } from 'vitest';
+import { deleteTestObjects, plainClient } from '../../../plugins/kafka/test/support/fixture.js';
 import { kafkaTransport, postgresStore } from '../support/fixtures.js';
 
 const run = promisify(execFile);
@@ -16,29 +17,107 @@ async function broker(action: 'kill' | 'start'): Promise<void> {
   await run('bash', [script, action], { env: process.env, timeout: 180_000 });
 }
 
+/**
+ * What the broker holds for a run, read when it failed: each topic's offsets, each group's
+ * committed offsets, and where (if anywhere) each lost message sits in the log. It tells
+ * a record that never reached the log from one that was never consumed.
+ */
+async function diagnose(testId: string, lost: readonly string[]): Promise<string> {
+  const client = plainClient(`${testId}-diagnose`);
+  const admin = client.admin();
+  const lines: string[] = [];
+  await admin.connect();
+  try {
+    const topics = (await admin.listTopics()).filter((topic) => topic.startsWith(`${testId}.`)).sort();
+    for (const topic of topics) {
+      const offsets = await admin.fetchTopicOffsets(topic);
+      lines.push(`topic ${topic}: ${offsets.map((o) => `p${o.partition} ${o.low}..${o.high}`).join(', ')}`);
+    }
+    const groups = (await admin.listGroups()).groups.map((group) => group.groupId).filter((group) => group.startsWith(`${testId}.`));
+    for (const groupId of groups) {
+      const committed = await admin.fetchOffsets({ groupId, topics });
+      const described = await admin.describeGroups([groupId]);
+      lines.push(`group ${groupId} (${described.groups[0]?.state}, ${described.groups[0]?.members.length} members): ${committed.map((t) => `${t.topic} [${t.partitions.map((p) => `p${p.partition}@${p.offset}`).join(' ')}]`).join('; ')}`);
+    }
+    const wanted = new Set(lost);
+    const found = new Map<string, string[]>();
+    const ends = new Map<string, number>();
+    for (const topic of topics) for (const o of await admin.fetchTopicOffsets(topic)) if (Number(o.high) > 0) ends.set(`${topic}:${o.partition}`, Number(o.high));
+    if (ends.size > 0) {
+      const reader = client.consumer({ groupId: `${testId}.diagnose`, maxWaitTimeInMs: 100 });
+      await reader.connect();
+      await reader.subscribe({ topics, fromBeginning: true });
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 20_000);
+        void reader.run({
+          autoCommit: false,
+          eachMessage: async ({ topic, partition, message }) => {
+            const id = message.headers?.['courier-message-id']?.toString();
+            if (id !== undefined && wanted.has(id)) found.set(id, [...(found.get(id) ?? []), `${topic}[${partition}]@${message.offset}`]);
+            if (Number(message.offset) + 1 >= (ends.get(`${topic}:${partition}`) ?? 0)) ends.delete(`${topic}:${partition}`);
+            if (ends.size === 0) {
+              clearTimeout(timer);
+              resolve();
+            }
+          },
+        });
+      });
+      await reader.disconnect();
+      if (ends.size > 0) lines.push(`(could not read to the end of: ${[...ends.keys()].join(', ')})`);
+    }
+    for (const id of lost) lines.push(`lost ${id}: ${found.has(id) ? `in the log at ${found.get(id)!.join(', ')} (not consumed)` : 'not in the log (never written)'}`);
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+  return lines.join('\n');
+}
+
 const plan = { messages: 200, keys: 8, perTransaction: 5, rolledBackTransactions: 3 };
 
-// KNOWN DEFECT (issue 10): in CI on 2026-11-30 this failed once after passing twice — after
-// the broker's SIGKILL and restart some messages were never applied within 150 s (lost, or a
-// consumer that never recovered: not yet known). Until that is found it runs only when asked
-// (COURIER_KAFKA_RESTART=1), and says so loudly otherwise instead of passing in silence.
+// KNOWN DEFECT (issue 10). Two ways it failed, both "lost: not applied, not dead-lettered":
+// 1. records the relay had marked sent were missing from the log: kafkajs reused the
+//    sequence numbers of a failed request for a send queued behind it (fixed in the
+//    transport: one send at a time, a new producer after a failure; plugin test
+//    lost-acknowledgement.test.ts);
+// 2. (once in 28 runs after that fix) the records were in the log but never consumed, and
+//    the group had committed nothing: a consumer that never recovered. kafkajs restarts a
+//    crashed consumer only when the error is retriable (restartOnFailure can veto a
+//    restart, never force one), and a broker restart can answer a consumer with
+//    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS, which kafkajs deems
+//    not retriable. Not yet proven or fixed. Until then it runs only when asked
+//    (COURIER_KAFKA_RESTART=1, against a broker of its own: it SIGKILLs the one in
+//    COURIER_KAFKA_BROKERS), and says so loudly otherwise instead of passing in silence.
 const enabled = process.env['COURIER_KAFKA_RESTART'] === '1';
-if (!enabled) console.warn('[kafka-restart] SKIPPED: known defect under investigation (issue 10); run with COURIER_KAFKA_RESTART=1');
+if (!enabled) console.warn('[kafka-restart] SKIPPED: known defect under investigation (issue 10: a consumer that may never recover after the broker restart); run with COURIER_KAFKA_RESTART=1');
 
 describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
   it.skipIf(!enabled)('a broker killed with SIGKILL and restarted loses nothing, applies nothing twice, keeps per-key order, burns no attempts', async () => {
+    const closes: (() => Promise<void>)[] = [];
+    let testId = '';
     const transport = async (context: FixtureContext): Promise<TransportFixture> => {
+      testId = context.testId;
       const fixture = await kafkaTransport(context);
-      return { ...fixture, outage: { begin: () => broker('kill'), end: () => broker('start') } };
+      // Closed after the verdict: a failed run's topics and groups are read before they are deleted.
+      closes.push(() => fixture.close());
+      return { ...fixture, outage: { begin: () => broker('kill'), end: () => broker('start') }, close: async () => undefined };
     };
-    const result = await runInProcessScenario({ store: postgresStore, transport }, SCENARIOS['broker-restart'], 'throw', {
-      seed: Date.now() % 2 ** 31,
-      plan,
-      timeoutMs: 150_000,
-    });
-    expect(result.faultFired).toBe(true);
-    expect(result.problems).toEqual([]);
-    expect(result.applied).toBe(result.committed);
-    expect(result.relayPauses).toBeGreaterThan(0);
+    try {
+      const result = await runInProcessScenario({ store: postgresStore, transport }, SCENARIOS['broker-restart'], 'throw', {
+        seed: Date.now() % 2 ** 31,
+        plan,
+        timeoutMs: 150_000,
+      }).catch(async (error: unknown) => {
+        const lost = [...String(error).matchAll(/message (\S+) was lost/g)].map((match) => match[1]!);
+        if (testId !== '') console.error(`[kafka-restart] ${String(error)}\n${await diagnose(testId, lost).catch((e: unknown) => `diagnosis failed: ${String(e)}`)}`);
+        throw error;
+      });
+      expect(result.faultFired).toBe(true);
+      expect(result.problems).toEqual([]);
+      expect(result.applied).toBe(result.committed);
+      expect(result.relayPauses).toBeGreaterThan(0);
+    } finally {
+      for (const close of closes) await close().catch(() => undefined);
+      if (testId !== '') await deleteTestObjects(testId);
+    }
   });
 });

@@ -1,5 +1,7 @@
 import type { BusCounters, Logger, Transport, TransportDeadLetters } from '@courier/core';
+import { KafkaTransport } from '@courier/kafka';
 import { RabbitMqTransport } from '@courier/rabbitmq';
+import { Kafka, logLevel } from 'kafkajs';
 import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { openPostgresOrm, openSqliteOrm } from './databases.js';
@@ -14,7 +16,7 @@ export const DELAY_TIERS_MS: readonly number[] = Object.freeze([250, 1_000, 5_00
 /** What the runner hands a worker process (as JSON on its command line). */
 export interface WorkerConfig {
   /** The distributed setup: which database and transport every process opens. */
-  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq';
+  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq' | 'postgres-kafka';
   /** sqlite-sql: the run's database file, shared by the runner and the workers. */
   readonly sqliteFile: string;
   readonly runId: string;
@@ -24,7 +26,9 @@ export interface WorkerConfig {
   readonly pgUrl: string;
   readonly schema: string;
   readonly rabbitMqUrl: string;
-  /** RabbitMQ exchange and queue name prefix of the run. */
+  /** postgres-kafka: the bootstrap brokers (`host:port`, comma-separated). */
+  readonly kafkaBrokers: string;
+  /** RabbitMQ exchange and queue name prefix, or Kafka topic and group prefix, of the run. */
   readonly prefix: string;
   readonly maxCrashes: number;
   readonly verbose: boolean;
@@ -49,6 +53,18 @@ export function rabbitMqTransport(url: string, prefix: string, logger: Logger): 
   return new RabbitMqTransport({ connection: url, prefix, delayTiersMs: DELAY_TIERS_MS, connectTimeoutMs: 5_000, publishTimeoutMs: 2_000, logger });
 }
 
+/**
+ * The run's Kafka transport, as every process of the run configures it. Its publish
+ * timeout fits the demo's 5 s relay lease as RabbitMQ's does. A SIGKILLed worker's
+ * partitions move to its restarted successor after the group session timeout: 6 s, the
+ * smallest a broker allows by default (`group.min.session.timeout.ms`).
+ */
+export function kafkaTransport(brokers: string, prefix: string, clientId: string): KafkaTransport {
+  process.env['KAFKAJS_NO_PARTITIONER_WARNING'] ??= '1';
+  const client = new Kafka({ clientId, brokers: brokers.split(','), connectionTimeout: 3_000, logLevel: logLevel.NOTHING, retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2_000 } });
+  return new KafkaTransport({ client, prefix: `${prefix}.`, partitions: 4, publishTimeoutMs: 2_000, connectTimeoutMs: 5_000, sessionTimeoutMs: 6_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 10_000 });
+}
+
 /** The SQL transport's lease in the demo: a SIGKILLed worker's deliveries come back after it (renewed while handled). */
 export const SQL_LEASE_MS = 3_000;
 
@@ -62,12 +78,12 @@ export interface RunBackend {
 
 /**
  * Opens the database and the transport of `config.setup`, as every process of the run
- * does: PostgreSQL (the run's schema) and RabbitMQ, or the run's SQLite file with the SQL
+ * does: PostgreSQL (the run's schema) and RabbitMQ or Kafka, or the run's SQLite file with the SQL
  * transport on the same ORM (one connection per process: libsql waits for the file lock
  * synchronously, so two connections of one process could wait on each other).
  */
 export async function openBackend(
-  config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'prefix'>,
+  config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'kafkaBrokers' | 'prefix'>,
   logger: Logger,
   poolMax: number,
 ): Promise<RunBackend> {
@@ -76,7 +92,8 @@ export async function openBackend(
     return { orm, transport: sqlTransport(orm, logger), schema: undefined };
   }
   const orm = await openPostgresOrm(config.pgUrl, config.schema, poolMax);
-  return { orm, transport: rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger), schema: config.schema };
+  const transport = config.setup === 'postgres-kafka' ? kafkaTransport(config.kafkaBrokers, config.prefix, config.prefix) : rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
+  return { orm, transport, schema: config.schema };
 }
 
 /** The run's SQL transport (queue tables `courier_queue*` in the run's SQLite file). */

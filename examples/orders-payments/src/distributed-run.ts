@@ -3,10 +3,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describeError } from '@courier/core';
+import { KafkaTransport } from '@courier/kafka';
 import { RabbitMqTransport } from '@courier/rabbitmq';
 import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
+import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { ConciseLogger } from './concise-logger.js';
 import { courierTables, dropSchema, prepareDatabase, redact } from './databases.js';
 import { openBackend, type RunBackend } from './distributed-config.js';
@@ -34,15 +36,15 @@ const MIN_KILLS = 4;
 /**
  * Runs a distributed setup: the orders and payments services as separate worker
  * processes, optionally the chaos monkey, then waits for the counts to settle and
- * reconciles them from the database and the queues. `postgres-rabbitmq`: a PostgreSQL
- * schema and RabbitMQ names private to the run (dropped and deleted at the end unless
- * `keep`). `sqlite-sql`: a SQLite file private to the run holding the services' tables and
+ * reconciles them from the database and the queues. `postgres-rabbitmq` /
+ * `postgres-kafka`: a PostgreSQL schema and RabbitMQ queues / Kafka topics and consumer
+ * groups private to the run (dropped and deleted at the end unless `keep`). `sqlite-sql`: a SQLite file private to the run holding the services' tables and
  * the SQL transport's queue (deleted at the end unless `keep`); no server at all.
  */
 export async function runDistributed(options: ExampleOptions, write: (line: string) => void): Promise<RunResult> {
   const started = Date.now();
   const runId = randomBytes(4).toString('hex');
-  const setup = options.setup === 'sqlite-sql' ? 'sqlite-sql' : 'postgres-rabbitmq';
+  const setup = options.setup === 'sqlite-sql' || options.setup === 'postgres-kafka' ? options.setup : 'postgres-rabbitmq';
   const schema = `example_${runId}`;
   const prefix = `courier-example-${runId}`;
   const sqliteFile = setup === 'sqlite-sql' ? join(mkdtempSync(join(tmpdir(), 'courier-example-')), 'shop.db') : '';
@@ -50,11 +52,14 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
   const where =
     setup === 'sqlite-sql'
       ? `SQLite file ${sqliteFile} (services' tables and the SQL transport's queue; no server)`
-      : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
+      : setup === 'postgres-kafka'
+        ? `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), Kafka ${options.kafkaBrokers} (topics and groups ${prefix}.*)`
+        : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
   write(`setup ${setup}: ${where}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
-  const backend = await openBackend({ setup, sqliteFile, pgUrl: options.pgUrl, schema, rabbitMqUrl: options.rabbitMqUrl, prefix }, logger, 4);
+  const backend = await openBackend({ setup, sqliteFile, pgUrl: options.pgUrl, schema, rabbitMqUrl: options.rabbitMqUrl, kafkaBrokers: options.kafkaBrokers, prefix }, logger, 4);
   const { orm, transport } = backend;
   let broker: ChannelModel | undefined;
+  let kafkaAdmin: Admin | undefined;
   let workers: WorkerPool | undefined;
   try {
     await prepareDatabase(orm, backend.schema);
@@ -77,6 +82,22 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         );
       }
       queues = queueDepth(broker, transport);
+    } else if (transport instanceof KafkaTransport) {
+      // Nothing to declare up front: a topic is created by the first publish or subscribe that
+      // needs it, and a new consumer group starts at the beginning of its topics, so nothing the
+      // orders worker publishes before the payments worker joined is missed.
+      try {
+        kafkaAdmin = new Kafka({ clientId: `${prefix}-runner`, brokers: options.kafkaBrokers.split(','), connectionTimeout: 3_000, logLevel: logLevel.NOTHING, retry: { retries: 3 } }).admin();
+        await kafkaAdmin.connect();
+        await kafkaAdmin.listTopics();
+      } catch (error) {
+        throw new Error(
+          `Kafka is not usable at ${options.kafkaBrokers}: ${describeError(error)}. Start a broker (\`bash scripts/kafka.sh start\`: Java 17+ and Maven) ` +
+            `or point COURIER_KAFKA_BROKERS at one.`,
+          { cause: error },
+        );
+      }
+      queues = consumerLag(kafkaAdmin, transport);
     } else {
       throw new Error(`no transport for setup ${setup}`);
     }
@@ -90,6 +111,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         pgUrl: options.pgUrl,
         schema,
         rabbitMqUrl: options.rabbitMqUrl,
+        kafkaBrokers: options.kafkaBrokers,
         prefix,
         // Chaos SIGKILLs handlers mid-flight; allow a few more unfinished runs before a
         // message counts as a crash loop, so only the deliberate poison is dead-lettered.
@@ -169,7 +191,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     const final = { ...report, checks, ok: report.ok && pool.unexpectedExits === 0 };
     const footnotes = [
       `retries: payments ${pool.counters('payments').retries} (flaky gateway), orders ${pool.counters('orders').retries}`,
-      `every count is read from ${setup === 'sqlite-sql' ? 'the SQLite file' : 'PostgreSQL and RabbitMQ'}; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
+      `every count is read from ${setup === 'sqlite-sql' ? 'the SQLite file' : setup === 'postgres-kafka' ? 'PostgreSQL and Kafka' : 'PostgreSQL and RabbitMQ'}; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
       ...(options.chaos ? [`chaos: ${chaos.kills} SIGKILLs (${[...chaos.killedRoles].join(', ')})`] : []),
       ...logger.summary(),
     ];
@@ -177,7 +199,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     return { ok: final.ok, report: final, snapshot };
   } finally {
     await workers?.stopAll(5_000);
-    await cleanUp(options, { backend, broker, schema, sqliteFile, write });
+    await cleanUp(options, { backend, broker, kafkaAdmin, prefix, schema, sqliteFile, write });
   }
 }
 
@@ -210,12 +232,78 @@ function queueDepth(broker: ChannelModel, transport: RabbitMqTransport): () => P
   };
 }
 
+/**
+ * Records in both consumer groups' topics and retry topics that their group has not
+ * committed past (waiting, in hand, or retry copies not due yet); not the dead letters.
+ * A partition the group never committed counts from its first record.
+ */
+function consumerLag(admin: Admin, transport: KafkaTransport): () => Promise<number> {
+  return async () => {
+    // A topic just created may not have its leader known everywhere yet (NOT_LEADER_OR_FOLLOWER): ask again.
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await lag();
+      } catch (error) {
+        if (attempt >= 5) throw error;
+        await sleep(200 * attempt);
+      }
+    }
+  };
+  async function lag(): Promise<number> {
+    let total = 0;
+    for (const { consumer, topics } of ENDPOINTS) {
+      const names = [...topics.map((topic) => transport.topicName(topic)), transport.retryTopic(consumer)];
+      const existing = new Set(await admin.listTopics());
+      const present = names.filter((name) => existing.has(name));
+      if (present.length === 0) continue;
+      const committed = await admin.fetchOffsets({ groupId: transport.groupId(consumer), topics: present });
+      for (const topic of present) {
+        const ends = await admin.fetchTopicOffsets(topic);
+        const done = new Map((committed.find((entry) => entry.topic === topic)?.partitions ?? []).map((p) => [p.partition, Number(p.offset)]));
+        for (const end of ends) {
+          const from = Math.max(Number(end.low), done.get(end.partition) ?? -1);
+          total += Math.max(0, Number(end.high) - from);
+        }
+      }
+    }
+    return total;
+  }
+}
+
+/** Deletes the run's Kafka consumer groups and topics (every name under `<prefix>.`). */
+async function deleteKafkaObjects(admin: Admin, prefix: string): Promise<void> {
+  const groups = (await admin.listGroups()).groups.map((group) => group.groupId).filter((group) => group.startsWith(`${prefix}.`));
+  if (groups.length > 0) await admin.deleteGroups(groups);
+  const topics = (await admin.listTopics()).filter((topic) => topic.startsWith(`${prefix}.`));
+  if (topics.length > 0) await admin.deleteTopics({ topics });
+}
+
 async function cleanUp(
   options: ExampleOptions,
-  resources: { backend: RunBackend; broker: ChannelModel | undefined; schema: string; sqliteFile: string; write: (line: string) => void },
+  resources: {
+    backend: RunBackend;
+    broker: ChannelModel | undefined;
+    kafkaAdmin: Admin | undefined;
+    prefix: string;
+    schema: string;
+    sqliteFile: string;
+    write: (line: string) => void;
+  },
 ): Promise<void> {
-  const { backend, broker, schema, sqliteFile, write } = resources;
+  const { backend, broker, kafkaAdmin, prefix, schema, sqliteFile, write } = resources;
   const { orm, transport } = backend;
+  if (transport instanceof KafkaTransport) {
+    // The runner's own transport first: its dead-letter reads may hold a group of the run's.
+    await transport.close();
+    if (options.keep) write(`kept PostgreSQL schema ${schema} and the Kafka topics and consumer groups '${prefix}.*'`);
+    else {
+      if (kafkaAdmin) await deleteKafkaObjects(kafkaAdmin, prefix).catch((error: unknown) => write(`could not delete the run's Kafka topics and groups: ${describeError(error)}`));
+      await dropSchema(orm, schema).catch((error: unknown) => write(`could not drop schema ${schema}: ${describeError(error)}`));
+    }
+    await kafkaAdmin?.disconnect().catch(() => undefined);
+    await orm.close();
+    return;
+  }
   if (!(transport instanceof RabbitMqTransport)) {
     await transport.close();
     await orm.close();

@@ -1,6 +1,6 @@
 import { describeError } from '@courier/core';
 import { runInProcess } from './in-process-run.js';
-import { parseCommand, USAGE, UsageError, type Command } from './options.js';
+import { DISTRIBUTED_SETUPS, parseCommand, USAGE, UsageError, type Command } from './options.js';
 
 const write = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -25,7 +25,7 @@ async function main(): Promise<number> {
   }
   const { options } = command;
   const result =
-    options.setup === 'postgres-rabbitmq' || options.setup === 'sqlite-sql'
+    (DISTRIBUTED_SETUPS as readonly string[]).includes(options.setup)
       ? await (await import('./distributed-run.js')).runDistributed(options, write)
       : await runInProcess(options, write);
   return result.ok ? 0 : 1;

@@ -1,21 +1,21 @@
 import { parseArgs } from 'node:util';
 
 /** The setups the demo runs on. */
-export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq'] as const;
+export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq', 'postgres-kafka'] as const;
 export type SetupName = (typeof SETUPS)[number];
 
 /** The setup used when neither `--setup` nor COURIER_EXAMPLE_SETUP chooses one. */
 export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
 
 /** The setups whose services run as separate worker processes (and so support `--chaos`). */
-export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq'];
+export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka'];
 
 /** What one run of the demo does. */
 export interface ExampleOptions {
   readonly setup: SetupName;
   /** Orders to place. */
   readonly orders: number;
-  /** Kill and restart the worker processes at random while it runs (sqlite-sql, postgres-rabbitmq). */
+  /** Kill and restart the worker processes at random while it runs (sqlite-sql, postgres-rabbitmq, postgres-kafka). */
   readonly chaos: boolean;
   /** How long to wait for the counts to settle before reconciling anyway. */
   readonly timeoutMs: number;
@@ -25,6 +25,8 @@ export interface ExampleOptions {
   readonly verbose: boolean;
   readonly pgUrl: string;
   readonly rabbitMqUrl: string;
+  /** Kafka bootstrap brokers (`host:port`, comma-separated) of the postgres-kafka setup. */
+  readonly kafkaBrokers: string;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -32,18 +34,20 @@ export type WorkerRole = 'orders' | 'payments';
 
 export const USAGE = `usage: pnpm --filter @courier/example-orders-payments start [setup] [options]
 
-  setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq   (or --setup <name>, or COURIER_EXAMPLE_SETUP;
+  setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq | postgres-kafka
+                    (or --setup <name>, or COURIER_EXAMPLE_SETUP;
                     default ${DEFAULT_SETUP}: orders and payments as separate processes over one SQLite file
                     and the SQL transport, no server needed)
   --orders <n>      orders to place (default 200)
-  --chaos           sqlite-sql and postgres-rabbitmq: SIGKILL and restart the worker processes at random while it runs
+  --chaos           sqlite-sql, postgres-rabbitmq and postgres-kafka: SIGKILL and restart the worker processes at random while it runs
   --timeout <s>     seconds to wait for the counts to settle (default 120)
-  --keep            keep the run's database schema / SQLite file and RabbitMQ queues
+  --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
   --verbose         print Courier's info logs and every repeated warning
   --help
 
 environment: COURIER_PG_URL (default postgres://courier:courier@127.0.0.1:5432/courier_test),
-             COURIER_RABBITMQ_URL (default amqp://guest:guest@127.0.0.1:5672)`;
+             COURIER_RABBITMQ_URL (default amqp://guest:guest@127.0.0.1:5672),
+             COURIER_KAFKA_BROKERS (default 127.0.0.1:9092)`;
 
 /** Thrown for bad command-line input; the message is shown with the usage. */
 export class UsageError extends Error {
@@ -108,6 +112,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       verbose: values.verbose,
       pgUrl: env['COURIER_PG_URL'] ?? 'postgres://courier:courier@127.0.0.1:5432/courier_test',
       rabbitMqUrl: env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672',
+      kafkaBrokers: env['COURIER_KAFKA_BROKERS'] ?? '127.0.0.1:9092',
     },
   };
 }

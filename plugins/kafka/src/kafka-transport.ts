@@ -130,6 +130,8 @@ export class KafkaTransport implements Transport {
   readonly #maxBuffered: number;
   readonly #maxRetryWaiting: number;
   #producer: Promise<Producer> | undefined;
+  /** Settles when the last send started has finished or been abandoned: see `#exclusiveSend`. */
+  #sendTurn: Promise<void> = Promise.resolve();
   #admin: Promise<Admin> | undefined;
   readonly #knownTopics = new Set<string>();
   readonly #subscriptions = new Set<KafkaSubscription>();
@@ -167,8 +169,9 @@ export class KafkaTransport implements Transport {
     this.#maxRetryWaiting = config.maxRetryWaiting ?? 1_000;
     this.capabilities = {
       orderingByKey: true,
-      // False until a broker-restart failure seen with it is understood: README "Ordered pipelining".
-      orderedPipelining: false,
+      // A call's records of one partition are appended atomically and in order, and a key stops
+      // at its first failure in a call (README "Ordered pipelining").
+      orderedPipelining: true,
       nativeDelay: true,
       nativeDeadLetter: true,
       maxMessageBytes: config.maxMessageBytes ?? 700 * 1024,
@@ -241,27 +244,23 @@ export class KafkaTransport implements Transport {
     });
     const sendable = messages.map((envelope, index) => ({ envelope, index })).filter(({ index }) => results[index] === undefined);
     if (sendable.length > 0) {
+      // The whole call, waiting for its turn included, fits in publishTimeoutMs: the relay plans its lease with it.
+      const deadline = Date.now() + this.#publishTimeoutMs;
       // Nothing is sent yet: a broker that cannot be reached rejects the call as a whole.
       await this.#ensureTopics([...new Set(sendable.map(({ envelope }) => this.topicName(envelope.topic)))]);
-      const producer = await this.#connectedProducer();
       try {
         // One request: Kafka appends each partition's records atomically and in order (a key's
         // records share a partition), so a refused partition batch writes none of them.
-        await within(this.#send(producer, sendable.map(({ envelope }) => ({ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }))), this.#publishTimeoutMs, 'the broker acknowledgement');
+        await this.#exclusiveSend(sendable.map(({ envelope }) => ({ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) })), deadline);
         for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: true };
       } catch (error) {
         if (error instanceof Timeout) {
-          // kafkajs may still be retrying that request, and with one request in flight every
-          // later send would queue behind it: start over with a fresh producer.
-          this.#resetProducer();
           const failure = new TransportError(`no acknowledgement within ${this.#publishTimeoutMs} ms (the broker may still have the messages)`, { code: 'PUBLISH_TIMEOUT', retriable: true });
           for (const { envelope, index } of sendable) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
-        } else if (!CONTENT_ERRORS.has(protocolType(error) ?? '')) {
-          // The whole batch failed for connectivity (kafkajs retried, then gave up): the broker is
-          // away. A fresh producer next time: one whose broker was restarted under it may keep
-          // failing on its old idempotence state (producer id, sequence numbers).
-          this.#resetProducer();
-          throw new TransportError(`Kafka did not take the batch: ${describe(error)}`, { cause: error, retriable: true });
+        } else if (error instanceof CourierError || !CONTENT_ERRORS.has(protocolType(error) ?? '')) {
+          // No producer (the broker cannot be reached), or the whole batch failed for
+          // connectivity (kafkajs retried, then gave up): the broker is away.
+          throw error instanceof CourierError ? error : new TransportError(`Kafka did not take the batch: ${describe(error)}`, { cause: error, retriable: true });
         } else {
           // One record (or more) was refused for its content: send one by one, in order, so each
           // gets its own answer; a key stops at its first failure.
@@ -272,7 +271,7 @@ export class KafkaTransport implements Transport {
             } else if (options.signal?.aborted) {
               results[index] = failed(envelope, { messageId: envelope.messageId, ok: false, error: new TransportError('publish was aborted', { code: 'ABORTED', retriable: true }) });
             } else {
-              results[index] = failed(envelope, await this.#sendOne(producer, envelope));
+              results[index] = failed(envelope, await this.#sendOne(envelope, deadline));
             }
           }
         }
@@ -297,7 +296,9 @@ export class KafkaTransport implements Transport {
         rebalanceTimeout: this.#rebalanceTimeoutMs,
         maxWaitTimeInMs: 250,
         allowAutoTopicCreation: false,
-        // kafkajs restarts a crashed consumer only for retriable errors by default: always rejoin.
+        // kafkajs consults this only for retriable errors: it can veto a restart, never force
+        // one, so a consumer crashed by an error kafkajs deems not retriable stays down
+        // (README "Broker restarts": open).
         retry: { retries: 5, restartOnFailure: async () => true },
       }),
       topics: [...topics, this.retryTopic(endpoint.consumer)],
@@ -347,18 +348,17 @@ export class KafkaTransport implements Transport {
   }
 
   async #connectedProducer(): Promise<Producer> {
-    this.#producer ??= (async () => {
+    const pending = (this.#producer ??= (async () => {
       // maxInFlightRequests 1: with retries, a later batch can never overtake an earlier one.
       const producer = this.#client.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, retry: { retries: 5 } });
       await producer.connect();
       return producer;
-    })();
+    })());
     try {
-      return await within(this.#producer, this.#connectTimeoutMs, 'connecting the producer');
+      return await within(pending, this.#connectTimeoutMs, 'connecting the producer');
     } catch (error) {
-      const failed = this.#producer;
-      this.#producer = undefined;
-      void failed.then((p) => p.disconnect()).catch(() => undefined);
+      if (this.#producer === pending) this.#producer = undefined;
+      void pending.then((p) => p.disconnect()).catch(() => undefined);
       throw new TransportError(`cannot reach Kafka: ${describe(error)}`, { cause: error, retriable: true });
     }
   }
@@ -368,6 +368,45 @@ export class KafkaTransport implements Transport {
     const old = this.#producer;
     this.#producer = undefined;
     void old?.then((p) => p.disconnect()).catch(() => undefined);
+  }
+
+  /**
+   * Sends records through the producer, one send at a time, and resolves once the broker
+   * acknowledged them; rejects with `Timeout` when `deadline` passes first (waiting for the
+   * turn included), with a `TransportError` when no producer connects, else with kafkajs's error.
+   *
+   * Why one at a time, and a new producer after any failure: when a request fails, kafkajs
+   * rolls the idempotent producer's sequence numbers back, though the broker may have
+   * appended it (a broker killed between appending and answering). A send queued behind it
+   * on the same producer then goes out with those numbers, and when it has as many records
+   * per partition the broker takes it for a retry of the appended batch: it answers
+   * "written" and appends nothing, so a message the relay marks sent is lost. kafkajs's own
+   * retries resend the very same records and are safe. So no second send ever waits inside
+   * kafkajs behind a first, and a failed or abandoned send takes its producer (its sequence
+   * numbers) with it: the next send gets a new producer id.
+   */
+  async #exclusiveSend(records: readonly { topic: string; record: OutgoingRecord }[], deadline: number): Promise<void> {
+    const previous = this.#sendTurn;
+    let release!: () => void;
+    const mine = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    // The next send waits for this one and for every one before it, even if this one gives up waiting.
+    this.#sendTurn = Promise.all([previous, mine]).then(() => undefined);
+    try {
+      await within(previous, Math.max(0, deadline - Date.now()), 'waiting for the previous send');
+      const producer = await this.#connectedProducer();
+      try {
+        await within(this.#send(producer, records), Math.max(0, deadline - Date.now()), 'the broker acknowledgement');
+      } catch (error) {
+        // kafkajs may still be retrying this request (after a Timeout), and this producer's
+        // sequence numbers may now be reused for other records: nothing else uses it.
+        this.#resetProducer();
+        throw error;
+      }
+    } finally {
+      release();
+    }
   }
 
   async #connectedAdmin(): Promise<Admin> {
@@ -429,12 +468,13 @@ export class KafkaTransport implements Transport {
     await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages: messages.map((m) => ({ ...m })) })) });
   }
 
-  async #sendOne(producer: Producer, envelope: Envelope): Promise<PublishResult> {
+  async #sendOne(envelope: Envelope, deadline: number): Promise<PublishResult> {
     try {
-      await within(this.#send(producer, [{ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }]), this.#publishTimeoutMs, 'the broker acknowledgement');
+      await this.#exclusiveSend([{ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }], deadline);
       return { messageId: envelope.messageId, ok: true };
     } catch (error) {
       if (error instanceof Timeout) return { messageId: envelope.messageId, ok: false, error: new TransportError(error.message, { code: 'PUBLISH_TIMEOUT', retriable: true }) };
+      if (error instanceof CourierError) return { messageId: envelope.messageId, ok: false, error };
       const type = protocolType(error);
       if (type && CONTENT_ERRORS.has(type)) {
         return { messageId: envelope.messageId, ok: false, error: new TransportError(`Kafka refused the record: ${type}`, { code: 'PUBLISH_REJECTED', retriable: true, cause: error }) };
@@ -446,10 +486,10 @@ export class KafkaTransport implements Transport {
   /** Publishes a copy (retry, dead letter, replay) and resolves once the broker acknowledged it. */
   async #publishCopy(topic: string, record: OutgoingRecord): Promise<void> {
     this.#assertOpen();
-    const producer = await this.#connectedProducer();
     try {
-      await within(this.#send(producer, [{ topic, record }]), this.#publishTimeoutMs, 'the broker acknowledgement');
+      await this.#exclusiveSend([{ topic, record }], Date.now() + this.#publishTimeoutMs);
     } catch (error) {
+      if (error instanceof CourierError) throw error;
       throw new TransportError(`could not write to ${topic}: ${describe(error)}`, { cause: error, retriable: true });
     }
   }
@@ -697,7 +737,12 @@ class KafkaSubscription implements Subscription {
     for (const [key, queue] of this.#keys) {
       const kept = queue.filter((item, index) => (index === 0 && this.#isRunning(item)) || !this.#drop(item));
       if (kept.length === 0) this.#keys.delete(key);
-      else this.#keys.set(key, kept);
+      else {
+        this.#keys.set(key, kept);
+        // The front was dropped and the one now in front (of a partition kept or assigned
+        // again) never started: start it, or the key waits forever.
+        if (kept[0] !== queue[0]) this.#enqueue(kept[0]!);
+      }
     }
     for (const item of [...this.#waiting]) {
       if (this.#drop(item)) {
@@ -864,13 +909,18 @@ class KafkaSubscription implements Subscription {
     const { state } = item;
     state.unfinished.delete(item.offset);
     this.#release();
-    if (item.orderKey !== undefined) {
-      const queue = this.#keys.get(item.orderKey);
-      queue?.shift();
-      if (queue && queue.length > 0) this.#enqueue(queue[0]!);
-      else this.#keys.delete(item.orderKey);
-    }
+    this.#nextOfKey(item);
     await this.#commit(state);
+  }
+
+  /** Takes `item` from the front of its key's queue (ordered endpoints) and starts the record behind it. */
+  #nextOfKey(item: Item): void {
+    if (item.orderKey === undefined) return;
+    const queue = this.#keys.get(item.orderKey);
+    if (!queue || queue[0] !== item) return;
+    queue.shift();
+    if (queue.length > 0) this.#enqueue(queue[0]!);
+    else this.#keys.delete(item.orderKey);
   }
 
   /** Commits the partition up to its lowest unfinished record (never past work in hand). */
@@ -899,7 +949,18 @@ class KafkaSubscription implements Subscription {
       this.#waiting.add(item);
       item.timer = setTimeout(() => {
         this.#waiting.delete(item);
-        if (item.state.revoked || this.#stopped) return;
+        if (this.#stopped) return;
+        if (item.state.revoked) {
+          // Its partition was taken away while it was running (so it stayed in front of its
+          // key then): the new owner has it. It leaves the front now, or the records of its
+          // key that come again, should the partition come back here, would wait behind it forever.
+          if (!item.dropped) {
+            item.dropped = true;
+            this.#release();
+          }
+          this.#nextOfKey(item);
+          return;
+        }
         item.attempt += 1;
         this.#enqueue(item);
       }, Math.max(0, delayMs));
