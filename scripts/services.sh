@@ -102,7 +102,11 @@ _cs_pg_prepare() {
     _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE IF EXISTS courier_test WITH (FORCE)' </dev/null >&2 ||
       { _cs_fail "could not drop the PostgreSQL database courier_test"; return 1; }
   fi
-  _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres >&2 <<'SQL' ||
+  # Retried: a test of another checkout on this machine may create the database between
+  # the NOT EXISTS check and the CREATE (then the second pass finds it).
+  local attempt created=0
+  for attempt in 1 2 3; do
+    if _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres >&2 <<'SQL'
 DO $$
 BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'courier') THEN
@@ -116,6 +120,13 @@ SELECT 'CREATE DATABASE courier_test OWNER courier'
   WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'courier_test')\gexec
 ALTER DATABASE courier_test OWNER TO courier;
 SQL
+    then
+      created=1
+      break
+    fi
+    sleep 1
+  done
+  [ "$created" = 1 ] ||
     { _cs_fail "could not create the PostgreSQL role/database (as the postgres user through the socket)"; return 1; }
   psql -X -q -v ON_ERROR_STOP=1 "$COURIER_PG_URL" -c 'SELECT 1' </dev/null >/dev/null ||
     { _cs_fail "cannot connect to $COURIER_PG_URL"; return 1; }
