@@ -153,7 +153,7 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       const effects = await env.fixture.readEffects();
       expect(effects).toHaveLength(1);
       const winner = winners[0]!;
-      expect(effects).toEqual([`effect-${winner.duplicate ? -1 : winner.value}`]);
+      expect(effects).toEqual([`effect-${'value' in winner ? winner.value : -1}`]);
       expect(await env.inbox.run(id, env.consumer, async () => 'late')).toEqual({ duplicate: true });
     },
   },

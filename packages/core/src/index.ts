@@ -50,7 +50,17 @@ export type {
   OutboxStore,
   PendingCompletion,
 } from './outbox-store.js';
-export type { InboxResult, InboxStore } from './inbox-store.js';
+export type {
+  InboxDrainClaim,
+  InboxHaltedKey,
+  InboxHalts,
+  InboxParkedMessage,
+  InboxResult,
+  InboxResumeAction,
+  InboxRunOptions,
+  InboxStore,
+} from './inbox-store.js';
+export { hasInboxHalts } from './inbox-store.js';
 export type { InboxOperations } from './inbox-operations.js';
 export type {
   DeadLetter,
