@@ -201,6 +201,7 @@ export interface BusCounters {
   readonly retries: number;
   readonly deadLettered: number;
   readonly duplicates: number;
+  /** Keys halted by the relay's poison policy plus keys halted by ordered subscriptions with `poison: 'halt'`. */
   readonly haltedKeys: number;
 }
 

@@ -482,7 +482,7 @@ export class Consumer<Tx> {
     const error = `${reason.code}: ${reason.message}`;
     const outcome = await halts.halt(consumer, envelope.topic, envelope.key, envelope, error);
     if (outcome === 'halted') {
-      this.#deps.instruments.haltedKeys.add(1, { consumer });
+      this.#deps.instruments.consumerHaltedKeys.add(1, { consumer });
       this.#deps.logger.error('key halted: its head was given up on; the key waits for an operator (courier halted resume)', {
         consumer,
         messageId: envelope.messageId,

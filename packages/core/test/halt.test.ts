@@ -124,6 +124,7 @@ describe("poison 'halt' for ordered subscriptions: behaviour", () => {
     expect(await h.connection.deadLetters.list('ledger')).toEqual([]);
     expect(h.runs.filter((id) => id === a2 || id === a3)).toEqual([]);
     expect(h.bus.health().counters.deadLettered).toBe(0);
+    expect(h.bus.health().counters.haltedKeys).toBe(1);
     // A message of the key arriving later is held too.
     const [a4] = h.ids('a4', 1) as [string];
     await h.publish('a', [a4]);
