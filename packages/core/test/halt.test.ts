@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   ConfigError,
   InMemoryBroker,
+  TransportError,
   InMemoryDatabase,
   InMemoryInboxStore,
   InMemoryOutboxStore,
@@ -12,6 +13,7 @@ import {
   type Envelope,
   type InMemoryTransaction,
   type InboxStore,
+  type Transport,
 } from '@courier/core';
 import { eventually } from './support/harness.js';
 
@@ -35,16 +37,42 @@ function envelope(messageId: string, key: string | null): Envelope {
 }
 
 /** A bus with one ordered `halt` subscription whose handler fails for the messages in `broken`, recording applied ids in commit order. */
-async function haltBus(options: { maxAttempts?: number } = {}) {
+async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> } = {}) {
   const database = new InMemoryDatabase();
   const broker = new InMemoryBroker();
   const connection = broker.connect();
   const inbox = new InMemoryInboxStore({ database });
+  const lose = options.loseAckOf;
+  // The first ack of a message in `loseAckOf` fails as a dropped connection would: the
+  // broker redelivers it, after the consumer's work (here: halting the key) committed.
+  const transport: Transport = lose
+    ? {
+        capabilities: connection.capabilities,
+        deadLetters: connection.deadLetters,
+        publish: (messages, publishOptions) => connection.publish(messages, publishOptions),
+        close: () => connection.close(),
+        subscribe: (endpoint, handler) =>
+          connection.subscribe(endpoint, (delivery) =>
+            handler({
+              envelope: delivery.envelope,
+              attempt: delivery.attempt,
+              redelivered: delivery.redelivered,
+              ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+              ack: async () => {
+                if (lose.delete(delivery.envelope.messageId)) throw new TransportError('connection lost before the ack');
+                return delivery.ack();
+              },
+              retry: (delayMs, reason) => delivery.retry(delayMs, reason),
+              deadLetter: (reason) => delivery.deadLetter(reason),
+            }),
+          ),
+      }
+    : connection;
   const bus = createBus({
     outbox: new InMemoryOutboxStore({ database }),
     inbox,
-    transport: connection,
-    relay: { pollIntervalMs: 20 },
+    transport,
+    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } },
   });
   const broken = new Set<string>();
   const failing = new Set<string>();
@@ -200,5 +228,26 @@ describe("poison 'halt' for ordered subscriptions: behaviour", () => {
     expect(halt!.head!.error).toMatch(/ATTEMPTS_EXHAUSTED: 2 attempts/);
     expect(h.runs.filter((id) => id === a1)).toHaveLength(2);
     await eventually(async () => expect((await h.connection.deadLetters.list('ledger')).map((letter) => letter.envelope.messageId)).toEqual([n1]));
+  });
+});
+
+describe("poison 'halt': a lost ack after the halt committed", () => {
+  it('the head redelivered behind its own halt is held, and applied once when the key is resumed', async () => {
+    const lose = new Set<string>();
+    await using h = await haltBus({ loseAckOf: lose });
+    const [a1, a2] = h.ids('a', 2) as [string, string];
+    h.broken.add(a1);
+    lose.add(a1);
+    await h.publish('a', [a1, a2]);
+    // The head's ack after halting was lost: its redelivery meets the halt it made.
+    await eventually(async () => expect(lose.size).toBe(0));
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    const [halt] = await h.inbox.listHalted();
+    expect(halt!.head!.envelope.messageId).toBe(a1);
+    h.broken.delete(a1);
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(() => expect(h.applied).toEqual([a1, a2]));
+    await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
+    expect(h.applied).toEqual([a1, a2]);
   });
 });
