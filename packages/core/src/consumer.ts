@@ -211,13 +211,15 @@ export class Consumer<Tx> {
    * is waited for at most `timeoutMs` and closed if it succeeds later.
    */
   async stop(timeoutMs: number): Promise<void> {
+    // A drain of a resumed key stops between messages; one in its handler gets the same
+    // grace as deliveries in flight (and the same abort after it).
     const draining = this.#draining;
     this.#draining = undefined;
-    if (draining) {
-      this.#stopDraining.abort();
-      this.#abort.abort();
-      await withTimeout(draining, timeoutMs);
-    }
+    this.#stopDraining.abort();
+    await Promise.all([this.#stopReceiving(timeoutMs), draining ? withTimeout(draining, timeoutMs) : undefined]);
+  }
+
+  async #stopReceiving(timeoutMs: number): Promise<void> {
     const subscribing = this.#subscribing;
     this.#subscribing = undefined;
     if (subscribing) {
