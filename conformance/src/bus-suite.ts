@@ -3,11 +3,15 @@ import { afterAll, describe, expect, it, type TestContext } from 'vitest';
 import { runHaltScenario } from './bus/halt-scenario.js';
 import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
+import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
 import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
+
+/** A process case starts several tsx workers (tens of seconds each on a loaded 2-core machine), waits for each to die, then for the survivors to settle. */
+const PROCESS_CASE_TIMEOUT_MS = 360_000;
 
 /** Options of {@link describeBus}. */
 export interface BusSuiteOptions {
@@ -178,6 +182,8 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       }), 120_000);
     });
 
+    it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
+
     describe('process-level (SIGKILL)', () => {
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
@@ -190,7 +196,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
           assertScenario(spec.action === 'stall' || spec.action === 'poison' || spec.action === 'crash-loop' ? spec : { ...spec, action: 'crash' }, result);
-        }), 180_000);
+        }), PROCESS_CASE_TIMEOUT_MS);
       }
       {
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
@@ -201,7 +207,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runProcessScenario<Tx>(LATE_KILLS, options.process!, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
           assertScenario(LATE_KILLS, result);
-        }), 180_000);
+        }), PROCESS_CASE_TIMEOUT_MS);
       }
     });
 

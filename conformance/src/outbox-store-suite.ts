@@ -553,6 +553,40 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: 'completeAndClaim calls beforeCommit with the completed rows after both halves ran; a throw there commits neither',
+    async run(env) {
+      const done = env.outbox.completeAndClaim?.bind(env.outbox);
+      if (!done) return env.skip('the store has no completeAndClaim(): it is optional and the relay then completes and claims separately');
+      const [a, b] = [message(env, 'k1'), message(env, 'k2')];
+      await commit(env, [a]);
+      const first = await claim(env, 'relay-a');
+      expect(ids(first)).toEqual([a.messageId]);
+      await commit(env, [b]);
+      const options = { owner: 'relay-a', limit: 1_000, leaseMs: LONG_LEASE_MS, perKey: 1 };
+      const seen: { point: string; messageIds: readonly string[] }[] = [];
+      await expect(
+        done(
+          { lease: first.lease, sequences: sequences(first) },
+          {
+            ...options,
+            beforeCommit: (point, context) => {
+              seen.push({ point, messageIds: context.messageIds });
+              throw new Error('injected before the combined commit');
+            },
+          },
+        ),
+      ).rejects.toThrow('injected before the combined commit');
+      expect(seen).toEqual([{ point: 'complete-before-commit', messageIds: [a.messageId] }]);
+      // Neither half committed: `a` is still pending under the first lease, `b` unclaimed.
+      expect(await env.outbox.stats()).toMatchObject({ pending: 2, inFlight: 1 });
+      const again = await done({ lease: first.lease, sequences: sequences(first) }, { ...options, beforeCommit: () => undefined });
+      expect(again.completed).toBe(1);
+      expect(ids(again)).toEqual([b.messageId]);
+      expect(await env.outbox.complete(again.lease, sequences(again))).toBe(1);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0 });
+    },
+  },
+  {
     name: 'renew extends only the rows still held by the lease; a stale lease renews nothing',
     async run(env) {
       if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');

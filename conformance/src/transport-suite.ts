@@ -259,6 +259,69 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    name: 'two live instances of one ordered group: a key is never in two handlers at once and keeps its order; the survivor takes over when one dies',
+    async run(env) {
+      if (!env.transport.capabilities.orderingByKey) return env.skip('transport declares orderingByKey: false');
+      // The ordered case above has one instance; services run several. Whatever the broker
+      // does with two (one active consumer, partitions split, head-of-key claims), the key
+      // must not be handled by both at once, and neither may see a key out of order.
+      const consumer = env.consumer('two-live');
+      const seen = new Map<string, string[]>();
+      const active = new Set<string>();
+      let overlaps = 0;
+      const handle: Handle = async (delivery) => {
+        const key = delivery.envelope.key ?? '';
+        if (active.has(key)) overlaps += 1;
+        active.add(key);
+        await sleep(Math.floor(Math.random() * 4));
+        seen.set(key, [...(seen.get(key) ?? []), delivery.envelope.messageId]);
+        active.delete(key);
+        await delivery.ack();
+      };
+      // Two connections of their own: the case's transport only publishes, so either may die.
+      const connections = [await env.fixture.connect(), await env.fixture.connect()] as const;
+      const instances = [
+        await collect(env, { consumer, ordered: true, concurrency: 8 }, handle, connections[0]),
+        await collect(env, { consumer, ordered: true, concurrency: 8 }, handle, connections[1]),
+      ] as const;
+      const expected = new Map<string, string[]>();
+      const publishRound = async (round: number): Promise<void> => {
+        const envelopes: Envelope[] = [];
+        for (let index = 0; index < 6; index += 1) {
+          for (let key = 0; key < 6; key += 1) {
+            const envelope = message(env, `key-${key}`, { headers: { round: String(round) } });
+            envelopes.push(envelope);
+            expected.set(`key-${key}`, [...(expected.get(`key-${key}`) ?? []), envelope.messageId]);
+          }
+        }
+        for (let start = 0; start < envelopes.length; start += 12) await publishOk(env.transport, envelopes.slice(start, start + 12));
+      };
+      // First occurrences: a broker may hand a message over again after a rebalance
+      // (at least once), but never a later message of its key before it.
+      const firstSeen = (key: string): string[] => [...new Set(seen.get(key) ?? [])];
+      const arrived = async (): Promise<void> =>
+        eventually(
+          () => {
+            for (const [key, ids] of expected) expect(firstSeen(key), `key ${key}`).toEqual(ids);
+          },
+          { timeoutMs: env.options.timeoutMs },
+        );
+      await publishRound(1);
+      await arrived();
+      expect(overlaps, 'a key was in two handlers at once across the two instances').toBe(0);
+      // The instance that took most of the work dies; the live one takes over, no restart.
+      const dying = instances[1].received.length >= instances[0].received.length ? 1 : 0;
+      const survivor = instances[1 - dying]!;
+      const before = survivor.received.length;
+      await env.fixture.kill(connections[dying]);
+      await publishRound(2);
+      await arrived();
+      expect(overlaps, 'a key was in two handlers at once during the takeover').toBe(0);
+      expect(survivor.received.length, 'the live instance took over the group').toBeGreaterThan(before);
+      await connections[1 - dying]!.close();
+    },
+  },
+  {
     name: 'retry(delay) redelivers with attempt + 1 after about the delay, without blocking other messages',
     async run(env) {
       const { retryDelayMs, delayToleranceMs, timeoutMs } = env.options;
@@ -380,6 +443,41 @@ export const transportCases: readonly TransportCase[] = [
       );
       expect(await deadLetters.purge(consumer, [again.id])).toBe(1);
       await eventually(async () => expect(await deadLetters.list(consumer)).toEqual([]), { timeoutMs: env.options.timeoutMs });
+    },
+  },
+  {
+    // The consumer runs a replay under the replay's own inbox key and takes an unmarked copy
+    // of a message it dead-lettered for a relay duplicate: a retry that dropped the mark
+    // would be acknowledged without running, and the replay lost.
+    name: 'a replayed delivery stays marked replayed on the copies its retries produce',
+    async run(env) {
+      const deadLetters = env.transport.deadLetters;
+      if (!env.transport.capabilities.nativeDeadLetter || !deadLetters) {
+        return env.skip('transport declares nativeDeadLetter: false (nothing can be replayed)');
+      }
+      const consumer = env.consumer('replay-retry');
+      const parked = message(env, 'r');
+      let replaying = false;
+      const runs: Delivery[] = [];
+      await collect(env, { consumer }, async (delivery) => {
+        if (!replaying) return delivery.deadLetter({ code: 'CONFORMANCE_POISON', message: 'park it' });
+        runs.push(delivery);
+        if (delivery.attempt < 3) return delivery.retry(0, { code: 'CONFORMANCE_RETRY', message: 'once more' });
+        return delivery.ack();
+      });
+      await publishOk(env.transport, [parked]);
+      const letter = await eventually(
+        async () => {
+          const list = await deadLetters.list(consumer);
+          expect(list).toHaveLength(1);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      replaying = true;
+      expect(await deadLetters.replay(consumer, [letter.id])).toBe(1);
+      await eventually(() => expect(runs.map((delivery) => delivery.attempt)).toEqual([1, 2, 3]), { timeoutMs: env.options.timeoutMs * 2 });
+      expect(runs.map((delivery) => delivery.replayed === true)).toEqual([true, true, true]);
     },
   },
   {

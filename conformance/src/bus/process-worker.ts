@@ -46,7 +46,10 @@ const faults: FaultHook | undefined = fault
       await new Promise<never>(() => {});
     }
   : undefined;
-const bus = createWorkerBus(world, store, transport.transport, config.tuning, { ...(faults ? { faults } : {}), logger: windows.logger });
+// A completion of rows this worker never had confirmed is reported on stdout; the suite
+// adds every such line to the scenario's problems.
+const onViolation = (problem: string) => void process.stdout.write(`violation ${problem.replace(/\n/g, ' ')}\n`);
+const bus = createWorkerBus(world, store, transport.transport, config.tuning, { ...(faults ? { faults, onViolation } : {}), logger: windows.logger });
 await bus.start();
 process.stdout.write('ready\n');
 

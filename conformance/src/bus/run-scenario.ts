@@ -188,6 +188,8 @@ export async function runInProcessScenario<Tx>(
     const windows = crashWindowWatch(envLogger());
     let started = 0;
     let pauses = 0;
+    /** Completions that touched rows their worker never had confirmed (see createWorkerBus). */
+    const violations: string[] = [];
     const duplicateArrivals = new Map<string, number>();
 
     const startWorker = async (): Promise<void> => {
@@ -252,7 +254,8 @@ export async function runInProcessScenario<Tx>(
             return openOutage('store', store.outage);
         }
       };
-      const self: Worker<Tx> = { bus: createWorkerBus(world, store, connection, tuning, { faults, logger: windows.logger }), connection };
+      const onViolation = (problem: string) => void violations.push(problem);
+      const self: Worker<Tx> = { bus: createWorkerBus(world, store, connection, tuning, { faults, logger: windows.logger, onViolation }), connection };
       const { bus } = self;
       workers.add(self);
       started += 1;
@@ -304,7 +307,8 @@ export async function runInProcessScenario<Tx>(
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
       spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
-    return { ...report, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
+    const problems = [...report.problems, ...violations];
+    return { ...report, problems, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
   } finally {
     // Before anything stops: the next scenario, and the fixture's close, need the broker and database back.
     await Promise.all(outages.map((window) => window.end()));

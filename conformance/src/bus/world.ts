@@ -67,19 +67,69 @@ export function envLogger(): Logger | undefined {
   return level === 'debug' || level === 'info' || level === 'warn' ? consoleLogger(level) : undefined;
 }
 
+/** How long the completion watch holds each confirm (see `completionWatch`). */
+const CONFIRM_DELAY_MS = 15;
+
+/**
+ * Watches a worker's completions: every row a store reports at `complete-before-commit`
+ * must be one this worker's transport confirmed. A completion that touches any other row
+ * (a row of another lease, one not yet sent) would mark a message published that the
+ * broker may never get — lost only if its holder then dies, which a scenario rarely
+ * arranges, so it is checked where it happens. Returns the transport to use and the hook.
+ */
+function completionWatch(transport: Transport, faults: FaultHook, onViolation: (problem: string) => void): { transport: Transport; faults: FaultHook } {
+  const confirmed = new Set<string>();
+  const publish: Transport['publish'] = async (messages, options) => {
+    const results = await transport.publish(messages, options);
+    // A confirm that takes a moment, as a real broker's does: an in-memory broker answers at
+    // once, so one loop's batch would always be confirmed before another loop completes,
+    // and a completion that strays into rows still in flight could never be seen.
+    await new Promise((resolve) => setTimeout(resolve, CONFIRM_DELAY_MS));
+    results.forEach((result, index) => {
+      if (result.ok && messages[index]) confirmed.add(messages[index].messageId);
+    });
+    return results;
+  };
+  // Members read from the transport itself (bound), so one with #private state still works.
+  const watched = new Proxy(transport, {
+    get(target, property) {
+      if (property === 'publish') return publish;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return {
+    transport: watched,
+    faults: (point, context) => {
+      if (point === 'complete-before-commit') {
+        const unconfirmed = context.messageIds.filter((id) => !confirmed.has(id));
+        if (unconfirmed.length > 0) onViolation(`the store completed ${unconfirmed.length} row(s) this relay never had confirmed: ${unconfirmed.slice(0, 5).join(', ')}`);
+      }
+      return faults(point, context);
+    },
+  };
+}
+
 /**
  * Creates a worker bus (relay and consumer) over the given store and transport
  * connection, with the suite's handler registered: it records one effect per message
- * in the handler's unit of work and throws for poison messages.
+ * in the handler's unit of work and throws for poison messages. With `faults` and
+ * `onViolation`, every completion is checked against what this worker's transport
+ * confirmed (see `completionWatch`).
  */
 export function createWorkerBus<Tx>(
   world: World,
   store: StoreFixture<Tx>,
   transport: Transport,
   tuning: ScenarioTuning,
-  extra: { faults?: FaultHook; logger?: Logger } = {},
+  extra: { faults?: FaultHook; logger?: Logger; onViolation?: (problem: string) => void } = {},
 ): Bus<Tx> {
   const logger = extra.logger ?? envLogger();
+  if (extra.faults && extra.onViolation) {
+    const watched = completionWatch(transport, extra.faults, extra.onViolation);
+    transport = watched.transport;
+    extra = { ...extra, faults: watched.faults };
+  }
   const config: BusConfig<Tx> = {
     outbox: store.outbox,
     inbox: store.inbox,

@@ -453,7 +453,8 @@ Examples:
         const stopTimeoutMs = parseDuration(options.stopTimeout, '--stop-timeout');
         const setup = await open('relay', configOf());
         const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
-        setExit(await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), port, host: options.host, stopTimeoutMs }));
+        const deadLetters = setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {};
+        setExit(await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...deadLetters, port, host: options.host, stopTimeoutMs }));
       }),
     `  courier relay
   courier relay --port 9464 --stop-timeout 60s`,

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { metrics } from '@opentelemetry/api';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
-import { consoleLogger, createBus, describeError, observeOutbox, observeRelay, type Logger, type OutboxOperations } from '@courier/core';
+import { consoleLogger, createBus, describeError, observeDeadLetters, observeOutbox, observeRelay, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import type { CourierRelaySetup } from './config.js';
 
 /** Arguments of {@link runRelay}. */
@@ -11,6 +11,12 @@ export interface RunRelayOptions {
   readonly build: (logger: Logger) => CourierRelaySetup<unknown> | Promise<CourierRelaySetup<unknown>>;
   /** Gauges come from here when given, else from the relay's own outbox store. */
   readonly operations?: OutboxOperations;
+  /**
+   * The transport dead letters and the consumers whose depth `/metrics` reports as
+   * `courier.transport.dead_letters` (the config's `transport` and `consumers`, as
+   * `courier stats` shows them). Absent or no consumers: no such gauge.
+   */
+  readonly deadLetters?: { readonly deadLetters: Pick<TransportDeadLetters, 'list'>; readonly consumers: readonly string[] };
   readonly port: number | undefined;
   readonly host: string;
   readonly stopTimeoutMs: number;
@@ -24,7 +30,8 @@ export interface RunRelayOptions {
  * ran out of time. A second signal during the stop exits at once with 1.
  *
  * With `port`, serves `/health` (the bus's health as JSON: 200 when ready, 503 when not)
- * and `/metrics` (Prometheus text: the bus's counters and the outbox and relay gauges).
+ * and `/metrics` (Prometheus text: the bus's counters, the outbox and relay gauges, and the
+ * transport dead-letter depth of `deadLetters`' consumers).
  * The process's own meter provider is registered globally before the bus is built, so
  * the library's `@opentelemetry/api` instruments report into it.
  */
@@ -49,6 +56,9 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
         }),
     });
     cleanups.push(observeOutbox(options.operations ?? setup.outbox, { logger }), observeRelay(bus, {}));
+    if (options.deadLetters && options.deadLetters.consumers.length > 0) {
+      cleanups.push(observeDeadLetters(options.deadLetters.deadLetters, options.deadLetters.consumers, { logger }));
+    }
     if (options.port !== undefined) {
       server = createServer((request, response) => {
         const path = (request.url ?? '/').split('?')[0];

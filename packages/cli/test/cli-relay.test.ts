@@ -34,7 +34,8 @@ async function startRelay(env: Record<string, string>): Promise<{ child: ChildPr
 
 describe('courier relay (postgresql + rabbitmq)', () => {
   const prefix = `cli${randomBytes(4).toString('hex')}_`;
-  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix, CLI_TEST_BROKER_PREFIX: prefix };
+  // The sink's dead letters are in the config, so /metrics reports their depth.
+  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix, CLI_TEST_BROKER_PREFIX: prefix, CLI_TEST_CONSUMERS: `${prefix}sink` };
   const cleanup: (() => Promise<unknown>)[] = [];
   afterAll(async () => {
     for (const close of cleanup.reverse()) await close();
@@ -76,6 +77,8 @@ describe('courier relay (postgresql + rabbitmq)', () => {
       expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
     }
     expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
+    // The transport dead-letter depth of the configured consumer (none dead here).
+    expect(scraped).toMatch(new RegExp(`^courier_transport_dead_letters\\{[^}]*messaging_consumer_group_name="${prefix}sink"[^}]*\\} 0$`, 'm'));
     // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
     expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
 

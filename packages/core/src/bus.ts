@@ -116,7 +116,7 @@ class CourierBus<Tx> implements Bus<Tx> {
   readonly #tracer: Tracer = defaultTracer();
   readonly #instruments = new Instruments();
   readonly #durations = new DurationHistograms();
-  /** The transport the relay and consumers use: the user's, with publish and delivery-to-ack timed. */
+  /** The transport the relay and consumers use: the user's, with publish timed (consumers time delivery → ack). */
   readonly #transport: Transport;
   readonly #publisher: PublisherSettings;
   /** What a consumer name must fit, and whose limit each is. */
@@ -268,6 +268,7 @@ class CourierBus<Tx> implements Bus<Tx> {
               publisher: this.#publisher,
               fault,
               gate: this.#gate,
+              durations: this.#durations,
             },
             settings,
             plan.registrations,

@@ -12,14 +12,23 @@ import { createOutboxPublisher, type PublisherSettings } from './outbox-publishe
 import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
+import type { DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
 
 /** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
 const ALONE_SUFFIX = '~alone';
 /** Suffix of the inbox record that says a message was dead-lettered for a consumer. */
 const DEAD_SUFFIX = '~dead';
+/**
+ * Suffix of the inbox record of a replay's run: the replay id. A replay of a dead letter is
+ * identified by the dead letter itself, (messageId, consumer), so every copy of it (a
+ * broker's duplicate, a second operator's replay, a retry of the replayed copy) meets the
+ * others at this one unique key and at most one commits its effects. No longer than the
+ * other suffixes, so no consumer name accepted before is refused now.
+ */
+const REPLAY_SUFFIX = '~rerun';
 /** Every suffix appended to the consumer's name in inbox calls: the bus refuses names too long to carry them. */
-export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX];
+export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX, REPLAY_SUFFIX];
 
 /** Thrown inside an inbox unit of work to read without writing: the work rolls back. */
 class ReadOnly extends Error {}
@@ -65,6 +74,8 @@ export interface ConsumerDependencies<Tx> {
   readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
   /** Shared by every consumer of a bus: suspects of a crash loop run alone. */
   readonly gate: Gate;
+  /** Where the delivery → ack time is recorded, at the ack site (no wrapper per delivery). */
+  readonly durations?: DurationHistograms;
 }
 
 /**
@@ -90,6 +101,8 @@ export class Consumer<Tx> {
   readonly #deps: ConsumerDependencies<Tx>;
   readonly #settings: ConsumerSettings;
   readonly #registrations: ReadonlyMap<string, Registration<Tx>>;
+  /** The delivery → ack histogram's attributes per topic, built once: the ack site is hot. */
+  readonly #ackAttributesByTopic = new Map<string, Readonly<Record<string, string>>>();
   readonly #topics: readonly string[];
   #abort = new AbortController();
   #subscription: Subscription | undefined;
@@ -240,9 +253,10 @@ export class Consumer<Tx> {
   }
 
   async #handle(delivery: Delivery): Promise<void> {
+    const receivedAt = performance.now();
     this.#inFlight += 1;
     try {
-      await this.#process(delivery);
+      await this.#process(delivery, receivedAt);
     } catch (error) {
       // Something outside the handler failed (a non-retriable store error, a settle on a
       // dead connection). Ask for a later redelivery; if even that fails the connection
@@ -259,7 +273,7 @@ export class Consumer<Tx> {
     }
   }
 
-  async #process(delivery: Delivery): Promise<void> {
+  async #process(delivery: Delivery, receivedAt: number): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -290,13 +304,14 @@ export class Consumer<Tx> {
     };
     let suspectRun: SuspectRun | undefined;
     try {
-      if (delivery.replayed && (await this.#wasDeadLettered(envelope.messageId))) {
-        // An operator's replay of a dead letter runs again, from a clean slate: the record
-        // the dead-lettering left (which makes relay copies duplicates) goes first, then
-        // the mark, so a replay redelivered after its run committed is a duplicate again.
-        await inbox.forget(envelope.messageId, consumer);
-        await inbox.forget(envelope.messageId, `${consumer}${DEAD_SUFFIX}`);
-      }
+      // An operator's replay of a dead letter runs again, but under its replay id rather
+      // than the consumer's own record: that record (left by the dead-lettering) stays, so
+      // relay copies remain duplicates, and copies of the replay meet at the replay id's
+      // unique key. Nothing is removed, so no copy can remove a record another copy's run
+      // has just committed (which let a replay delivered twice run twice). A replay whose
+      // run fails is dead-lettered again with no replay record committed, so it can be
+      // replayed again; one whose run committed is a duplicate for every later copy.
+      const inboxKey = delivery.replayed && (await this.#wasDeadLettered(envelope.messageId)) ? `${consumer}${REPLAY_SUFFIX}` : consumer;
       if (delivery.redelivered) {
         // Only a redelivery can follow a run that never finished, so only a redelivery
         // writes anything before the handler's own transaction: a first delivery costs one
@@ -330,13 +345,23 @@ export class Consumer<Tx> {
         );
       }
       await fault('crash-loop', { messageIds, consumer });
-      await this.#run(delivery, registration, payload, pause);
+      await this.#run(delivery, registration, payload, pause, inboxKey, receivedAt);
     } finally {
       // It finished (handled or failed in a way we saw) or the bus stopped it: no crash.
       // The count of unfinished runs alone restarts.
       if (suspectRun) await suspectRun.finish();
       release();
     }
+  }
+
+  /** The delivery → ack histogram's attributes for `topic` (the names `timedTransport` used). */
+  #ackAttributes(topic: string): Readonly<Record<string, string>> {
+    let attributes = this.#ackAttributesByTopic.get(topic);
+    if (!attributes) {
+      attributes = { 'messaging.system': 'courier', 'messaging.consumer.group.name': this.#settings.consumer, 'messaging.destination.name': topic };
+      this.#ackAttributesByTopic.set(topic, attributes);
+    }
+    return attributes;
   }
 
   /** Drops the count of a message's unfinished runs alone; never rejects (a count left behind only errs towards parking later). */
@@ -346,8 +371,12 @@ export class Consumer<Tx> {
     });
   }
 
-  /** Runs the handler through the inbox until it commits or fails; `pause` waits without holding the gate. */
-  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>): Promise<void> {
+  /**
+   * Runs the handler through the inbox until it commits or fails; `pause` waits without
+   * holding the gate. `inboxKey` is the consumer name the run is recorded under: the
+   * consumer's own, or a replay's (see #process). `receivedAt` starts the delivery→ack timer.
+   */
+  async #run(delivery: Delivery, registration: Registration<Tx>, payload: unknown, pause: (ms: number) => Promise<void>, inboxKey: string, receivedAt: number): Promise<void> {
     const { envelope } = delivery;
     const { consumer } = this.#settings;
     const { fault, inbox } = this.#deps;
@@ -363,7 +392,7 @@ export class Consumer<Tx> {
         const hold = this.#haltable(envelope) ? { hold: { topic: envelope.topic, key: envelope.key!, envelope } } : undefined;
         const result = await inbox.run(
           envelope.messageId,
-          consumer,
+          inboxKey,
           async (tx) => {
             handlerRan = true;
             await this.#invoke(tx, envelope, registration, payload, attempt);
@@ -376,6 +405,7 @@ export class Consumer<Tx> {
         } else this.#deps.instruments.processed.add(1, { consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
         await delivery.ack();
+        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes(envelope.topic));
         return;
       } catch (error) {
         if (this.#abort.signal.aborted) return;

@@ -5,13 +5,24 @@
  * added here without one. Each entry documents exactly where the engine stops:
  */
 export const FAULT_POINTS = [
-  /** Relay: the transport confirmed the batch; the store has not been told. */
+  /**
+   * Relay: the transport confirmed the batch; the store has not been told. Where the store
+   * has `completeAndClaim`, the confirmed rows are then handed to the loop's next claim:
+   * a crash here is a crash before that combined statement.
+   */
   'after-publish-before-complete',
-  /** Relay: the store's `complete` ran its update but has not committed (the store calls the hook). */
+  /**
+   * Relay: the completion ran but has not committed (the store calls the hook). Where the
+   * store has `completeAndClaim`, that is the combined statement: the completion of the
+   * previous batch and the next claim both ran, neither committed. Otherwise `complete`.
+   */
   'complete-before-commit',
   /** Relay: the broker accepted the batch but the confirm never reaches the relay. */
   'confirm-lost',
-  /** Relay: confirmed rows are completed, failed rows of the same batch not yet recorded. */
+  /**
+   * Relay: confirmed rows are completed (or handed to the next `completeAndClaim`), failed
+   * and released rows of the same batch not yet recorded.
+   */
   'mid-batch',
   /** Relay: a batch is claimed and not yet published; a relay that stalls here goes stale. */
   'stale-relay',

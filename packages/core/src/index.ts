@@ -34,6 +34,7 @@ export { FAULT_POINTS } from './fault-points.js';
 export type {
   ClaimOptions,
   ClaimedBatch,
+  CompleteAndClaimOptions,
   CompleteOptions,
   CompletedAndClaimed,
   DeadOutboxRecord,
@@ -91,7 +92,7 @@ export type {
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
 export type { ObserveOptions } from './operator-metrics.js';
-export { OPERATOR_GAUGES, observeInboxHalts, observeOutbox, observeRelay } from './operator-metrics.js';
+export { OPERATOR_GAUGES, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, type ObserveDeadLettersOptions } from './operator-metrics.js';
 export { DURATION_HISTOGRAMS } from './timed-transport.js';
 export { CONNECTIVITY_CODES } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';

@@ -5,6 +5,7 @@ import type { Logger } from './logger.js';
 import { noopLogger } from './logger.js';
 import type { InboxHalts } from './inbox-store.js';
 import type { OutboxOperations, OutboxStats } from './outbox-store.js';
+import type { TransportDeadLetters } from './transport.js';
 
 const INSTRUMENTATION = '@courier/core';
 
@@ -17,6 +18,7 @@ export const OPERATOR_GAUGES = {
   outboxHaltedKeys: 'courier.outbox.halted_keys',
   inboxHaltedKeys: 'courier.inbox.halted_keys',
   relayPaused: 'courier.relay.paused',
+  transportDeadLetters: 'courier.transport.dead_letters',
 } as const;
 
 /** Options of {@link observeOutbox} and {@link observeRelay}. */
@@ -116,4 +118,72 @@ export function observeRelay(bus: Pick<Bus<unknown>, 'health'>, options: Observe
   };
   paused.addCallback(callback);
   return () => paused.removeCallback(callback);
+}
+
+/** Options of {@link observeDeadLetters}. */
+export interface ObserveDeadLettersOptions extends ObserveOptions {
+  /** Most dead letters counted per consumer; a larger depth reports this number. Default 10,000 (as `courier stats`). */
+  readonly limit?: number;
+  /**
+   * Counts again at most this often (milliseconds); collections in between report the last
+   * counts. Counting lists the dead letters (RabbitMQ reads through its dead-letter queue),
+   * so a scrape every few seconds must not do it every time. Default 60,000.
+   */
+  readonly minIntervalMs?: number;
+}
+
+/**
+ * Registers the gauge `courier.transport.dead_letters`: how many dead letters the
+ * transport holds per consumer (attribute `messaging.consumer.group.name`), counted
+ * through `deadLetters.list` — the depth `courier stats` shows. A transport keeps dead
+ * letters per consumer and cannot list its consumers, so the caller names them.
+ *
+ * Guarantees: nothing is counted until a metrics SDK collects; then at most once per
+ * `minIntervalMs`, one count at a time however many collections overlap, and the
+ * collections in between report the last counts. A depth of `limit` or more reports
+ * `limit` (an alert on "above zero" or "growing" still fires). A consumer whose count
+ * fails (broker away) is logged and reports nothing until a count succeeds, rather than a
+ * zero that would silence an alert. Returns a function that unregisters the gauge.
+ */
+export function observeDeadLetters(
+  deadLetters: Pick<TransportDeadLetters, 'list'>,
+  consumers: readonly string[],
+  options: ObserveDeadLettersOptions = {},
+): () => void {
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = options.attributes ?? {};
+  const logger = options.logger ?? noopLogger;
+  const limit = options.limit ?? 10_000;
+  const minIntervalMs = options.minIntervalMs ?? 60_000;
+  const depth = meter.createObservableGauge(OPERATOR_GAUGES.transportDeadLetters, {
+    description: 'dead letters the transport holds per consumer (replay or purge them with `courier dead`)',
+  });
+  let counts = new Map<string, number>();
+  let countedAt = -Infinity;
+  let counting: Promise<void> | undefined;
+  const count = async (): Promise<void> => {
+    const next = new Map<string, number>();
+    await Promise.all(
+      consumers.map(async (consumer) => {
+        try {
+          next.set(consumer, Math.min(limit, (await deadLetters.list(consumer, { limit })).length));
+        } catch (error) {
+          logger.warn('transport dead-letter count for metrics failed', { consumer, error: describeError(error) });
+        }
+      }),
+    );
+    counts = next;
+    countedAt = performance.now();
+  };
+  const callback = async (result: ObservableResult): Promise<void> => {
+    if (performance.now() - countedAt >= minIntervalMs) {
+      counting ??= count().finally(() => {
+        counting = undefined;
+      });
+      await counting;
+    }
+    for (const [consumer, value] of counts) result.observe(value, { ...attributes, 'messaging.consumer.group.name': consumer });
+  };
+  depth.addCallback(callback);
+  return () => depth.removeCallback(callback);
 }

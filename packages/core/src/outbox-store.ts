@@ -107,6 +107,20 @@ export interface CompletedAndClaimed extends ClaimedBatch {
   readonly completed: number;
 }
 
+/**
+ * Per-call options of {@link OutboxStore.completeAndClaim}: a claim's, plus the fault hook
+ * its completion calls as `complete` does.
+ */
+export interface CompleteAndClaimOptions extends ClaimOptions {
+  /**
+   * Called with `complete-before-commit` after the completion and the claim ran and before
+   * either commits (only the test harness sets it). If it throws, neither takes effect; a
+   * process killed inside it commits neither. Its `messageIds` are the rows the completion
+   * changed.
+   */
+  readonly beforeCommit?: FaultHook;
+}
+
 /** Per-call options of {@link OutboxStore.complete}. */
 export interface CompleteOptions {
   /** Called after the update ran and before it commits (fault point `complete-before-commit`). */
@@ -147,9 +161,11 @@ export interface OutboxEngine<Tx> {
    * guarantee. Rows the completion makes claimable (a key's next row) may or may not be
    * in this claim: a store whose claim reads a snapshot from before the completion leaves
    * them to the next one, which never breaks per-key order. The relay uses it to complete
-   * a confirmed batch with its next claim, halving its statements and commits.
+   * a confirmed batch with its next claim, halving its statements and commits — also when
+   * a fault hook is set, which it passes as `options.beforeCommit`, so the conformance kill
+   * scenarios exercise this path, not a stand-in.
    */
-  completeAndClaim?(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed>;
+  completeAndClaim?(done: PendingCompletion, options: CompleteAndClaimOptions): Promise<CompletedAndClaimed>;
   /** Records failures: counts an attempt and reschedules, or marks the row dead or halted. */
   fail(lease: OutboxLease, failures: readonly OutboxFailure[], options?: { signal?: AbortSignal }): Promise<number>;
   /** Gives rows back without counting an attempt (transport down, shutdown), due after `delayMs`. */

@@ -281,10 +281,12 @@ export class Relay<Tx> {
     const stopping = this.#stopping.signal;
     const { store } = this.#deps;
     // A confirmed batch waiting to be completed with this loop's next claim (one round
-    // trip and one commit instead of two), where the store can and no fault hook needs
-    // complete's own transaction. It is never more than one claim behind.
+    // trip and one commit instead of two), where the store can. It is never more than one
+    // claim behind. Taken with a fault hook too: the kill scenarios must run the path
+    // production runs, with the hook inside the combined transaction.
     let pending: PendingCompletion | undefined;
-    const defer = store.completeAndClaim && this.#deps.fault === NO_FAULTS ? (done: PendingCompletion) => void (pending = done) : undefined;
+    const defer = store.completeAndClaim ? (done: PendingCompletion) => void (pending = done) : undefined;
+    const beforeCommit = this.#beforeCommit();
     if (primary) this.#primaryBusy = true;
     while (!stopping.aborted) {
       try {
@@ -305,7 +307,7 @@ export class Relay<Tx> {
           const done = pending;
           // Kept until a claim succeeds: a failed one may or may not have completed it, and
           // completing again changes nothing (only pending rows of the lease are touched).
-          const result = await store.completeAndClaim!(done, options);
+          const result = await store.completeAndClaim!(done, beforeCommit ? { ...options, beforeCommit } : options);
           pending = undefined;
           this.#completed(done.sequences.length, result.completed);
           completedNow = result.completed > 0;
@@ -342,11 +344,17 @@ export class Relay<Tx> {
     const done = pending as PendingCompletion | undefined;
     if (done) {
       try {
-        this.#completed(done.sequences.length, await store.complete(done.lease, done.sequences, { signal: this.#abandon.signal }));
+        this.#completed(done.sequences.length, await store.complete(done.lease, done.sequences, { signal: this.#abandon.signal, ...(beforeCommit ? { beforeCommit } : {}) }));
       } catch (error) {
         this.#deps.logger.warn('complete failed while stopping; confirmed rows are published again after their lease', { error: describeError(error) });
       }
     }
+  }
+
+  /** The hook a store calls inside a completion before it commits; none without fault injection. */
+  #beforeCommit(): FaultHook | undefined {
+    const { fault } = this.#deps;
+    return fault === NO_FAULTS ? undefined : (point, context) => fault(point, context);
   }
 
   /** Counts completed rows; fewer than confirmed means another relay holds part of the batch. */
@@ -484,10 +492,12 @@ export class Relay<Tx> {
       // would for a separate complete.
       defer({ lease, sequences: confirmed });
     } else if (confirmed.length > 0) {
-      // The hook makes the store complete in a transaction of several statements; without
-      // fault injection a single UPDATE is enough (and ~4× fewer round trips). A stop does
-      // not cut it short (the broker has these messages); only an expired stop timeout does.
-      const options = fault === NO_FAULTS ? { signal: abandon } : { beforeCommit: (point: FaultPoint, context: FaultContext) => fault(point, context), signal: abandon };
+      // A store without completeAndClaim completes here. The hook makes it complete in a
+      // transaction of several statements; without fault injection a single UPDATE is
+      // enough (and ~4× fewer round trips). A stop does not cut it short (the broker has
+      // these messages); only an expired stop timeout does.
+      const beforeCommit = this.#beforeCommit();
+      const options = beforeCommit ? { beforeCommit, signal: abandon } : { signal: abandon };
       this.#completed(confirmed.length, await store.complete(lease, confirmed, options));
     }
     await fault('mid-batch', { messageIds });

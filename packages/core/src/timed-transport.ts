@@ -1,5 +1,5 @@
 import { metrics, type Histogram, type Meter } from '@opentelemetry/api';
-import type { Delivery, Transport } from './transport.js';
+import type { Transport } from './transport.js';
 
 const INSTRUMENTATION = '@courier/core';
 
@@ -29,9 +29,10 @@ export class DurationHistograms {
 const seconds = (startedAt: number): number => (performance.now() - startedAt) / 1000;
 
 /**
- * Wraps a transport so that publish calls and delivery-to-ack times are recorded, and
- * otherwise passes everything through unchanged (results, errors, capabilities, the
- * optional members). Recording never throws into the caller: the API's instruments don't.
+ * Wraps a transport so that publish calls are timed, and otherwise passes everything
+ * through unchanged (results, errors, capabilities, deliveries, the optional members).
+ * Delivery → ack is recorded by the consumer at its ack site (`deliveryToAck`).
+ * Recording never throws into the caller: the API's instruments don't.
  */
 export function timedTransport(transport: Transport, histograms: DurationHistograms): Transport {
   return {
@@ -58,27 +59,9 @@ export function timedTransport(transport: Transport, histograms: DurationHistogr
         }
       }
     },
-    subscribe(endpoint, handler) {
-      return transport.subscribe(endpoint, (delivery) => {
-        const startedAt = performance.now();
-        const attributes = { 'messaging.system': 'courier', 'messaging.consumer.group.name': endpoint.consumer, 'messaging.destination.name': delivery.envelope.topic };
-        // Delegating methods, not a prototype chain: a transport's delivery may keep
-        // #private state that only its own instance can reach.
-        const timed: Delivery = {
-          envelope: delivery.envelope,
-          attempt: delivery.attempt,
-          redelivered: delivery.redelivered,
-          ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
-          async ack() {
-            await delivery.ack();
-            histograms.deliveryToAck.record(seconds(startedAt), attributes);
-          },
-          retry: (delayMs, reason) => delivery.retry(delayMs, reason),
-          deadLetter: (reason) => delivery.deadLetter(reason),
-        };
-        return handler(timed);
-      });
-    },
+    // Deliveries pass through untouched: the consumer records delivery → ack where it
+    // acknowledges, so no second Delivery object is built per message.
+    subscribe: (endpoint, handler) => transport.subscribe(endpoint, handler),
     close: () => transport.close(),
     ...(transport.validate ? { validate: transport.validate.bind(transport) } : {}),
     ...(transport.deadLetters ? { deadLetters: transport.deadLetters } : {}),

@@ -85,9 +85,13 @@ export interface Delivery {
    */
   readonly attempt: number;
   /**
-   * True when an operator replayed this message from the dead letters. The consumer then
-   * runs it again even though it was dead-lettered before; copies that are not replays
-   * (a relay's at-least-once duplicate) are acknowledged without running. Optional: a
+   * True when an operator replayed this message from the dead letters, on every delivery of
+   * that replayed copy: the broker's redeliveries and duplicates of it and the copies its
+   * `retry` settles produce. The consumer then runs it again even though it was
+   * dead-lettered before, recorded in the inbox under the replay's own key, so a replay runs
+   * at most once however many copies of it arrive; copies that are not replays (a relay's
+   * at-least-once duplicate) are acknowledged without running. A retry that dropped the
+   * mark would be taken for such a duplicate and acknowledged without running. Optional: a
    * transport that cannot tell leaves it unset, and replays are then treated as duplicates.
    */
   readonly replayed?: boolean;
@@ -136,7 +140,13 @@ export interface DeadLetter {
 /** Operator access to a transport's dead letters (present exactly when `nativeDeadLetter`). */
 export interface TransportDeadLetters {
   list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
-  /** Re-delivers to the consumer with the original messageId and attempt 1. */
+  /**
+   * Re-delivers to the consumer with the original messageId and attempt 1, marked
+   * `replayed`. The replayed copy's run is recorded in the consumer's inbox under a key of
+   * the dead letter's own, so it commits its effects at most once: a replay the broker
+   * delivers twice, or the same dead letter replayed twice (two operators), runs once.
+   * A replay whose run fails again is dead-lettered again and can be replayed again.
+   */
   replay(consumer: string, ids: readonly string[]): Promise<number>;
   purge(consumer: string, ids: readonly string[]): Promise<number>;
 }

@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, InMemoryDatabase, InMemoryInboxStore, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -35,6 +35,21 @@ function sdk() {
         }
       }
       return values;
+    },
+    /** Collects once and returns `name`'s points as `[attribute value of key, value]`, sorted. */
+    async points(name: string, key: string): Promise<[unknown, number][]> {
+      exporter.reset();
+      await reader.forceFlush();
+      const found: [unknown, number][] = [];
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as GaugeMetricData[]) {
+            if (metric.descriptor.name !== name) continue;
+            for (const point of metric.dataPoints) found.push([point.attributes[key], point.value]);
+          }
+        }
+      }
+      return found.sort((a, b) => String(a[0]).localeCompare(String(b[0])));
     },
   };
 }
@@ -95,6 +110,60 @@ describe('operator gauges', () => {
     expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
     relay = { running: false, paused: true };
     expect((await metrics.read())[OPERATOR_GAUGES.relayPaused]).toBe(0);
+  });
+});
+
+describe('transport dead-letter depth gauge', () => {
+  const GROUP = 'messaging.consumer.group.name';
+
+  async function brokerWithDeadLetters(count: number) {
+    const broker = new InMemoryBroker();
+    const connection = broker.connect();
+    await connection.subscribe({ consumer: 'billing', topics: ['billing'], ordered: false, concurrency: 1 }, (delivery) =>
+      delivery.deadLetter({ code: 'TEST', message: 'parked by the test' }),
+    );
+    await connection.publish(
+      Array.from({ length: count }, () => {
+        const messageId = newMessageId();
+        return { messageId, type: 'billing.Charged', version: 1, topic: 'billing', occurredAt: new Date().toISOString(), key: null, correlationId: messageId, causationId: null, traceparent: null, tracestate: null, headers: {}, payload: '{}' };
+      }),
+    );
+    await eventually(async () => expect(await connection.deadLetters.list('billing')).toHaveLength(count));
+    return { broker, deadLetters: connection.deadLetters };
+  }
+
+  it('reports the depth per consumer, counting again only after minIntervalMs', async () => {
+    const { broker, deadLetters } = await brokerWithDeadLetters(3);
+    let lists = 0;
+    const counted: Pick<TransportDeadLetters, 'list'> = { list: (consumer, options) => ((lists += 1), deadLetters.list(consumer, options)) };
+    // An hour between counts: every scrape in this test after the first reports the first count.
+    const cached = sdk();
+    observeDeadLetters(counted, ['billing', 'shipping'], { meter: cached.meter, minIntervalMs: 3_600_000 });
+    // No interval: every scrape counts.
+    const fresh = sdk();
+    const stop = observeDeadLetters(deadLetters, ['billing'], { meter: fresh.meter, minIntervalMs: 0 });
+    expect(await cached.points(OPERATOR_GAUGES.transportDeadLetters, GROUP)).toEqual([['billing', 3], ['shipping', 0]]);
+    expect(lists).toBe(2);
+    await deadLetters.purge('billing', [(await deadLetters.list('billing'))[0]!.id]);
+    expect(await cached.points(OPERATOR_GAUGES.transportDeadLetters, GROUP)).toEqual([['billing', 3], ['shipping', 0]]);
+    expect(lists).toBe(2);
+    expect(await fresh.points(OPERATOR_GAUGES.transportDeadLetters, GROUP)).toEqual([['billing', 2]]);
+    stop();
+    await broker.close();
+  });
+
+  it('caps the depth at limit, and reports nothing for a consumer whose count failed (never a zero)', async () => {
+    const { broker, deadLetters } = await brokerWithDeadLetters(3);
+    const metrics = sdk();
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, error() {}, warn: (message) => warnings.push(message) };
+    const flaky: Pick<TransportDeadLetters, 'list'> = {
+      list: (consumer, options) => (consumer === 'away' ? Promise.reject(new Error('broker away')) : deadLetters.list(consumer, options)),
+    };
+    observeDeadLetters(flaky, ['billing', 'away'], { meter: metrics.meter, limit: 2, logger });
+    expect(await metrics.points(OPERATOR_GAUGES.transportDeadLetters, GROUP)).toEqual([['billing', 2]]);
+    expect(warnings).toEqual(['transport dead-letter count for metrics failed']);
+    await broker.close();
   });
 });
 

@@ -41,6 +41,40 @@ describe('relay', () => {
     expect(h.outbox.calls.completeAndClaim).toBeGreaterThanOrEqual(6);
   });
 
+  it('takes the same combined path with a fault hook: complete-before-commit fires inside completeAndClaim, and a throw there commits neither half', async () => {
+    const points: string[] = [];
+    let thrown = false;
+    await using h = harness({
+      bus: {
+        relay: { batchSize: 10 },
+        faults: (point) => {
+          points.push(point);
+          if (point === 'complete-before-commit' && !thrown) {
+            thrown = true;
+            throw new Error('injected before the combined commit');
+          }
+        },
+      },
+    });
+    const seen = collect(h);
+    await h.bus.start();
+    const ids = Array.from({ length: 40 }, (_, index) => `m${index}`);
+    await h.commit((tx) => {
+      for (const [index, id] of ids.entries()) h.bus.outbox(tx).publish(Placed, { id }, { key: `k${index % 4}` });
+    });
+    await eventually(() => expect([...new Set(seen)].sort()).toEqual([...ids].sort()));
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0 }));
+    // Every message arrived, in key order, though the first combined commit was refused.
+    for (let key = 0; key < 4; key += 1) {
+      const mine = ids.filter((_, index) => index % 4 === key);
+      expect([...new Set(seen.filter((id) => mine.includes(id)))]).toEqual(mine);
+    }
+    expect(thrown).toBe(true);
+    expect(h.outbox.calls.complete).toBe(0);
+    expect(h.outbox.calls.completeAndClaim).toBeGreaterThanOrEqual(4);
+    expect(points.filter((point) => point === 'complete-before-commit').length).toBeGreaterThanOrEqual(h.outbox.calls.completeAndClaim - 1);
+  });
+
   it('publishes committed messages only; a rolled-back unit of work publishes nothing', async () => {
     await using h = harness();
     const seen = collect(h);

@@ -8,6 +8,7 @@ import {
   type ClaimedBatch,
   type ClaimOptions,
   type CompleteOptions,
+  type CompleteAndClaimOptions,
   type CompletedAndClaimed,
   type DeadOutboxRecord,
   type Envelope,
@@ -152,8 +153,27 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
    * from before the completion, so a key whose head it completes is claimable from the next
    * claim on; MySQL/MariaDB and SQLite complete first and may claim that key's next row at once.
    */
-  async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
-    const batch = await this.#claim(options, { token: done.lease.token.toString(), sequences: done.sequences.map(String) });
+  async completeAndClaim(done: PendingCompletion, options: CompleteAndClaimOptions): Promise<CompletedAndClaimed> {
+    const token = done.lease.token.toString();
+    const sequences = done.sequences.map(String);
+    const hook = options.beforeCommit;
+    // With the fault hook: the same statements, in a transaction held open while the hook
+    // runs, so a test can kill the process after the combined statement and before COMMIT.
+    const beforeCommit = hook
+      ? async (trx: Transaction, completedIds?: readonly string[]) => {
+          const outbox = this.#core.dialect.table('outbox');
+          const completed =
+            completedIds ??
+            (sequences.length === 0
+              ? []
+              : (await this.#core.runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, [sequences, token], trx)).map((row) =>
+                  String(row['message_id']),
+                ));
+          await hook('complete-before-commit', { messageIds: completed });
+          throwIfAborted(options.signal, 'claim');
+        }
+      : undefined;
+    const batch = await this.#claim(options, { token, sequences, ...(beforeCommit ? { beforeCommit } : {}) });
     return { ...batch, completed: batch.completed ?? 0 };
   }
 
@@ -259,13 +279,17 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
           }
         }
         const outcome = completed === undefined ? {} : { completed };
-        if (chosen.length === 0) return { token, rows: [], ...outcome };
+        if (chosen.length === 0) {
+          await done?.beforeCommit?.(trx);
+          return { token, rows: [], ...outcome };
+        }
         await runner.run(
           `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
           [query.owner, token.toString(), query.leaseMs, chosen],
           trx,
         );
         const rows = await runner.all(`SELECT ${qualifiedColumns('o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
+        await done?.beforeCommit?.(trx);
         return { token, rows, ...outcome };
       },
       { readCommitted: dialect.readCommitted },

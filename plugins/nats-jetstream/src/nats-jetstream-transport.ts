@@ -801,7 +801,10 @@ class JetStreamSubscription implements Subscription {
   async #retryCopy(msg: JsMsg, envelope: Envelope, attempt: number, delayMs: number): Promise<void> {
     const internals = this.#transport.internals;
     const connection = await this.#transport.connection();
-    const { headers, data } = encode(envelope, { [ATTEMPT_HEADER]: String(attempt), [NOT_BEFORE_HEADER]: String(Date.now() + Math.max(0, delayMs)) });
+    // A replay's retries are still the replay: the mark goes along (the consumer records a
+    // replay's run under the replay's key; an unmarked copy would be taken for a relay duplicate).
+    const replayed: Record<string, string> = msg.headers?.get(REPLAYED_HEADER) === '1' ? { [REPLAYED_HEADER]: '1' } : {};
+    const { headers, data } = encode(envelope, { [ATTEMPT_HEADER]: String(attempt), [NOT_BEFORE_HEADER]: String(Date.now() + Math.max(0, delayMs)), ...replayed });
     try {
       await connection.js.publish(internals.retrySubject(this.#endpoint.consumer), data, { msgID: `${envelope.messageId}~${hash(this.#endpoint.consumer)}~${msg.seq}`, headers });
     } catch (error) {

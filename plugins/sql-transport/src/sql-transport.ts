@@ -754,9 +754,11 @@ class QueueSubscription implements Subscription {
         affected = (await runner.run(`DELETE FROM ${queue} WHERE seq = ? AND lease_owner = ?`, [held.seq, held.owner])).affectedRows;
       } else if (how === 'retry') {
         const delay = Math.max(0, Math.round(delayMs));
+        // `replayed` stays: a replay's retries are still the replay (the consumer records its
+        // run under the replay's key; an unmarked copy would be taken for a relay duplicate).
         affected = (
           await runner.run(
-            `UPDATE ${queue} SET attempt = attempt + 1, replayed = 0, lease_owner = NULL, claims = 0, available_at = ${dialect.plusMs(dialect.now)} WHERE seq = ? AND lease_owner = ?`,
+            `UPDATE ${queue} SET attempt = attempt + 1, lease_owner = NULL, claims = 0, available_at = ${dialect.plusMs(dialect.now)} WHERE seq = ? AND lease_owner = ?`,
             [delay, held.seq, held.owner],
           )
         ).affectedRows;

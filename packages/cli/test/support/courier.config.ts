@@ -1,6 +1,6 @@
 // The courier.config.ts the CLI tests hand to the binary: what a user writes, with the
 // test's database, table prefix and broker prefix taken from env vars.
-import { defineCourierConfig } from '../../src/index.js';
+import { defineCourierConfig } from '@courier/cli';
 import { openStores, openTransport, type Dialect } from './setup.js';
 
 export default defineCourierConfig(async () => {

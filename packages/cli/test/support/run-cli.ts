@@ -1,12 +1,14 @@
-// Runs the `courier` bin as a separate process, through tsx (the tests do not build),
-// with workspace packages resolved to their sources like the rest of the test suite.
+// Runs the `courier` bin as a separate process: the compiled `dist/bin.js` that
+// build-cli.ts (the project's globalSetup) produces, on plain Node without the source
+// export condition, so workspace packages resolve to their compiled `dist/` as in an
+// install. The config (courier.config.ts) is still TypeScript, loaded by the CLI itself.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const PACKAGE_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CONFIG = join(PACKAGE_DIR, 'test', 'support', 'courier.config.ts');
-const BIN = join(PACKAGE_DIR, 'src', 'bin.ts');
+const BIN = join(PACKAGE_DIR, 'dist', 'bin.js');
 
 export interface CliResult {
   readonly code: number | null;
@@ -16,7 +18,7 @@ export interface CliResult {
 
 /** Starts `courier <args>` with the test config and `env` added. */
 export function startCli(args: readonly string[], env: Record<string, string>): ChildProcess {
-  return spawn(process.execPath, ['--conditions=@courier/source', '--import', 'tsx', BIN, '--config', CONFIG, ...args], {
+  return spawn(process.execPath, [BIN, '--config', CONFIG, ...args], {
     cwd: PACKAGE_DIR,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

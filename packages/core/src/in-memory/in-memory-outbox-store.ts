@@ -16,6 +16,7 @@ import type {
   OutboxStats,
   OutboxStore,
   PendingCompletion,
+  CompleteAndClaimOptions,
 } from '../outbox-store.js';
 import { requireTransaction, throwIfAborted, type InMemoryDatabase, type InMemoryTransaction } from './in-memory-database.js';
 
@@ -149,11 +150,18 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
   /**
    * `complete` then `claim` in one step (nothing runs in between, and a claim refused for
    * its options completes nothing). The claim sees the completion: a key's next row may be
-   * in the same batch.
+   * in the same batch. `beforeCommit` runs before either is applied: if it throws, or
+   * never resolves, nothing changes.
    */
-  async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
+  async completeAndClaim(done: PendingCompletion, options: CompleteAndClaimOptions): Promise<CompletedAndClaimed> {
     this.#ready('claim', options.signal);
     this.#checkClaim(options);
+    if (options.beforeCommit) {
+      const held = this.#held(done.lease, done.sequences);
+      await options.beforeCommit('complete-before-commit', { messageIds: held.map((row) => row.envelope.messageId) });
+      this.#ready('claim', options.signal);
+    }
+    // Looked up again after the hook: a row may have been re-claimed meanwhile.
     const completed = this.#completeNow(done.lease, this.#held(done.lease, done.sequences));
     return { ...this.#claimNow(options), completed };
   }

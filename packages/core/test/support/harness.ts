@@ -7,7 +7,7 @@ import {
   createBus,
   type Bus,
   type BusConfig,
-  type ClaimOptions,
+  type CompleteAndClaimOptions,
   type CompletedAndClaimed,
   type CompleteOptions,
   type Delivery,
@@ -47,7 +47,7 @@ export class SpyOutboxStore extends InMemoryOutboxStore {
     return super.complete(lease, sequences, options);
   }
 
-  override async completeAndClaim(done: PendingCompletion, options: ClaimOptions): Promise<CompletedAndClaimed> {
+  override async completeAndClaim(done: PendingCompletion, options: CompleteAndClaimOptions): Promise<CompletedAndClaimed> {
     this.calls.completeAndClaim += 1;
     return super.completeAndClaim(done, options);
   }

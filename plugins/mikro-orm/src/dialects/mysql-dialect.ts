@@ -179,6 +179,7 @@ export class MySqlDialect implements SqlDialect {
             trx,
           );
         }
+        await done?.beforeCommit?.(trx);
         return { token, rows, ...(completed === undefined ? {} : { completed }) };
       },
       { readCommitted: true },

@@ -148,15 +148,26 @@ export class PostgresDialect implements SqlDialect {
     // live lease (available_at in the future), so they are never candidates here.
     const sql =
       'WITH ' +
-      (completing ? `done AS (${completeSql(this)} RETURNING 1), ` : '') +
+      (completing ? `done AS (${completeSql(this)} RETURNING message_id), ` : '') +
       `token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
       `candidates AS (${headsSql(this, 'o.seq', this.lockSkipLocked)}), ` +
       `claimed AS (UPDATE ${outbox} u SET lease_owner = ?, lease_token = token.value, available_at = ${this.plusMs('now()')} ` +
       `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}) ` +
       // The LEFT JOIN returns the token even when nothing was due.
-      `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, claimed.* FROM token LEFT JOIN claimed ON true`;
+      `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, ` +
+      // With the fault hook, the ids the completion changed (what the hook is told).
+      `${completing && done.beforeCommit ? "(SELECT coalesce(array_agg(message_id), '{}') FROM done) AS completed_ids, " : ''}claimed.* FROM token LEFT JOIN claimed ON true`;
     const params = [query.limit, query.owner, query.leaseMs];
-    const rows = await runner.all(sql, completing ? [[...done.sequences], done.token, ...params] : params);
+    const values = completing ? [[...done.sequences], done.token, ...params] : params;
+    const hook = done?.beforeCommit;
+    const rows = hook
+      ? await runner.transaction(async (trx) => {
+          const claimed = await runner.all(sql, values, trx);
+          const ids = claimed[0]?.['completed_ids'];
+          await hook(trx, Array.isArray(ids) ? ids.map(String) : []);
+          return claimed;
+        })
+      : await runner.all(sql, values);
     const first = rows[0];
     if (!first) throw new Error('the claim statement returned no token row');
     return {

@@ -41,6 +41,14 @@ export interface ClaimQuery {
 export interface CompletionQuery {
   readonly token: string;
   readonly sequences: readonly string[];
+  /**
+   * Run inside the claim's transaction after the completion and the claim, before COMMIT
+   * (fault injection only). A dialect that otherwise needs no explicit transaction opens
+   * one when this is set, so the statements are the same and only the commit is delayed.
+   * `completedIds` are the message ids of the rows the completion changed, where the
+   * dialect can return them from the statement itself (else the store reads them).
+   */
+  readonly beforeCommit?: (trx: Transaction, completedIds?: readonly string[]) => Promise<void>;
 }
 
 /** Result of a claim: the fencing token and the claimed rows (any order). */

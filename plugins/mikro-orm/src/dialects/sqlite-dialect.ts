@@ -167,6 +167,7 @@ export class SqliteDialect implements SqlDialect {
         [query.owner, token.toString(), query.leaseMs, query.limit],
         trx,
       );
+      await done?.beforeCommit?.(trx);
       return { token, rows, ...(completed === undefined ? {} : { completed }) };
     });
   }

@@ -1,0 +1,47 @@
+// Vitest globalSetup of the CLI tests: compiles the `courier` binary and the workspace
+// packages it and the test config load (core, cli, mikro-orm, rabbitmq) to JavaScript in
+// each package's `dist/`, once per test run, so every child process starts plain Node on
+// compiled code, as an installed `courier` does, instead of compiling the sources through
+// tsx at each start (seconds of CPU per run on this machine). Only the config stays
+// TypeScript, loaded by the CLI's own `tsImport`, as a user's `courier.config.ts` is.
+//
+// esbuild transpiles file by file (no bundle, no type check: `pnpm typecheck` does that),
+// so the layout and module graph are those of `tsc -p tsconfig.build.json`: one copy of
+// `@courier/core` shared by the CLI and the stores the config builds, which the CLI's
+// `instanceof` checks on their errors need. It rebuilds every time: a dist/ left from an
+// older source would test old code.
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { PACKAGE_DIR } from './run-cli.js';
+
+const ROOT = join(PACKAGE_DIR, '..', '..');
+/** Every workspace package a child process loads: the CLI, what it imports, and what the test config imports. */
+const PACKAGES = ['packages/core', 'packages/cli', 'plugins/mikro-orm', 'plugins/rabbitmq'];
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile() && entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts'))
+    .map((entry) => join(entry.parentPath, entry.name));
+}
+
+export default async function buildCli(): Promise<void> {
+  const started = performance.now();
+  await Promise.all(
+    PACKAGES.map((dir) => {
+      const src = join(ROOT, dir, 'src');
+      return build({
+        entryPoints: sources(src),
+        outdir: join(ROOT, dir, 'dist'),
+        outbase: src,
+        format: 'esm',
+        platform: 'node',
+        target: 'node20',
+        bundle: false,
+        tsconfig: join(ROOT, dir, 'tsconfig.build.json'),
+        logLevel: 'error',
+      });
+    }),
+  );
+  console.log(`[cli tests] compiled ${PACKAGES.join(', ')} to dist/ in ${Math.round(performance.now() - started)} ms`);
+}
