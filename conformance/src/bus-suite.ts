@@ -1,5 +1,7 @@
 import { FAULT_POINTS, type FaultPoint } from '@courier/core';
 import { afterAll, describe, expect, it, type TestContext } from 'vitest';
+import { runHaltScenario } from './bus/halt-scenario.js';
+import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
@@ -162,6 +164,13 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runInProcessScenario(factories, spec, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
           assertScenario(spec, result);
+        }), 90_000);
+      }
+      for (const action of ['retry', 'park'] as const) {
+        it(`poison 'halt' on an ordered key: the key is held while others flow; resume '${action}' applies the rest in order, once each`, tracked(async (skipCase) => {
+          const testId = uniqueId();
+          const skip = await runHaltScenario(factories, action, testId);
+          if (skip) return skipCase(skip);
         }), 90_000);
       }
       it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ENVELOPE_LIMITS, type InboxStore, type OutboxStore } from '@courier/core';
+import { ENVELOPE_LIMITS, hasInboxHalts, type InboxHalts, type InboxStore, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit } from './support/at-limit.js';
@@ -153,7 +153,7 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       const effects = await env.fixture.readEffects();
       expect(effects).toHaveLength(1);
       const winner = winners[0]!;
-      expect(effects).toEqual([`effect-${winner.duplicate ? -1 : winner.value}`]);
+      expect(effects).toEqual([`effect-${'value' in winner ? winner.value : -1}`]);
       expect(await env.inbox.run(id, env.consumer, async () => 'late')).toEqual({ duplicate: true });
     },
   },
@@ -282,4 +282,149 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       expect(batch.records.map((record) => record.envelope.messageId)).toEqual([kept.messageId]);
     },
   },
+  {
+    name: 'halts: while a key is halted, runs with hold store the message as held (once) instead of running; other keys run',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      const head = makeEnvelope({ topic, key: 'k' });
+      expect(await halts.halt(env.consumer, topic, 'k', head, 'E: broken')).toBe('halted');
+      const later = [makeEnvelope({ topic, key: 'k' }), makeEnvelope({ topic, key: 'k' })];
+      let ran = 0;
+      for (const envelope of [...later, later[0]!]) {
+        const result = await env.inbox.run(envelope.messageId, env.consumer, async (tx) => {
+          ran += 1;
+          await env.fixture.recordEffect(tx, envelope.messageId);
+        }, { hold: { topic, key: 'k', envelope } });
+        expect(result).toEqual({ duplicate: false, held: true });
+      }
+      expect(ran).toBe(0);
+      // halt() on a halted key holds too (a message given up on before it could be held).
+      const third = makeEnvelope({ topic, key: 'k' });
+      expect(await halts.halt(env.consumer, topic, 'k', third, 'E: also')).toBe('held');
+      const other = makeEnvelope({ topic, key: 'other' });
+      const free = await env.inbox.run(other.messageId, env.consumer, async () => 'ran', { hold: { topic, key: 'other', envelope: other } });
+      expect(free).toEqual({ duplicate: false, value: 'ran' });
+      // Another consumer of the same key is not halted.
+      const elsewhere = await env.inbox.run(later[0]!.messageId, `${env.consumer}-2`, async () => 'ran', { hold: { topic, key: 'k', envelope: later[0]! } });
+      expect(elsewhere).toEqual({ duplicate: false, value: 'ran' });
+      const [halt, ...rest] = await halts.listHalted({ consumer: env.consumer });
+      expect(rest).toEqual([]);
+      expect(halt).toMatchObject({ consumer: env.consumer, topic, key: 'k', held: 3, resumed: null, head: { error: 'E: broken' } });
+      expect(halt!.head!.envelope).toEqual(head);
+      expect(await env.fixture.readEffects()).toEqual([]);
+    },
+  },
+  {
+    name: 'halts: resume marks once; one drainer at a time holds the claim, which another takes after its lease ran out',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      const head = makeEnvelope({ topic, key: 'k' });
+      await halts.halt(env.consumer, topic, 'k', head, 'E: broken');
+      expect(await halts.claimResumed(env.consumer, 'a', 60_000)).toBeUndefined();
+      expect(await halts.resumeHalted(env.consumer, topic, 'k', 'retry')).toBe(1);
+      expect(await halts.resumeHalted(env.consumer, topic, 'k', 'park')).toBe(0);
+      expect(await halts.resumeHalted(env.consumer, topic, 'missing', 'retry')).toBe(0);
+      const claim = await halts.claimResumed(env.consumer, 'a', 300);
+      expect(claim).toMatchObject({ consumer: env.consumer, topic, key: 'k', action: 'retry' });
+      expect(claim!.head!.envelope).toEqual(head);
+      expect(await halts.claimResumed(env.consumer, 'b', 300)).toBeUndefined();
+      expect(await halts.claimResumed(`${env.consumer}-2`, 'b', 300)).toBeUndefined();
+      await sleep(700);
+      const taken = await halts.claimResumed(env.consumer, 'b', 60_000);
+      expect(taken).toMatchObject({ key: 'k', action: 'retry' });
+      // The first drainer lost its claim: its steps change nothing.
+      expect(await halts.settleHead(env.consumer, topic, 'k', 'a', { parked: false })).toBe(false);
+      expect(await halts.lift(env.consumer, topic, 'k', 'a')).toBe(false);
+      expect((await halts.listHalted({ consumer: env.consumer }))[0]!.head).not.toBeNull();
+    },
+  },
+  {
+    name: 'halts: a drain settles the head (parked is listed), reads held messages in arrival order, and lifts only when none is held',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      const head = makeEnvelope({ topic, key: 'k' });
+      await halts.halt(env.consumer, topic, 'k', head, 'E: broken');
+      const held = [1, 2, 3].map(() => makeEnvelope({ topic, key: 'k' }));
+      for (const envelope of held) await env.inbox.run(envelope.messageId, env.consumer, async () => undefined, { hold: { topic, key: 'k', envelope } });
+      await halts.resumeHalted(env.consumer, topic, 'k', 'park');
+      expect(await halts.claimResumed(env.consumer, 'a', 60_000)).toMatchObject({ action: 'park' });
+      expect(await halts.lift(env.consumer, topic, 'k', 'a')).toBe(false);
+      expect(await halts.settleHead(env.consumer, topic, 'k', 'a', { parked: true })).toBe(true);
+      const parked = await halts.listParked({ consumer: env.consumer });
+      expect(parked.map((entry) => [entry.envelope, entry.error])).toEqual([[head, 'E: broken']]);
+      expect((await halts.listHalted({ consumer: env.consumer }))[0]).toMatchObject({ head: null, held: 3, resumed: 'park' });
+      expect(await halts.listHeld(env.consumer, topic, 'k', 'a', 2)).toEqual(held.slice(0, 2));
+      expect(await halts.listHeld(env.consumer, topic, 'k', 'other-owner', 10)).toEqual([]);
+      expect(await halts.drop(env.consumer, topic, 'k', held[0]!.messageId, 'a')).toBe(true);
+      expect(await halts.lift(env.consumer, topic, 'k', 'a')).toBe(false);
+      expect(await halts.drop(env.consumer, topic, 'k', held[1]!.messageId, 'a')).toBe(true);
+      expect(await halts.drop(env.consumer, topic, 'k', held[2]!.messageId, 'a')).toBe(true);
+      expect(await halts.listHeld(env.consumer, topic, 'k', 'a', 10)).toEqual([]);
+      expect(await halts.lift(env.consumer, topic, 'k', 'a')).toBe(true);
+      expect(await halts.listHalted({ consumer: env.consumer })).toEqual([]);
+      const after = makeEnvelope({ topic, key: 'k' });
+      expect(await env.inbox.run(after.messageId, env.consumer, async () => 'ran', { hold: { topic, key: 'k', envelope: after } })).toEqual({ duplicate: false, value: 'ran' });
+    },
+  },
+  {
+    name: 'halts: rehalt makes a held message the head again, halted and not claimable until resumed',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      const head = makeEnvelope({ topic, key: 'k' });
+      await halts.halt(env.consumer, topic, 'k', head, 'E: broken');
+      const held = [1, 2].map(() => makeEnvelope({ topic, key: 'k' }));
+      for (const envelope of held) await env.inbox.run(envelope.messageId, env.consumer, async () => undefined, { hold: { topic, key: 'k', envelope } });
+      await halts.resumeHalted(env.consumer, topic, 'k', 'retry');
+      await halts.claimResumed(env.consumer, 'a', 60_000);
+      await halts.settleHead(env.consumer, topic, 'k', 'a', { parked: false });
+      expect(await halts.rehalt(env.consumer, topic, 'k', held[0]!, 'E: second', 'a')).toBe(true);
+      const [halt] = await halts.listHalted({ consumer: env.consumer });
+      expect(halt).toMatchObject({ held: 1, resumed: null, head: { error: 'E: second' } });
+      expect(halt!.head!.envelope).toEqual(held[0]);
+      expect(await halts.claimResumed(env.consumer, 'a', 60_000)).toBeUndefined();
+      expect(await halts.resumeHalted(env.consumer, topic, 'k', 'retry')).toBe(1);
+      expect(await halts.claimResumed(env.consumer, 'b', 60_000)).toMatchObject({ action: 'retry' });
+      expect(await halts.listParked({ consumer: env.consumer })).toEqual([]);
+    },
+  },
+  {
+    name: 'halts: a hold racing the lift is never stranded — either the halt stays with the message held, or the message runs',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      for (let round = 0; round < 10; round += 1) {
+        const key = `k${round}`;
+        await halts.halt(env.consumer, topic, key, makeEnvelope({ topic, key }), 'E: broken');
+        await halts.resumeHalted(env.consumer, topic, key, 'retry');
+        await halts.claimResumed(env.consumer, 'a', 60_000);
+        await halts.settleHead(env.consumer, topic, key, 'a', { parked: false });
+        const envelope = makeEnvelope({ topic, key });
+        const [lifted, result] = await Promise.all([
+          halts.lift(env.consumer, topic, key, 'a'),
+          env.inbox.run(envelope.messageId, env.consumer, async () => 'ran', { hold: { topic, key, envelope } }),
+        ]);
+        const remaining = (await halts.listHalted({ consumer: env.consumer })).filter((halt) => halt.key === key);
+        if ('held' in result) {
+          expect(lifted).toBe(false);
+          expect(remaining).toMatchObject([{ held: 1 }]);
+        } else {
+          expect(result).toEqual({ duplicate: false, value: 'ran' });
+          if (!lifted) expect(remaining).toMatchObject([{ held: 0 }]);
+          else expect(remaining).toEqual([]);
+        }
+      }
+    },
+  },
 ];
+
+/** The store's halts, or a skip stating why the halt cases do not apply. */
+function haltsOf<Tx>(env: InboxCaseEnv<Tx>): InboxHalts {
+  if (!hasInboxHalts(env.inbox)) {
+    return env.skip("the inbox store has no halts (InboxHalts): they are optional, and only ordered subscriptions with poison 'halt' need them");
+  }
+  return env.inbox;
+}

@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, Option } from 'commander';
-import { CourierError, describeError, type OutboxOperations } from '@courier/core';
+import { CourierError, describeError, hasInboxHalts, type InboxHalts, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { actOnParked, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
@@ -281,10 +281,28 @@ Examples:
   examples(
     halted
       .command('list')
-      .description('List halted outbox keys with their head and how many rows wait behind it.')
+      .description("List halted outbox keys with their head and how many rows wait behind it; with --consumer, that consumer's halted keys (ordered subscriptions with poison 'halt').")
       .option('--topic <topic>', 'only this topic')
+      .option('--consumer <name>', "list this consumer's halted keys in the inbox store instead of the outbox's")
       .option('--json', 'print a JSON array')
-      .action(async (options: { topic?: string; json?: boolean }) => {
+      .action(async (options: { topic?: string; consumer?: string; json?: boolean }) => {
+        if (options.consumer !== undefined) {
+          const inbox = inboxHalts((await open('halted list', configOf())).inbox);
+          const keys = (await inbox.listHalted({ consumer: options.consumer, limit: 10_000 })).filter((key) => options.topic === undefined || key.topic === options.topic);
+          if (options.json) {
+            io.out(toJson(keys));
+            return;
+          }
+          io.out(
+            keys.length === 0
+              ? `no halted keys for consumer '${options.consumer}'`
+              : table(
+                  ['TOPIC', 'KEY', 'HEAD', 'HELD', 'RESUMED', 'ERROR'],
+                  keys.map((key) => [key.topic, key.key, key.head?.envelope.messageId ?? '-', String(key.held), key.resumed ?? '-', oneLine(key.head?.error ?? '')]),
+                ),
+          );
+          return;
+        }
         const outbox = need((await open('halted list', configOf())).outbox, 'outbox');
         const keys = await listAllHalted(outbox, options.topic);
         if (options.json) {
@@ -301,7 +319,8 @@ Examples:
         );
       }),
     `  courier halted list
-  courier halted list --topic orders --json`,
+  courier halted list --topic orders --json
+  courier halted list --consumer billing`,
   );
   examples(
     halted
@@ -310,9 +329,34 @@ Examples:
       .argument('<topic>', 'the halted key’s topic')
       .argument('<key>', 'the halted key')
       .option('--park', 'mark the head dead instead of retrying it')
+      .option('--consumer <name>', "resume this consumer's halted key in the inbox store (a running consumer then drains it) instead of the outbox's")
       .option('--dry-run', 'show the head, change nothing')
       .option('-y, --yes', 'do not ask for confirmation')
-      .action(async (topic: string, key: string, options: { park?: boolean; dryRun?: boolean; yes?: boolean }) => {
+      .action(async (topic: string, key: string, options: { park?: boolean; consumer?: string; dryRun?: boolean; yes?: boolean }) => {
+        if (options.consumer !== undefined) {
+          const consumer = options.consumer;
+          const inbox = inboxHalts((await open('halted resume', configOf())).inbox);
+          const found = (await inbox.listHalted({ consumer, limit: 10_000 })).find((candidate) => candidate.topic === topic && candidate.key === key);
+          if (!found) throw new NotFoundError(`key '${key}' of topic '${topic}' is not halted for consumer '${consumer}' (list them with \`courier halted list --consumer ${consumer}\`)`);
+          const action = options.park ? 'park' : 'retry';
+          io.out(`head ${found.head?.envelope.messageId ?? '(already dealt with)'}, ${found.held} message(s) held behind it; resumed: ${found.resumed ?? 'no'}; last error: ${oneLine(found.head?.error ?? '-')}`);
+          if (options.dryRun) {
+            io.out(`dry run: would ${action} the head of '${topic}'/'${key}' for '${consumer}'; nothing changed`);
+            return;
+          }
+          if (!(await confirm(io, options.yes === true, `${action} the head of '${topic}'/'${key}' for '${consumer}'?`))) {
+            io.out('cancelled; nothing changed');
+            setExit(EXIT.failure);
+            return;
+          }
+          const changed = await inbox.resumeHalted(consumer, topic, key, action);
+          io.out(
+            changed === 0
+              ? `'${topic}'/'${key}' for '${consumer}' was already resumed; nothing changed`
+              : `resumed '${topic}'/'${key}' for '${consumer}' (${action}): a running instance of the consumer drains it`,
+          );
+          return;
+        }
         const outbox = need((await open('halted resume', configOf())).outbox, 'outbox');
         const found = (await listAllHalted(outbox, topic)).find((candidate) => candidate.key === key);
         if (!found) throw new NotFoundError(`key '${key}' of topic '${topic}' is not halted (list them with \`courier halted list\`)`);
@@ -331,7 +375,8 @@ Examples:
         io.out(`resumed '${topic}'/'${key}' (${action}): ${changed} row(s) changed`);
       }),
     `  courier halted resume orders order-42
-  courier halted resume orders order-42 --park --yes`,
+  courier halted resume orders order-42 --park --yes
+  courier halted resume orders order-42 --consumer billing --yes`,
   );
 
   // ── prune ───────────────────────────────────────────────────────────────────────────
@@ -443,6 +488,13 @@ async function confirm(io: CliIo, yes: boolean, question: string): Promise<boole
   } finally {
     prompt.close();
   }
+}
+
+/** The inbox store's halts, or a usage error saying what the config lacks. */
+function inboxHalts(inbox: unknown): InboxHalts {
+  if (inbox === undefined || inbox === null) throw new UsageError("the courier config provides no 'inbox': --consumer acts on the inbox store's halted keys");
+  if (!hasInboxHalts(inbox as object)) throw new UsageError("the configured inbox store has no halts (InboxHalts): no consumer of it can halt keys");
+  return inbox as InboxHalts;
 }
 
 async function listAllHalted(outbox: OutboxOperations, topic: string | undefined) {

@@ -105,6 +105,28 @@ export interface SubscribeOptions {
    * run that is stopped by `bus.stop()` never counts.
    */
   readonly crashWindowMs?: number;
+  /**
+   * What happens to a message given up on (attempts exhausted, `UnrecoverableError`, a
+   * payload it cannot decode, a crash loop). Default `'park'`, ordered subscriptions
+   * included: it is dead-lettered with its error and the key moves on (a gap in the key's
+   * order, repaired by replaying the dead letter).
+   *
+   * `'halt'`, for ordered subscriptions only and with an inbox store that has halts
+   * (`InboxHalts`; `ConfigError` otherwise): a message with a key is not dead-lettered; its
+   * key is halted at it in the inbox store, and every later message of that key is held in
+   * the store (acknowledged, not applied) while other keys flow. An operator lists the
+   * halted keys (`courier halted list`) and resumes one with `retry` (the head runs again)
+   * or `park` (the head is kept as parked and recorded dead); a consumer instance of the
+   * subscription then applies the held messages in arrival order and lifts the halt. A
+   * message without a key is dead-lettered as under `'park'`.
+   *
+   * Why `'park'` is the default even for ordered subscriptions: a halted key waits for a
+   * person, and its held messages pile up in the database until then; most services prefer
+   * a dead letter and an alert to a stopped customer. Choose `'halt'` when applying a
+   * key's messages out of order is worse than not applying them (balances, state
+   * machines), and alert on the halted-keys counter.
+   */
+  readonly poison?: PoisonPolicy;
 }
 
 /** Relay settings. */
@@ -179,6 +201,7 @@ export interface BusCounters {
   readonly retries: number;
   readonly deadLettered: number;
   readonly duplicates: number;
+  /** Keys halted by the relay's poison policy plus keys halted by ordered subscriptions with `poison: 'halt'`. */
   readonly haltedKeys: number;
 }
 

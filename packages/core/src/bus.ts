@@ -19,6 +19,7 @@ import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.j
 import { retryPolicy } from './retry.js';
 import { Instruments, defaultTracer } from './telemetry.js';
 import { DurationHistograms, timedHandler, timedTransport } from './timed-transport.js';
+import { hasInboxHalts } from './inbox-store.js';
 import { isValidTopic, lengthProblem, portLimitsProblems, type LengthLimit, type NamedLimits } from './envelope.js';
 
 /** Per-call options of {@link Bus.stop}. */
@@ -190,6 +191,20 @@ class CourierBus<Tx> implements Bus<Tx> {
     if (options.crashWindowMs !== undefined && (!Number.isSafeInteger(options.crashWindowMs) || options.crashWindowMs < 1)) {
       problems.push(`consumer '${consumer}': 'crashWindowMs' must be an integer of 1 or more (milliseconds)`);
     }
+    if (options.poison !== undefined) {
+      const ordered = options.ordered ?? plan?.options.ordered ?? false;
+      if (options.poison !== 'park' && options.poison !== 'halt') {
+        problems.push(`consumer '${consumer}': 'poison' must be 'park' or 'halt'`);
+      } else if (options.poison === 'halt' && !ordered) {
+        problems.push(`consumer '${consumer}': poison 'halt' is for ordered subscriptions only (set 'ordered: true', or use 'park')`);
+      } else if (options.poison === 'halt' && !(this.#config.inbox && hasInboxHalts(this.#config.inbox))) {
+        problems.push(
+          `consumer '${consumer}': poison 'halt' needs an inbox store with halts (InboxHalts: halt, listHalted, resumeHalted, …); the configured inbox store has none`,
+        );
+      }
+    } else if (plan?.options.poison === 'halt' && options.ordered === false) {
+      problems.push(`consumer '${consumer}': poison 'halt' is for ordered subscriptions only`);
+    }
     if (options.retry !== undefined) {
       try {
         retryPolicy({ ...this.#defaultRetry, ...options.retry }, `${consumer}.retry`);
@@ -239,6 +254,8 @@ class CourierBus<Tx> implements Bus<Tx> {
             crashWindowMs: plan.options.crashWindowMs ?? 10_000,
             pauseInitialMs: this.#relaySettings.pauseInitialMs,
             pauseMaxMs: this.#relaySettings.pauseMaxMs,
+            poison: plan.options.poison ?? 'park',
+            haltPollMs: this.#relaySettings.pollIntervalMs,
           };
           const worker = new Consumer<Tx>(
             {

@@ -1,8 +1,9 @@
 import { SpanKind, type Tracer } from '@opentelemetry/api';
-import type { Handler, HandlerContext, ReceivedMessage } from './bus-types.js';
+import type { Handler, HandlerContext, PoisonPolicy, ReceivedMessage } from './bus-types.js';
+import type { Envelope } from './envelope.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
-import type { InboxStore } from './inbox-store.js';
+import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
@@ -50,7 +51,16 @@ export interface ConsumerSettings {
   /** Backoff while the inbox store is unavailable (no attempt is counted). */
   readonly pauseInitialMs: number;
   readonly pauseMaxMs: number;
+  /** What happens to a message given up on: dead-lettered (`park`) or its key halted (`halt`, ordered only). */
+  readonly poison: PoisonPolicy;
+  /** How often a `halt` consumer looks for keys an operator resumed. */
+  readonly haltPollMs: number;
 }
+
+/** How long a drain claim on a resumed key lasts without a word from its drainer (each drain step renews it). */
+const DRAIN_LEASE_MS = 30_000;
+/** Held messages read per step of a drain. */
+const DRAIN_BATCH = 50;
 
 /** Everything a consumer needs from its bus. */
 export interface ConsumerDependencies<Tx> {
@@ -102,6 +112,11 @@ export class Consumer<Tx> {
   #stopSubscribing = new AbortController();
   #lastError: string | null = null;
   #onSubscribed: () => void = () => {};
+  /** The loop that drains keys an operator resumed (`halt` policy only), and its stop signal. */
+  #draining: Promise<void> | undefined;
+  #stopDraining = new AbortController();
+  /** This instance's name on drain claims. */
+  readonly #owner = `drain-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   /** Resolves when the subscription has started (never if it is stopped first). */
   readonly subscribed: Promise<void> = new Promise((resolve) => {
     this.#onSubscribed = resolve;
@@ -142,6 +157,10 @@ export class Consumer<Tx> {
     if (this.#subscription || this.#subscribing) return;
     this.#abort = new AbortController();
     this.#stopSubscribing = new AbortController();
+    if (this.#halts && !this.#draining) {
+      this.#stopDraining = new AbortController();
+      this.#draining = this.#drainLoop(this.#stopDraining.signal);
+    }
     try {
       this.#subscription = await this.#subscribe();
       this.#lastError = null;
@@ -205,6 +224,15 @@ export class Consumer<Tx> {
    * is waited for at most `timeoutMs` and closed if it succeeds later.
    */
   async stop(timeoutMs: number): Promise<void> {
+    // A drain of a resumed key stops between messages; one in its handler gets the same
+    // grace as deliveries in flight (and the same abort after it).
+    const draining = this.#draining;
+    this.#draining = undefined;
+    this.#stopDraining.abort();
+    await Promise.all([this.#stopReceiving(timeoutMs), draining ? withTimeout(draining, timeoutMs) : undefined]);
+  }
+
+  async #stopReceiving(timeoutMs: number): Promise<void> {
     const subscribing = this.#subscribing;
     this.#subscribing = undefined;
     if (subscribing) {
@@ -254,14 +282,14 @@ export class Consumer<Tx> {
 
     const registration = this.#registrations.get(envelope.type);
     if (!registration) {
-      return this.#deadLetter(delivery, { code: 'UNKNOWN_MESSAGE_TYPE', message: `consumer '${consumer}' has no handler for '${envelope.type}'` });
+      return this.#giveUp(delivery, { code: 'UNKNOWN_MESSAGE_TYPE', message: `consumer '${consumer}' has no handler for '${envelope.type}'` });
     }
     let payload: unknown;
     try {
       payload = await decodeForConsume(registration.definition, envelope.version, parsePayload(envelope.payload));
     } catch (error) {
       const code = error instanceof CourierError ? error.code : 'PAYLOAD_INVALID';
-      return this.#deadLetter(delivery, { code, message: describeError(error) });
+      return this.#giveUp(delivery, { code, message: describeError(error) });
     }
 
     const { gate } = this.#deps;
@@ -303,7 +331,7 @@ export class Consumer<Tx> {
         const crashes = alone;
         if (crashes >= this.#settings.maxCrashes) {
           await fault('poison-head', { messageIds, consumer });
-          return await this.#deadLetter(delivery, {
+          return await this.#giveUp(delivery, {
             code: 'CRASH_LOOP',
             message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone, each dying within ${this.#settings.crashWindowMs} ms of its start); treated as poison`,
           });
@@ -354,19 +382,6 @@ export class Consumer<Tx> {
     const { fault, inbox } = this.#deps;
     const messageIds = [envelope.messageId];
 
-    const message: ReceivedMessage<unknown> = Object.freeze({
-      messageId: envelope.messageId,
-      type: envelope.type,
-      version: envelope.version,
-      topic: envelope.topic,
-      key: envelope.key,
-      occurredAt: new Date(envelope.occurredAt),
-      correlationId: envelope.correlationId,
-      causationId: envelope.causationId,
-      headers: envelope.headers,
-      payload,
-    });
-    const parent = extractTrace(envelope);
     const attempt = delivery.attempt;
     for (;;) {
       if (this.#abort.signal.aborted) return;
@@ -374,30 +389,20 @@ export class Consumer<Tx> {
       // store's (unreachable); after it, the failure is this run's, commit included.
       let handlerRan = false;
       try {
-        const result = await inbox.run(envelope.messageId, inboxKey, async (tx) => {
-          handlerRan = true;
-          const context = this.#context(tx, delivery, attempt);
-          await inSpan(
-            this.#deps.tracer,
-            `${envelope.topic} process`,
-            {
-              kind: SpanKind.CONSUMER,
-              parent,
-              attributes: {
-                'messaging.system': 'courier',
-                'messaging.destination.name': envelope.topic,
-                'messaging.consumer.group.name': consumer,
-                'messaging.message.id': envelope.messageId,
-                'courier.type': envelope.type,
-                'courier.attempt': attempt,
-              },
-            },
-            () => registration.handler(message, context),
-          );
-          await fault('before-handler-commit', { messageIds, consumer });
-        });
+        const hold = this.#haltable(envelope) ? { hold: { topic: envelope.topic, key: envelope.key!, envelope } } : undefined;
+        const result = await inbox.run(
+          envelope.messageId,
+          inboxKey,
+          async (tx) => {
+            handlerRan = true;
+            await this.#invoke(tx, envelope, registration, payload, attempt);
+          },
+          hold,
+        );
         if (result.duplicate) this.#deps.instruments.duplicates.add(1, { consumer });
-        else this.#deps.instruments.processed.add(1, { consumer });
+        else if ('held' in result) {
+          this.#deps.logger.info('key halted; message held behind its head', { consumer, messageId: envelope.messageId, topic: envelope.topic, key: envelope.key });
+        } else this.#deps.instruments.processed.add(1, { consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
         await delivery.ack();
         this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes(envelope.topic));
@@ -418,7 +423,7 @@ export class Consumer<Tx> {
         const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
         if (poison || attempt >= this.#settings.retry.maxAttempts) {
           await fault('poison-head', { messageIds, consumer });
-          return this.#deadLetter(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` });
+          return this.#giveUp(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` });
         }
         const delay = backoffDelay(this.#settings.retry, attempt);
         this.#deps.instruments.retries.add(1, { consumer });
@@ -432,8 +437,43 @@ export class Consumer<Tx> {
     }
   }
 
-  #context(tx: Tx, delivery: Delivery, attempt: number): HandlerContext<Tx> {
-    const { envelope } = delivery;
+  /** Runs the handler of `envelope` in the unit of work `tx`, in its span. */
+  async #invoke(tx: Tx, envelope: Envelope, registration: Registration<Tx>, payload: unknown, attempt: number): Promise<void> {
+    const { consumer } = this.#settings;
+    const message: ReceivedMessage<unknown> = Object.freeze({
+      messageId: envelope.messageId,
+      type: envelope.type,
+      version: envelope.version,
+      topic: envelope.topic,
+      key: envelope.key,
+      occurredAt: new Date(envelope.occurredAt),
+      correlationId: envelope.correlationId,
+      causationId: envelope.causationId,
+      headers: envelope.headers,
+      payload,
+    });
+    const context = this.#context(tx, envelope, attempt);
+    await inSpan(
+      this.#deps.tracer,
+      `${envelope.topic} process`,
+      {
+        kind: SpanKind.CONSUMER,
+        parent: extractTrace(envelope),
+        attributes: {
+          'messaging.system': 'courier',
+          'messaging.destination.name': envelope.topic,
+          'messaging.consumer.group.name': consumer,
+          'messaging.message.id': envelope.messageId,
+          'courier.type': envelope.type,
+          'courier.attempt': attempt,
+        },
+      },
+      () => registration.handler(message, context),
+    );
+    await this.#deps.fault('before-handler-commit', { messageIds: [envelope.messageId], consumer });
+  }
+
+  #context(tx: Tx, envelope: Envelope, attempt: number): HandlerContext<Tx> {
     const publisher = createOutboxPublisher(this.#deps.outbox, tx, this.#deps.publisher, {
       correlationId: envelope.correlationId,
       causationId: envelope.messageId,
@@ -447,6 +487,163 @@ export class Consumer<Tx> {
       envelope,
       publish: (definition, payload, options) => publisher.publish(definition, payload, options),
     };
+  }
+
+  /** The store's halts when this consumer halts keys (`poison: 'halt'`; the bus checked the store has them). */
+  get #halts(): (InboxStore<Tx> & InboxHalts) | undefined {
+    const { inbox } = this.#deps;
+    return this.#settings.poison === 'halt' && hasInboxHalts(inbox) ? inbox : undefined;
+  }
+
+  /** Whether a message given up on halts its key rather than being dead-lettered: `halt` policy and a key to halt. */
+  #haltable(envelope: Envelope): boolean {
+    return this.#halts !== undefined && envelope.key !== null;
+  }
+
+  /**
+   * Gives up on a delivery: under `halt`, with a key, the key is halted at it (or it is held
+   * behind an existing halt) and the delivery acknowledged, only after the store committed
+   * it; otherwise it is dead-lettered. A crash between the two redelivers it, and the
+   * redelivery is held behind the halt the first attempt made (a duplicate when drained).
+   */
+  async #giveUp(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
+    const halts = this.#halts;
+    const { envelope } = delivery;
+    if (!halts || envelope.key === null) return this.#deadLetter(delivery, reason);
+    const { consumer } = this.#settings;
+    const error = `${reason.code}: ${reason.message}`;
+    const outcome = await halts.halt(consumer, envelope.topic, envelope.key, envelope, error);
+    if (outcome === 'halted') {
+      this.#deps.instruments.consumerHaltedKeys.add(1, { consumer });
+      this.#deps.logger.error('key halted: its head was given up on; the key waits for an operator (courier halted resume)', {
+        consumer,
+        messageId: envelope.messageId,
+        topic: envelope.topic,
+        key: envelope.key,
+        code: reason.code,
+        error: reason.message,
+      });
+    }
+    await delivery.ack();
+  }
+
+  /** Looks for keys an operator resumed, and drains them, every `haltPollMs` until `signal` aborts; never rejects. */
+  async #drainLoop(signal: AbortSignal): Promise<void> {
+    const halts = this.#halts!;
+    while (!signal.aborted) {
+      try {
+        for (;;) {
+          if (signal.aborted) return;
+          const claim = await halts.claimResumed(this.#settings.consumer, this.#owner, DRAIN_LEASE_MS);
+          if (!claim) break;
+          await this.#drain(halts, claim, signal);
+        }
+      } catch (error) {
+        // The store is away or failed: the claim's lease runs out and this (or another) instance takes it again.
+        this.#deps.logger.warn('could not drain a resumed key; trying again later', { consumer: this.#settings.consumer, error: describeError(error) });
+      }
+      await sleep(this.#settings.haltPollMs, signal);
+    }
+  }
+
+  /**
+   * Drains one resumed key: its head first (run again, or parked), then what was held behind
+   * it, oldest first, each through the inbox (so a crash mid-drain repeats nothing: the next
+   * drainer's runs are duplicates). The halt is lifted once nothing is held; a message that
+   * fails its attempts halts the key again, at that message.
+   */
+  async #drain(halts: InboxHalts, claim: InboxDrainClaim, signal: AbortSignal): Promise<void> {
+    const { consumer } = this.#settings;
+    const { topic, key } = claim;
+    const owner = this.#owner;
+    this.#deps.logger.info('draining a resumed key', { consumer, topic, key, action: claim.action });
+    if (claim.head) {
+      const head = claim.head.envelope;
+      if (claim.action === 'park') {
+        await this.#markDead(head.messageId, false);
+        this.#deps.instruments.deadLettered.add(1, { consumer });
+        if (!(await halts.settleHead(consumer, topic, key, owner, { parked: true }))) return;
+      } else {
+        const failure = await this.#applyOutsideDelivery(head, signal);
+        if (failure === 'stopped') return;
+        if (failure !== undefined) {
+          await halts.rehalt(consumer, topic, key, head, failure, owner);
+          return;
+        }
+        if (!(await halts.settleHead(consumer, topic, key, owner, { parked: false }))) return;
+      }
+    }
+    for (;;) {
+      const held = await halts.listHeld(consumer, topic, key, owner, DRAIN_BATCH);
+      if (held.length === 0) {
+        if (await halts.lift(consumer, topic, key, owner)) {
+          this.#deps.logger.info('resumed key drained; halt lifted', { consumer, topic, key });
+          return;
+        }
+        // Lost the claim, or a message was held meanwhile; the latter is drained next round.
+        if ((await halts.listHeld(consumer, topic, key, owner, 1)).length === 0) return;
+        continue;
+      }
+      for (const envelope of held) {
+        const failure = await this.#applyOutsideDelivery(envelope, signal);
+        if (failure === 'stopped') return;
+        if (failure !== undefined) {
+          await halts.rehalt(consumer, topic, key, envelope, failure, owner);
+          this.#deps.logger.error('key halted again: a held message failed while draining', { consumer, topic, key, messageId: envelope.messageId, error: failure });
+          return;
+        }
+        if (!(await halts.drop(consumer, topic, key, envelope.messageId, owner))) return;
+      }
+    }
+  }
+
+  /**
+   * Runs a message that has no delivery (a halted key's head or held message) through the
+   * inbox, retrying in place with the subscription's backoff. Resolves undefined once it is
+   * applied (or was already), the error once it is poison or its attempts are exhausted, or
+   * 'stopped' when the consumer stops first.
+   */
+  async #applyOutsideDelivery(envelope: Envelope, signal: AbortSignal): Promise<string | undefined | 'stopped'> {
+    const { consumer } = this.#settings;
+    const registration = this.#registrations.get(envelope.type);
+    if (!registration) return `UNKNOWN_MESSAGE_TYPE: consumer '${consumer}' has no handler for '${envelope.type}'`;
+    let payload: unknown;
+    try {
+      payload = await decodeForConsume(registration.definition, envelope.version, parsePayload(envelope.payload));
+    } catch (error) {
+      return `${error instanceof CourierError ? error.code : 'PAYLOAD_INVALID'}: ${describeError(error)}`;
+    }
+    for (let attempt = 1; ; ) {
+      if (signal.aborted) return 'stopped';
+      const release = await this.#deps.gate.acquire(false, signal);
+      let handlerRan = false;
+      try {
+        const result = await this.#deps.inbox.run(envelope.messageId, consumer, async (tx) => {
+          handlerRan = true;
+          await this.#invoke(tx, envelope, registration, payload, attempt);
+        });
+        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { consumer });
+        else this.#deps.instruments.processed.add(1, { consumer });
+        return undefined;
+      } catch (error) {
+        if (signal.aborted) return 'stopped';
+        if (!handlerRan && error instanceof StorageError && error.retriable) {
+          release();
+          await sleep(this.#settings.pauseInitialMs, signal);
+          continue;
+        }
+        const code = error instanceof CourierError ? error.code : 'HANDLER_FAILED';
+        const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
+        if (poison) return `${code}: ${describeError(error)}`;
+        if (attempt >= this.#settings.retry.maxAttempts) return `ATTEMPTS_EXHAUSTED: ${attempt} attempts; last: ${describeError(error)}`;
+        this.#deps.instruments.retries.add(1, { consumer });
+        release();
+        await sleep(backoffDelay(this.#settings.retry, attempt), signal);
+        attempt += 1;
+      } finally {
+        release();
+      }
+    }
   }
 
   async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
@@ -465,14 +662,7 @@ export class Consumer<Tx> {
     const { messageId } = delivery.envelope;
     const { consumer } = this.#settings;
     try {
-      // The mark first, then the record: a copy (the relay publishes at least once) then
-      // finds the record and is acknowledged as a duplicate by the inbox itself, without
-      // running, and at no cost on the happy path; the mark tells a replay that the record
-      // is the dead letter's, not a handled run's (see #process).
-      await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
-      await this.#deps.inbox.run(messageId, consumer, async () => undefined);
-      // A crash loop's count of runs alone starts again if an operator replays it.
-      if (reason.code === 'CRASH_LOOP') await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
+      await this.#markDead(messageId, reason.code === 'CRASH_LOOP');
     } catch (error) {
       this.#deps.logger.warn('could not record a dead letter in the inbox; a later copy may be dead-lettered again', {
         consumer,
@@ -480,6 +670,19 @@ export class Consumer<Tx> {
         error: describeError(error),
       });
     }
+  }
+
+  /** Records in the inbox that `messageId` is dead for this consumer, so that later copies are duplicates. */
+  async #markDead(messageId: string, crashLoop: boolean): Promise<void> {
+    const { consumer } = this.#settings;
+    // The mark first, then the record: a copy (the relay publishes at least once) then
+    // finds the record and is acknowledged as a duplicate by the inbox itself, without
+    // running, and at no cost on the happy path; the mark tells a replay that the record
+    // is the dead letter's, not a handled run's (see #process).
+    await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
+    await this.#deps.inbox.run(messageId, consumer, async () => undefined);
+    // A crash loop's count of runs alone starts again if an operator replays it.
+    if (crashLoop) await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
   }
 
   /** Whether this consumer dead-lettered the message (a read through a unit of work that rolls back); only replays ask. */

@@ -1,7 +1,11 @@
-import type { PortLimits } from './envelope.js';
+import type { Envelope, PortLimits } from './envelope.js';
 
 /** Result of {@link InboxStore.run}. */
-export type InboxResult<T> = { readonly duplicate: true } | { readonly duplicate: false; readonly value: T };
+export type InboxResult<T> =
+  | { readonly duplicate: true }
+  | { readonly duplicate: false; readonly value: T }
+  /** Only with {@link InboxRunOptions.hold}: the key is halted and the message was held, `work` not run. */
+  | { readonly duplicate: false; readonly held: true };
 
 /**
  * Storage port of the idempotent inbox.
@@ -20,9 +24,10 @@ export type InboxResult<T> = { readonly duplicate: true } | { readonly duplicate
  *   message that kills its process is recognised after a restart. The consumer calls it
  *   only for a redelivered message's runs alone (`Delivery.redelivered`), never on the
  *   happy path, and `forget`s the count when such a run ends or outlives its crash window.
+ * - Optionally, durable halts of ordered keys ({@link InboxHalts}).
  */
 export interface InboxStore<Tx> {
-  run<T>(messageId: string, consumer: string, work: (tx: Tx) => Promise<T>, options?: { signal?: AbortSignal }): Promise<InboxResult<T>>;
+  run<T>(messageId: string, consumer: string, work: (tx: Tx) => Promise<T>, options?: InboxRunOptions): Promise<InboxResult<T>>;
   /** Counts one more start of (messageId, consumer) and returns the total so far. */
   recordStart(messageId: string, consumer: string): Promise<number>;
   /** Removes the record so the message can be explicitly reprocessed. Returns whether one existed. */
@@ -36,4 +41,96 @@ export interface InboxStore<Tx> {
    * appends itself, so a name that does not fit never reaches the store.
    */
   readonly limits?: PortLimits;
+}
+
+/** A key stopped by an ordered subscription's `halt` poison policy, as operators see it. */
+export interface InboxHaltedKey {
+  readonly consumer: string;
+  readonly topic: string;
+  readonly key: string;
+  /** The head that could not be handled; `null` once a resume has dealt with it and its held messages are draining. */
+  readonly head: { readonly envelope: Envelope; readonly error: string } | null;
+  readonly haltedAt: Date;
+  /** Messages of the key held behind the head, in arrival order. */
+  readonly held: number;
+  /** `null` while halted; the operator's choice once resumed and until the key is drained. */
+  readonly resumed: InboxResumeAction | null;
+}
+
+/** What an operator does with a halted key's head: run it again, or park it as dead. */
+export type InboxResumeAction = 'retry' | 'park';
+
+/** A resumed halted key claimed for draining by one consumer instance ({@link InboxHalts.claimResumed}). */
+export interface InboxDrainClaim {
+  readonly consumer: string;
+  readonly topic: string;
+  readonly key: string;
+  readonly action: InboxResumeAction;
+  /** The head still to deal with; `null` when a previous drain already did. */
+  readonly head: { readonly envelope: Envelope; readonly error: string } | null;
+}
+
+/** A head parked by `resume(…, 'park')`, kept by the store so operators can see it. */
+export interface InboxParkedMessage {
+  readonly consumer: string;
+  readonly envelope: Envelope;
+  readonly error: string;
+  readonly parkedAt: Date;
+}
+
+/** Per-call options of {@link InboxStore.run}. */
+export interface InboxRunOptions {
+  readonly signal?: AbortSignal;
+  /**
+   * Only for stores with {@link InboxHalts}, passed by ordered subscriptions under the
+   * `halt` poison policy: before `work`, in the same unit of work, the store checks whether
+   * (consumer, topic, key) is halted; if so it stores `envelope` as held behind the halt
+   * (once per (consumer, messageId): a second hold of the same message is a no-op) and
+   * returns `{ held: true }` without running `work`.
+   */
+  readonly hold?: { readonly topic: string; readonly key: string; readonly envelope: Envelope };
+}
+
+/**
+ * Optional capability of an inbox store: durable halts of ordered keys (the `halt` poison
+ * policy of ordered subscriptions). A store has it when it has every member below and its
+ * `run` honours {@link InboxRunOptions.hold}; {@link hasInboxHalts} tells.
+ *
+ * Contract (the conformance suite checks each):
+ * - A halt is one per (consumer, topic, key). `halt` creates it with its head, or, when the
+ *   key is already halted, holds the message behind it (unique per (consumer, messageId),
+ *   so a copy or a retry after a crash is stored once). Held messages keep arrival order.
+ * - While a halt exists every `run` with `hold` for its key holds instead of running, so
+ *   nothing of the key is applied until the operator resumes and the key is drained.
+ * - `resume` only marks the halt (returns 1, or 0 when there is no such halt or it was
+ *   resumed already); a consumer instance of the subscription drains it: `claimResumed`
+ *   gives one resumed halt at a time to one owner under a lease (`leaseMs`, database
+ *   clock), so two instances never drain one key at once, and a dead drainer's key is
+ *   claimed again once its lease runs out. Every drain call takes the owner and renews
+ *   the lease; one whose lease was lost does nothing and returns false/empty.
+ * - `settleHead` removes the head (kept as parked when `parked`); `drop` removes one held
+ *   message; `rehalt` makes a held message the new head and the halt halted again (no
+ *   longer resumed), for a message that fails while draining or a retried head that
+ *   fails again; `lift` deletes the halt only when nothing is held, in one atomic step
+ *   with respect to `hold`, so a message held concurrently is never stranded.
+ */
+export interface InboxHalts {
+  halt(consumer: string, topic: string, key: string, envelope: Envelope, error: string): Promise<'halted' | 'held'>;
+  listHalted(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxHaltedKey[]>;
+  resumeHalted(consumer: string, topic: string, key: string, action: InboxResumeAction): Promise<number>;
+  claimResumed(consumer: string, owner: string, leaseMs: number): Promise<InboxDrainClaim | undefined>;
+  settleHead(consumer: string, topic: string, key: string, owner: string, options: { readonly parked: boolean; readonly error?: string }): Promise<boolean>;
+  /** Held messages of the key, oldest first, at most `limit`. */
+  listHeld(consumer: string, topic: string, key: string, owner: string, limit: number): Promise<readonly Envelope[]>;
+  drop(consumer: string, topic: string, key: string, messageId: string, owner: string): Promise<boolean>;
+  rehalt(consumer: string, topic: string, key: string, envelope: Envelope, error: string, owner: string): Promise<boolean>;
+  lift(consumer: string, topic: string, key: string, owner: string): Promise<boolean>;
+  listParked(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxParkedMessage[]>;
+}
+
+const HALT_MEMBERS = ['halt', 'listHalted', 'resumeHalted', 'claimResumed', 'settleHead', 'listHeld', 'drop', 'rehalt', 'lift', 'listParked'] as const;
+
+/** Whether `store` has the {@link InboxHalts} capability (every member is a function). */
+export function hasInboxHalts<S extends object>(store: S): store is S & InboxHalts {
+  return HALT_MEMBERS.every((member) => typeof (store as Record<string, unknown>)[member] === 'function');
 }

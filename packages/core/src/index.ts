@@ -51,7 +51,17 @@ export type {
   OutboxStore,
   PendingCompletion,
 } from './outbox-store.js';
-export type { InboxResult, InboxStore } from './inbox-store.js';
+export type {
+  InboxDrainClaim,
+  InboxHaltedKey,
+  InboxHalts,
+  InboxParkedMessage,
+  InboxResult,
+  InboxResumeAction,
+  InboxRunOptions,
+  InboxStore,
+} from './inbox-store.js';
+export { hasInboxHalts } from './inbox-store.js';
 export type { InboxOperations } from './inbox-operations.js';
 export type {
   DeadLetter,
@@ -82,7 +92,7 @@ export type {
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
 export type { ObserveOptions } from './operator-metrics.js';
-export { OPERATOR_GAUGES, observeDeadLetters, observeOutbox, observeRelay, type ObserveDeadLettersOptions } from './operator-metrics.js';
+export { OPERATOR_GAUGES, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, type ObserveDeadLettersOptions } from './operator-metrics.js';
 export { DURATION_HISTOGRAMS } from './timed-transport.js';
 export { CONNECTIVITY_CODES } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';

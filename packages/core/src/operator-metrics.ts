@@ -3,6 +3,7 @@ import type { Bus } from './bus.js';
 import { describeError } from './errors.js';
 import type { Logger } from './logger.js';
 import { noopLogger } from './logger.js';
+import type { InboxHalts } from './inbox-store.js';
 import type { OutboxOperations, OutboxStats } from './outbox-store.js';
 import type { TransportDeadLetters } from './transport.js';
 
@@ -15,6 +16,7 @@ export const OPERATOR_GAUGES = {
   outboxInFlight: 'courier.outbox.in_flight',
   outboxDead: 'courier.outbox.dead',
   outboxHaltedKeys: 'courier.outbox.halted_keys',
+  inboxHaltedKeys: 'courier.inbox.halted_keys',
   relayPaused: 'courier.relay.paused',
   transportDeadLetters: 'courier.transport.dead_letters',
 } as const;
@@ -67,6 +69,37 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
   const instruments = [pending, age, inFlight, dead, halted];
   meter.addBatchObservableCallback(callback, instruments);
   return () => meter.removeBatchObservableCallback(callback, instruments);
+}
+
+/**
+ * Registers the gauge `courier.inbox.halted_keys`: keys halted by ordered subscriptions
+ * with `poison: 'halt'`, one observation per consumer that has any (attribute `consumer`).
+ *
+ * Guarantees: `listHalted()` runs once per collection and only when a metrics SDK
+ * collects; a failing one is logged and leaves that collection without values (never
+ * zeros, which would clear an alert while the database is away). A consumer whose keys
+ * were all resumed and drained is no longer observed. Returns a function that unregisters
+ * the gauge; call it before closing the store.
+ */
+export function observeInboxHalts(inbox: Pick<InboxHalts, 'listHalted'>, options: ObserveOptions = {}): () => void {
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = options.attributes ?? {};
+  const logger = options.logger ?? noopLogger;
+  const halted = meter.createObservableGauge(OPERATOR_GAUGES.inboxHaltedKeys, { description: "keys halted by ordered subscriptions with poison 'halt' (resume them)" });
+  const callback = async (result: ObservableResult): Promise<void> => {
+    let keys;
+    try {
+      keys = await inbox.listHalted({ limit: 100_000 });
+    } catch (error) {
+      logger.warn('inbox halts for metrics failed', { error: describeError(error) });
+      return;
+    }
+    const perConsumer = new Map<string, number>();
+    for (const key of keys) perConsumer.set(key.consumer, (perConsumer.get(key.consumer) ?? 0) + 1);
+    for (const [consumer, count] of perConsumer) result.observe(count, { ...attributes, consumer });
+  };
+  halted.addCallback(callback);
+  return () => halted.removeCallback(callback);
 }
 
 /**

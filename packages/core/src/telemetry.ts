@@ -129,6 +129,8 @@ export class Instruments {
   readonly deadLettered: CountingCounter;
   readonly duplicates: CountingCounter;
   readonly haltedKeys: CountingCounter;
+  /** Keys an ordered subscription halted (`poison: 'halt'`); counted in the snapshot's `haltedKeys` too. */
+  readonly consumerHaltedKeys: CountingCounter;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
     const counter = (name: string, description: string) => new CountingCounter(meter.createCounter(name, { description }));
@@ -140,6 +142,7 @@ export class Instruments {
     this.deadLettered = counter('courier.dead_lettered', 'messages dead-lettered by the relay or a consumer');
     this.duplicates = counter('courier.consumer.duplicates', 'redeliveries suppressed by the inbox');
     this.haltedKeys = counter('courier.relay.halted_keys', 'keys halted by the poison-head policy');
+    this.consumerHaltedKeys = counter('courier.consumer.halted_keys', "keys an ordered subscription halted (poison 'halt')");
   }
 
   /** Totals since this bus was created. */
@@ -155,7 +158,7 @@ export class Instruments {
       retries: this.retries.total,
       deadLettered: this.deadLettered.total,
       duplicates: this.duplicates.total,
-      haltedKeys: this.haltedKeys.total,
+      haltedKeys: this.haltedKeys.total + this.consumerHaltedKeys.total,
     };
   }
 }

@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, newMessageId, observeDeadLetters, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -209,5 +209,27 @@ describe('duration histograms', () => {
     expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
     expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
     expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
+  });
+});
+
+describe('inbox halted-keys gauge', () => {
+  it("counts a consumer's halted keys at collection time, and reports nothing when listing fails", async () => {
+    const { meter, read } = sdk();
+    const inbox = new InMemoryInboxStore({ database: new InMemoryDatabase() });
+    const envelope = (key: string) => ({
+      messageId: `m-${key}`, type: Placed.type, version: 1, topic: Placed.topic, occurredAt: new Date().toISOString(), key,
+      correlationId: `m-${key}`, causationId: null, traceparent: null, tracestate: null, headers: {}, payload: '{}',
+    });
+    const stop = observeInboxHalts(inbox, { meter });
+    expect((await read())[OPERATOR_GAUGES.inboxHaltedKeys]).toBeUndefined();
+    await inbox.halt('billing', Placed.topic, 'a', envelope('a'), 'E');
+    await inbox.halt('billing', Placed.topic, 'b', envelope('b'), 'E');
+    expect((await read())[OPERATOR_GAUGES.inboxHaltedKeys]).toBe(2);
+    stop();
+    // A fresh SDK: the cumulative exporter keeps a gauge's last point.
+    const other = sdk();
+    const failing = observeInboxHalts({ listHalted: async () => Promise.reject(new Error('database away')) }, { meter: other.meter });
+    expect((await other.read())[OPERATOR_GAUGES.inboxHaltedKeys]).toBeUndefined();
+    failing();
   });
 });

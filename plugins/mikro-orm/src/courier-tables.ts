@@ -28,6 +28,12 @@ export interface CourierTableNames {
   readonly inbox: string;
   /** Handler start counts (crash-loop detection). */
   readonly inboxStarts: string;
+  /** Halted ordered keys of inbox consumers (`poison: 'halt'`), with their heads. */
+  readonly inboxHalts: string;
+  /** Messages held behind an inbox halt. */
+  readonly inboxHeld: string;
+  /** Heads parked by resuming an inbox halt with `park`. */
+  readonly inboxParked: string;
   /** Key/value rows: the schema version and, where there is no sequence object, the lease token counter. */
   readonly meta: string;
   /** MySQL/MariaDB: fixed lock rows, one per key bucket, taken to serialise appends of one key. */
@@ -67,6 +73,9 @@ export function resolveTableNames(config: CourierTablesConfig = {}): CourierTabl
     outbox: `${prefix}outbox`,
     inbox: `${prefix}inbox`,
     inboxStarts: `${prefix}inbox_starts`,
+    inboxHalts: `${prefix}inbox_halts`,
+    inboxHeld: `${prefix}inbox_held`,
+    inboxParked: `${prefix}inbox_parked`,
     meta: `${prefix}meta`,
     outboxLocks: `${prefix}outbox_locks`,
     tokenSequence: `${prefix}outbox_token_seq`,

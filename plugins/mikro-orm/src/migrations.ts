@@ -27,7 +27,8 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * over a schema made by `ensureSchema()` is harmless; names are unique per table prefix,
  * so two Courier schemas (two prefixes) can live in one migrator. v1 creates the tables at
  * the current version, v2 upgrades tables created by an older release (MySQL/MariaDB: the
- * id columns become binary, compared byte for byte). `down` of v1 drops the tables.
+ * id columns become binary, compared byte for byte), v3 adds the inbox halt tables
+ * (`poison: 'halt'`). `down` of v1 drops the tables; `down` of v3 drops the halt tables.
  */
 export function courierMigrations(config: CourierMigrationsConfig = {}): CourierMigration[] {
   const names = resolveTableNames(config);
@@ -61,9 +62,29 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     }
   }
 
+  // Adds the inbox halt tables to a schema at version 2 (a no-op where v1 or v2 already
+  // brought it to the current version: both upgrade to the latest).
+  class CourierSchemaV3 extends Migration {
+    override async up(): Promise<void> {
+      const dialect = dialectFor(this);
+      const rows = await this.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
+      const version = Number(rows[0]?.['value'] ?? 0);
+      for (const statement of upgradeSql(dialect, version)) this.addSql(statement);
+    }
+
+    override down(): void {
+      const dialect = dialectFor(this);
+      this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxHalts')}`);
+      this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxHeld')}`);
+      this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxParked')}`);
+      this.addSql(`UPDATE ${dialect.table('meta')} SET value = 2 WHERE name = 'schema_version' AND value > 2`);
+    }
+  }
+
   return [
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
+    { name: `Courier_${names.prefix}v3`, class: CourierSchemaV3 },
   ];
 }
 

@@ -2,7 +2,7 @@
 import { ConfigError, StorageError } from '@courier/core';
 import { Migrator } from '@mikro-orm/migrations';
 import { afterEach, describe, expect, it } from 'vitest';
-import { courierMigrations } from '../src/migrations.js';
+import { courierMigrations, courierSchemaAdmin } from '../src/migrations.js';
 import { MikroOrmInboxStore, MikroOrmOutboxStore, resolveTableNames } from '../src/index.js';
 import { createMikroOrmFixture, FIXTURE_DIALECTS, type MikroOrmFixture } from './support/fixture.js';
 import { claimAll, envelope, idsOf, testId } from './support/helpers.js';
@@ -37,11 +37,29 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     expect(idsOf(await claimAll(f))).toEqual([]);
   });
 
+  it('a schema at version 2 is refused until upgraded; the upgrade (schema admin, as `courier migrate` runs it) adds the inbox halt tables', async () => {
+    const f = await fixtureFor(dialect);
+    const names = resolveTableNames({ tablePrefix: f.tablePrefix });
+    for (const table of [names.inboxHalts, names.inboxHeld, names.inboxParked]) await f.sql(`DROP TABLE ${f.table(table.slice(f.tablePrefix.length))}`);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 2 WHERE name = 'schema_version'`);
+    const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
+    expect(await admin.status()).toEqual({ current: 2, target: 3 });
+    const pending = await admin.pendingSql();
+    expect(pending.some((sql) => sql.includes(names.inboxHalts))).toBe(true);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 3/);
+    await admin.apply();
+    expect(await admin.pendingSql()).toEqual([]);
+    const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
+    expect(await inbox.halt('c', 'topic', 'k', envelope(f.tablePrefix, 'k'), 'E: x')).toBe('halted');
+    expect((await inbox.listHalted()).map((halt) => halt.key)).toEqual(['k']);
+    await inbox.close();
+  });
+
   it('an outdated or newer schema version is reported instead of failing later', async () => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 2/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 3/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -71,7 +89,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
@@ -106,7 +124,7 @@ describe('names', () => {
     const inbox = new MikroOrmInboxStore({ orm: f.orm, schema: id });
     await outbox.ensureSchema();
     const rows = await f.sql(`SELECT table_name FROM information_schema.tables WHERE table_schema = ? ORDER BY table_name`, [id]);
-    expect(rows.map((row) => row['table_name'])).toEqual(['courier_inbox', 'courier_inbox_starts', 'courier_meta', 'courier_outbox']);
+    expect(rows.map((row) => row['table_name'])).toEqual(['courier_inbox', 'courier_inbox_halts', 'courier_inbox_held', 'courier_inbox_parked', 'courier_inbox_starts', 'courier_meta', 'courier_outbox']);
     const message = envelope(id, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
     expect(idsOf(await outbox.claim({ owner: 'r', limit: 10, leaseMs: 10_000, perKey: 1 }))).toEqual([message.messageId]);

@@ -2,6 +2,7 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { haltSql } from './inbox-halts-sql.js';
 import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
@@ -123,6 +124,7 @@ export class MySqlDialect implements SqlDialect {
         PRIMARY KEY (message_id, consumer),
         KEY ${this.quote(`${n.inboxStarts}_updated_ix`)} (updated_at)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+      ...haltSql(this, n.prefix).schema(),
       `CREATE TABLE IF NOT EXISTS ${this.table('meta')} (
         name VARCHAR(64) ${ascii} NOT NULL PRIMARY KEY,
         value BIGINT NOT NULL
@@ -132,7 +134,9 @@ export class MySqlDialect implements SqlDialect {
   }
 
   upgradeStatements(from: number): string[] {
-    if (from >= 2) return [];
+    // Version 2 -> 3: the inbox halt tables.
+    const halts = from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
+    if (from >= 2) return halts;
     const modify = (columns: readonly (keyof typeof ID_COLUMNS)[], nullable: readonly string[] = []) =>
       columns.map((column) => `MODIFY ${column} ${ID_COLUMNS[column]} ${nullable.includes(column) ? 'NULL' : 'NOT NULL'}`).join(', ');
     // Version 1 -> 2: the id columns become binary. Converting a utf8mb4 column to VARBINARY
@@ -142,11 +146,12 @@ export class MySqlDialect implements SqlDialect {
       `ALTER TABLE ${this.table('outbox')} ${modify(['message_id', 'topic', 'msg_key'], ['msg_key'])}`,
       `ALTER TABLE ${this.table('inbox')} ${modify(['message_id', 'consumer'])}`,
       `ALTER TABLE ${this.table('inboxStarts')} ${modify(['message_id', 'consumer'])}`,
+      ...halts,
     ];
   }
 
   dropStatements(): string[] {
-    return (['outbox', 'outboxLocks', 'inbox', 'inboxStarts', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
+    return (['outbox', 'outboxLocks', 'inbox', 'inboxStarts', 'inboxHalts', 'inboxHeld', 'inboxParked', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
   }
 
   async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {

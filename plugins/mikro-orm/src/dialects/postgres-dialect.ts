@@ -1,6 +1,7 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { haltSql } from './inbox-halts-sql.js';
 import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
@@ -103,13 +104,20 @@ export class PostgresDialect implements SqlDialect {
         PRIMARY KEY (message_id, consumer)
       )`,
       `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inboxStarts}_updated_ix`)} ON ${starts} (updated_at)`,
+      ...haltSql(this, n.prefix).schema(),
       `CREATE TABLE IF NOT EXISTS ${meta} (name varchar(64) PRIMARY KEY, value bigint NOT NULL)`,
       `INSERT INTO ${meta} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}) ON CONFLICT (name) DO NOTHING`,
     ];
   }
 
+  upgradeStatements(from: number): string[] {
+    // Version 2 -> 3: the inbox halt tables. 1 -> 2 changed nothing here.
+    return from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
+  }
+
   dropStatements(): string[] {
     return [
+      ...haltSql(this, this.#names.prefix).drop(),
       `DROP TABLE IF EXISTS ${this.table('outbox')}`,
       `DROP SEQUENCE IF EXISTS ${this.table('tokenSequence')}`,
       `DROP TABLE IF EXISTS ${this.table('inbox')}`,

@@ -8,8 +8,9 @@ export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
 /**
  * The schema version this release writes and expects in the meta table.
  * 2: MySQL/MariaDB id columns compare byte for byte (no PAD SPACE); elsewhere unchanged.
+ * 3: the inbox halt tables (`inbox_halts`, `inbox_held`, `inbox_parked`; see `inbox-halts-sql.ts`).
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -129,7 +130,7 @@ export interface SqlDialect {
 }
 
 /** The Courier objects a dialect can name. */
-export type CourierObject = 'outbox' | 'inbox' | 'inboxStarts' | 'meta' | 'outboxLocks' | 'tokenSequence';
+export type CourierObject = 'outbox' | 'inbox' | 'inboxStarts' | 'inboxHalts' | 'inboxHeld' | 'inboxParked' | 'meta' | 'outboxLocks' | 'tokenSequence';
 
 /** Context every dialect is built with. */
 export interface DialectContext {

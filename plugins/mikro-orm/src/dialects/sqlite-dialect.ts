@@ -2,6 +2,7 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
+import { haltSql } from './inbox-halts-sql.js';
 import { completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // How long a store statement waits for another connection's write lock before SQLITE_BUSY.
@@ -132,13 +133,19 @@ export class SqliteDialect implements SqlDialect {
         PRIMARY KEY (message_id, consumer)
       )`,
       `CREATE INDEX IF NOT EXISTS ${this.quote(`${n.inboxStarts}_updated_ix`)} ON ${this.table('inboxStarts')} (updated_at)`,
+      ...haltSql(this, n.prefix).schema(),
       `CREATE TABLE IF NOT EXISTS ${this.table('meta')} (name TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)`,
       `INSERT OR IGNORE INTO ${this.table('meta')} (name, value) VALUES ('schema_version', ${SCHEMA_VERSION}), ('lease_token', 0)`,
     ];
   }
 
+  upgradeStatements(from: number): string[] {
+    // Version 2 -> 3: the inbox halt tables. 1 -> 2 changed nothing here.
+    return from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
+  }
+
   dropStatements(): string[] {
-    return (['outbox', 'inbox', 'inboxStarts', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
+    return (['outbox', 'inbox', 'inboxStarts', 'inboxHalts', 'inboxHeld', 'inboxParked', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
   }
 
   async lockKeys(runner: SqlRunner, trx: Transaction): Promise<void> {

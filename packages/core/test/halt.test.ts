@@ -1,0 +1,253 @@
+import { describe, expect, it } from 'vitest';
+import {
+  ConfigError,
+  InMemoryBroker,
+  TransportError,
+  InMemoryDatabase,
+  InMemoryInboxStore,
+  InMemoryOutboxStore,
+  UnrecoverableError,
+  createBus,
+  defineMessage,
+  newMessageId,
+  type Envelope,
+  type InMemoryTransaction,
+  type InboxStore,
+  type Transport,
+} from '@courier/core';
+import { eventually } from './support/harness.js';
+
+const Moved = defineMessage('ledger.Moved', { version: 1 });
+
+function envelope(messageId: string, key: string | null): Envelope {
+  return {
+    messageId,
+    type: Moved.type,
+    version: 1,
+    topic: Moved.topic,
+    occurredAt: new Date().toISOString(),
+    key,
+    correlationId: messageId,
+    causationId: null,
+    traceparent: null,
+    tracestate: null,
+    headers: {},
+    payload: '{}',
+  };
+}
+
+/** A bus with one ordered `halt` subscription whose handler fails for the messages in `broken`, recording applied ids in commit order. */
+async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> } = {}) {
+  const database = new InMemoryDatabase();
+  const broker = new InMemoryBroker();
+  const connection = broker.connect();
+  const inbox = new InMemoryInboxStore({ database });
+  const lose = options.loseAckOf;
+  // The first ack of a message in `loseAckOf` fails as a dropped connection would: the
+  // broker redelivers it, after the consumer's work (here: halting the key) committed.
+  const transport: Transport = lose
+    ? {
+        capabilities: connection.capabilities,
+        deadLetters: connection.deadLetters,
+        publish: (messages, publishOptions) => connection.publish(messages, publishOptions),
+        close: () => connection.close(),
+        subscribe: (endpoint, handler) =>
+          connection.subscribe(endpoint, (delivery) =>
+            handler({
+              envelope: delivery.envelope,
+              attempt: delivery.attempt,
+              redelivered: delivery.redelivered,
+              ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+              ack: async () => {
+                if (lose.delete(delivery.envelope.messageId)) throw new TransportError('connection lost before the ack');
+                return delivery.ack();
+              },
+              retry: (delayMs, reason) => delivery.retry(delayMs, reason),
+              deadLetter: (reason) => delivery.deadLetter(reason),
+            }),
+          ),
+      }
+    : connection;
+  const bus = createBus({
+    outbox: new InMemoryOutboxStore({ database }),
+    inbox,
+    transport,
+    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } },
+  });
+  const broken = new Set<string>();
+  const failing = new Set<string>();
+  const applied: string[] = [];
+  const runs: string[] = [];
+  bus.subscribe(
+    'ledger',
+    Moved,
+    async (message, context) => {
+      runs.push(message.messageId);
+      if (broken.has(message.messageId)) throw new UnrecoverableError(`broken ${message.messageId}`);
+      if (failing.has(message.messageId)) throw new Error(`failing ${message.messageId}`);
+      context.tx.onCommit(() => applied.push(message.messageId));
+    },
+    { ordered: true, poison: 'halt', retry: { maxAttempts: options.maxAttempts ?? 2, initialDelayMs: 1, maxDelayMs: 1 } },
+  );
+  await bus.start();
+  const ids = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => `${prefix}-${i + 1}-${newMessageId()}`);
+  return {
+    bus,
+    inbox,
+    connection,
+    broken,
+    failing,
+    applied,
+    runs,
+    ids,
+    publish: (key: string | null, messageIds: readonly string[]) => connection.publish(messageIds.map((id) => envelope(id, key))),
+    async [Symbol.asyncDispose]() {
+      await bus.stop();
+      await broker.close();
+    },
+  };
+}
+
+describe("poison 'halt' for ordered subscriptions: configuration", () => {
+  const database = new InMemoryDatabase();
+  const transport = new InMemoryBroker().connect();
+
+  it("is refused on an unordered subscription, naming the fix", () => {
+    const bus = createBus({ outbox: new InMemoryOutboxStore({ database }), inbox: new InMemoryInboxStore({ database }), transport });
+    expect(() => bus.subscribe('c', Moved, async () => {}, { poison: 'halt' })).toThrow(/ordered subscriptions only/);
+    expect(() => bus.subscribe('d', Moved, async () => {}, { poison: 'bury' as 'park' })).toThrow(ConfigError);
+  });
+
+  it('is refused when the inbox store has no halts, naming the capability', () => {
+    const full = new InMemoryInboxStore({ database });
+    // An inbox store with only the base members (as a store without the capability is).
+    const bare: InboxStore<InMemoryTransaction> = {
+      run: (id, consumer, work, options) => full.run(id, consumer, work, options),
+      recordStart: (id, consumer) => full.recordStart(id, consumer),
+      forget: (id, consumer) => full.forget(id, consumer),
+      prune: (ms) => full.prune(ms),
+    };
+    const bus = createBus({ outbox: new InMemoryOutboxStore({ database }), inbox: bare, transport });
+    expect(() => bus.subscribe('c', Moved, async () => {}, { ordered: true, poison: 'halt' })).toThrow(/InboxHalts/);
+    // 'park' (the default) needs nothing.
+    expect(() => bus.subscribe('c', Moved, async () => {}, { ordered: true, poison: 'park' })).not.toThrow();
+  });
+});
+
+describe("poison 'halt' for ordered subscriptions: behaviour", () => {
+  it('halts the key at a poison head: later messages of the key are held, not applied, while other keys flow', async () => {
+    await using h = await haltBus();
+    const [a1, a2, a3] = h.ids('a', 3) as [string, string, string];
+    const [b1] = h.ids('b', 1) as [string];
+    h.broken.add(a1);
+    await h.publish('a', [a1, a2, a3]);
+    await h.publish('b', [b1]);
+    await eventually(async () => expect((await h.inbox.listHalted({ consumer: 'ledger' }))[0]?.held).toBe(2));
+    await eventually(() => expect(h.applied).toEqual([b1]));
+    const [halt] = await h.inbox.listHalted({ consumer: 'ledger' });
+    expect(halt).toMatchObject({ consumer: 'ledger', topic: Moved.topic, key: 'a', resumed: null, held: 2 });
+    expect(halt!.head!.envelope.messageId).toBe(a1);
+    expect(halt!.head!.error).toContain('broken');
+    // Nothing of the key was dead-lettered or applied, and a2, a3 never ran.
+    expect(await h.connection.deadLetters.list('ledger')).toEqual([]);
+    expect(h.runs.filter((id) => id === a2 || id === a3)).toEqual([]);
+    expect(h.bus.health().counters.deadLettered).toBe(0);
+    expect(h.bus.health().counters.haltedKeys).toBe(1);
+    // A message of the key arriving later is held too.
+    const [a4] = h.ids('a4', 1) as [string];
+    await h.publish('a', [a4]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(3));
+    expect(h.applied).toEqual([b1]);
+  });
+
+  it("resume 'retry': the head runs again, then the held messages in order, once each; the halt is lifted", async () => {
+    await using h = await haltBus();
+    const [a1, a2, a3] = h.ids('a', 3) as [string, string, string];
+    h.broken.add(a1);
+    await h.publish('a', [a1, a2, a3]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    h.broken.delete(a1);
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+    // A second resume of the same halt changes nothing.
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(0);
+    await eventually(() => expect(h.applied).toEqual([a1, a2, a3]));
+    await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
+    // After the lift the key flows live again.
+    const [a4] = h.ids('a4', 1) as [string];
+    await h.publish('a', [a4]);
+    await eventually(() => expect(h.applied).toEqual([a1, a2, a3, a4]));
+    expect(await h.inbox.listParked()).toEqual([]);
+  });
+
+  it("resume 'park': the head is parked (listed, recorded dead), the held messages are applied in order; a later copy of the head is a duplicate", async () => {
+    await using h = await haltBus();
+    const [a1, a2, a3] = h.ids('a', 3) as [string, string, string];
+    h.broken.add(a1);
+    await h.publish('a', [a1, a2, a3]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'park')).toBe(1);
+    await eventually(() => expect(h.applied).toEqual([a2, a3]));
+    await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
+    const parked = await h.inbox.listParked({ consumer: 'ledger' });
+    expect(parked.map((entry) => entry.envelope.messageId)).toEqual([a1]);
+    expect(parked[0]!.error).toContain('broken');
+    const runsOfHead = h.runs.filter((id) => id === a1).length;
+    await h.publish('a', [a1]);
+    await eventually(() => expect(h.bus.health().counters.duplicates).toBeGreaterThanOrEqual(1));
+    expect(h.runs.filter((id) => id === a1).length).toBe(runsOfHead);
+  });
+
+  it('a held message that fails while draining halts the key again, at that message; a retry resume then finishes the key', async () => {
+    await using h = await haltBus();
+    const [a1, a2, a3] = h.ids('a', 3) as [string, string, string];
+    h.broken.add(a1);
+    h.broken.add(a2);
+    await h.publish('a', [a1, a2, a3]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    h.broken.delete(a1);
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(async () => expect((await h.inbox.listHalted())[0]).toMatchObject({ resumed: null, held: 1, head: { envelope: { messageId: a2 } } }));
+    expect(h.applied).toEqual([a1]);
+    h.broken.delete(a2);
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(() => expect(h.applied).toEqual([a1, a2, a3]));
+    await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
+  });
+
+  it('attempts exhausted halt the key as poison does; a message without a key is dead-lettered as under park', async () => {
+    await using h = await haltBus({ maxAttempts: 2 });
+    const [a1, a2] = h.ids('a', 2) as [string, string];
+    const [n1] = h.ids('n', 1) as [string];
+    // A plain Error (retriable) fails both attempts.
+    h.failing.add(a1);
+    h.broken.add(n1);
+    await h.publish('a', [a1, a2]);
+    await h.publish(null, [n1]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(1));
+    const [halt] = await h.inbox.listHalted();
+    expect(halt!.head!.error).toMatch(/ATTEMPTS_EXHAUSTED: 2 attempts/);
+    expect(h.runs.filter((id) => id === a1)).toHaveLength(2);
+    await eventually(async () => expect((await h.connection.deadLetters.list('ledger')).map((letter) => letter.envelope.messageId)).toEqual([n1]));
+  });
+});
+
+describe("poison 'halt': a lost ack after the halt committed", () => {
+  it('the head redelivered behind its own halt is held, and applied once when the key is resumed', async () => {
+    const lose = new Set<string>();
+    await using h = await haltBus({ loseAckOf: lose });
+    const [a1, a2] = h.ids('a', 2) as [string, string];
+    h.broken.add(a1);
+    lose.add(a1);
+    await h.publish('a', [a1, a2]);
+    // The head's ack after halting was lost: its redelivery meets the halt it made.
+    await eventually(async () => expect(lose.size).toBe(0));
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    const [halt] = await h.inbox.listHalted();
+    expect(halt!.head!.envelope.messageId).toBe(a1);
+    h.broken.delete(a1);
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(() => expect(h.applied).toEqual([a1, a2]));
+    await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
+    expect(h.applied).toEqual([a1, a2]);
+  });
+});
