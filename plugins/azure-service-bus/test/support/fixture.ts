@@ -14,7 +14,7 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
   // Dead letters are per subscription: the checks (in the process that runs the stand-in)
   // read those of every topic this test created, whichever process published or subscribed.
   const topics = () => (server?.topicNames() ?? []).filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length));
-  const entries = new Map<Transport, { proxy: TcpProxy; client: ServiceBusClient; killed: boolean }>();
+  const entries = new Map<Transport, { proxy: TcpProxy; killed: boolean }>();
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
   let duplicates = 0;
   let duplicating = false;
@@ -23,7 +23,8 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     const proxy = await TcpProxy.create(target);
     await proxy.open();
     // Short SDK retries: an outage must surface within the suite's waits, not after minutes.
-    const client = new ServiceBusClient(standInConnectionString(proxy.port), { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: 3_000 } });
+    // A factory: the transport replaces its client after a lost connection.
+    const client = () => new ServiceBusClient(standInConnectionString(proxy.port), { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: 3_000 } });
     const transport = new ServiceBusTransport({
       client,
       sessions: true,
@@ -36,7 +37,7 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
         rejecting?.(envelope) ? `${REFUSED_ID_PREFIX}${envelope.messageId}` : duplicating ? `${envelope.messageId}#dup-${(duplicates += 1)}` : envelope.messageId,
       ...extra,
     });
-    entries.set(transport, { proxy, client, killed: false });
+    entries.set(transport, { proxy, killed: false });
     return transport;
   };
 
@@ -51,13 +52,18 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
       entry.killed = true;
       // Cut the socket as a crash would: nothing settled, nothing closed AMQP-wise.
       await entry.proxy.close();
+      // The transport closes the clients it made.
       void victim.close().catch(() => undefined);
-      void entry.client.close().catch(() => undefined);
     },
-    // No `outage`: after a cut connection, @azure/service-bus 7.9.5 re-opened its links only
-    // after its 60 s operation timeout when a link was being attached at the moment of the cut
-    // (seen against the stand-in, whatever retryOptions said), longer than the suite's waits.
-    // The outage case and the bus suite's broker-restart are skipped, saying so.
+    // Cuts every connection of this fixture's clients and refuses new ones until `end`.
+    outage: {
+      begin: async () => {
+        await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy.close()));
+      },
+      end: async () => {
+        await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy.open()));
+      },
+    },
     rejectPublish: async (predicate) => {
       rejecting = predicate;
     },
@@ -74,7 +80,7 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     },
     close: async () => {
       // A killed transport's close may wait on a handler the test never settles: not awaited.
-      await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t, entry]) => t.close().then(() => entry.client.close()).catch(() => undefined)));
+      await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t, entry]) => t.close().catch(() => undefined)));
       await Promise.all([...entries.values()].map((entry) => entry.proxy.close()));
     },
   };
