@@ -1,6 +1,5 @@
 // The stand-in held to the Service Bus behaviour it claims, through the real, unmodified
 // @azure/service-bus client. Each case names the Microsoft documentation page it follows.
-// (Running these against a real namespace is not wired yet: see the plugin README.)
 import { isServiceBusError, ServiceBusClient, type ServiceBusReceivedMessage } from '@azure/service-bus';
 import { eventually, uniqueId } from '@courier/conformance';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -246,6 +245,36 @@ describe('Service Bus stand-in', () => {
     expect(got).toEqual([...Array.from({ length: 5 }, (_, index) => `a${index}`), ...Array.from({ length: 5 }, (_, index) => `b${index}`)]);
     await first.renewSessionLock();
     await Promise.all([first.close(), second.close(), sender.close()]);
+  });
+
+  it(`acceptNextSession waits for a session with messages until the client's timeout, then fails with ServiceTimeout (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusclient.acceptnextsessionasync)`, async () => {
+    const queue = `${uniqueId()}-sessions`;
+    // The SDK sends its operation timeout as the link's com.microsoft:timeout: the broker waits that long.
+    const waiting = new ServiceBusClient(server.connectionString, { retryOptions: { maxRetries: 0, timeoutInMs: 1_500 } });
+    const sender = client.createSender(queue);
+    try {
+      const emptyFrom = Date.now();
+      const failure = await waiting.acceptNextSession(queue).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(isServiceBusError(failure) && failure.code, String(failure)).toBe('ServiceTimeout');
+      expect(Date.now() - emptyFrom, 'refused without waiting for a session').toBeGreaterThanOrEqual(1_000);
+      const from = Date.now();
+      const accepting = waiting.acceptNextSession(queue);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      await sender.sendMessages({ messageId: 'late', sessionId: 'late-session', body: 'x' });
+      const receiver = await accepting;
+      expect(receiver.sessionId).toBe('late-session');
+      expect(Date.now() - from).toBeGreaterThanOrEqual(350);
+      const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+      expect(message?.messageId).toBe('late');
+      await receiver.completeMessage(message!);
+      await receiver.close();
+    } finally {
+      await sender.close();
+      await waiting.close();
+    }
   });
 
   it(`scheduled messages stay invisible until their ScheduledEnqueueTimeUtc (${DOCS}/message-sequencing#scheduled-messages)`, async () => {
