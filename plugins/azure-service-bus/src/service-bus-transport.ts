@@ -138,7 +138,10 @@ export function toTransportError(caught: unknown, what: string): CourierError {
  * `courier-attempt` application property (the broker's deliveryCount also counts crash
  * redeliveries). `retry` waits in place with the lock renewed, then abandons with the
  * attempt raised; `deadLetter` uses the subscription's dead-letter sub-queue with reason
- * and description. Ordered endpoints use sessions (see `sessions`).
+ * and description. Ordered endpoints use sessions (see `sessions`). Given a factory as
+ * `client`, a lost connection replaces the client with every sender and receiver on it, so
+ * sending and receiving resume as soon as the broker answers again; until then `publish`
+ * rejects retriably.
  */
 export class ServiceBusTransport implements Transport {
   readonly capabilities: TransportCapabilities;

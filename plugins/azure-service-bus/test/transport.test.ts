@@ -47,6 +47,35 @@ describe('ServiceBusTransport', () => {
     expect(result?.ok).toBe(true);
   });
 
+  // A consumer-only process waits in acceptNextSession and receives: nothing of its own
+  // fails, so only the disconnect tells it the client must go. (This guards the path; it is
+  // not the proof of the fix: without the replacement it passed too, the SDK's 60 s wait
+  // showing only when a link was being attached at the moment of the cut — the transport
+  // suite's outage case is the one that failed before.)
+  it.skipIf(skipOnRealNamespace('the outage cuts the fixture\'s proxies'))('an ordered consumer cut off mid-wait receives again promptly once the broker is back (its client replaced)', async () => {
+    const { fixture } = await fixtureFor();
+    const topic = 'orders.placed';
+    const seen: string[] = [];
+    const consumer = await fixture.connect();
+    await consumer.subscribe({ consumer: 'ordered-outage', topics: [topic], ordered: true, concurrency: 2 }, async (delivery: Delivery) => {
+      seen.push(delivery.envelope.messageId);
+      await delivery.ack();
+    });
+    const before = makeEnvelope({ topic, key: 'k' });
+    expect((await fixture.transport.publish([before]))[0]?.ok).toBe(true);
+    await eventually(() => expect(seen).toContain(before.messageId), { timeoutMs: 10_000 });
+    await fixture.outage!.begin();
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await fixture.outage!.end();
+    const endedAt = Date.now();
+    const after = makeEnvelope({ topic, key: 'k' });
+    await eventually(async () => expect((await fixture.transport.publish([after]))[0]?.ok).toBe(true), { timeoutMs: 20_000, intervalMs: 200 });
+    await eventually(() => expect(seen).toContain(after.messageId), { timeoutMs: 20_000 });
+    const took = Date.now() - endedAt;
+    console.log(`[azure-service-bus] published and received ${took} ms after the outage ended`);
+    expect(took, 'recovery took about the SDK\'s 60 s operation timeout').toBeLessThan(20_000);
+  }, 90_000);
+
   it('a handler running for several lock durations keeps its lock (renewed), so no other consumer gets the message meanwhile', async () => {
     const { fixture } = await fixtureFor();
     const topic = 'orders.placed';
