@@ -39,6 +39,11 @@ function fakeAdmin() {
       if (!found) throw missing();
       return { requiresSession: Boolean(found.options['requiresSession']) };
     },
+    deleteSubscription: async (topic: string, name: string) => {
+      calls.push(`deleteSubscription ${topic}/${name}`);
+      topics.get(topic)?.subscriptions.delete(name);
+      return {};
+    },
     deleteTopic: async (name: string) => {
       calls.push(`deleteTopic ${name}`);
       if (!topics.delete(name)) throw missing();
@@ -100,7 +105,7 @@ describe('real-namespace provisioning', () => {
     expect(calls).toEqual(['createTopic t3.orders']);
   });
 
-  it('cleanup deletes only what it created (topics take their subscriptions along) and reports what it could not delete', async () => {
+  it('cleanup deletes only what it created (topics take their subscriptions along; a subscription on a topic it did not create goes alone) and reports what it could not delete', async () => {
     const { admin, topics, queues, calls } = fakeAdmin();
     await admin.createTopic('shared', {});
     const provisioner = new Provisioner(admin, needs);
@@ -109,9 +114,10 @@ describe('real-namespace provisioning', () => {
     await provisioner.ensureQueue('t4-sessions', true, false);
     topics.delete('t4.orders'); // gone already (auto-delete-on-idle, say)
     const failures = await provisioner.cleanup();
-    expect(calls.filter((call) => call.startsWith('delete'))).toEqual(['deleteTopic t4.orders', 'deleteQueue t4-sessions']);
+    expect(calls.filter((call) => call.startsWith('delete'))).toEqual(['deleteSubscription shared/mine', 'deleteTopic t4.orders', 'deleteQueue t4-sessions']);
     expect(failures).toEqual([expect.stringContaining('topic t4.orders')]);
     expect(topics.has('shared')).toBe(true);
+    expect(topics.get('shared')!.subscriptions.size).toBe(0);
     expect(queues.size).toBe(0);
   });
 });

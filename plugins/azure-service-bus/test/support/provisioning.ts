@@ -7,7 +7,7 @@ import type { CreateQueueOptions, CreateSubscriptionOptions, CreateTopicOptions,
 /** The administration calls the provisioner makes (a ServiceBusAdministrationClient, or a fake). */
 export type AdministrationPort = Pick<
   ServiceBusAdministrationClient,
-  'topicExists' | 'createTopic' | 'subscriptionExists' | 'createSubscription' | 'getSubscription' | 'deleteTopic' | 'queueExists' | 'createQueue' | 'getQueue' | 'deleteQueue'
+  'topicExists' | 'createTopic' | 'subscriptionExists' | 'createSubscription' | 'getSubscription' | 'deleteSubscription' | 'deleteTopic' | 'queueExists' | 'createQueue' | 'getQueue' | 'deleteQueue'
 >;
 
 /** Service Bus accepts lock durations from 5 s to 5 min. */
@@ -53,6 +53,8 @@ export class Provisioner {
   readonly #pending = new Map<string, Promise<void>>();
   readonly #createdTopics = new Set<string>();
   readonly #createdQueues = new Set<string>();
+  /** Subscriptions created on topics this provisioner did not create (deleting a topic takes its own along). */
+  readonly #createdSubscriptions = new Set<string>();
 
   constructor(
     private readonly admin: AdministrationPort,
@@ -112,6 +114,7 @@ export class Provisioner {
       if (!(await this.admin.subscriptionExists(topic, subscription))) {
         try {
           await this.admin.createSubscription(topic, subscription, this.subscriptionOptions(requiresSession));
+          if (!this.#createdTopics.has(topic)) this.#createdSubscriptions.add(`${topic}\n${subscription}`);
           return;
         } catch (error) {
           if (!isAlreadyExists(error)) throw error;
@@ -143,15 +146,18 @@ export class Provisioner {
     });
   }
 
-  /** Deletes every topic (with its subscriptions) and queue this provisioner created; reports, not throws, what it could not delete. */
+  /** Deletes every topic (with its subscriptions), queue and subscription this provisioner created; reports, not throws, what it could not delete. */
   async cleanup(): Promise<string[]> {
     const failures: string[] = [];
     const topics = [...this.#createdTopics];
     const queues = [...this.#createdQueues];
+    const subscriptions = [...this.#createdSubscriptions].map((key) => key.split('\n') as [string, string]);
+    this.#createdSubscriptions.clear();
     this.#createdTopics.clear();
     this.#createdQueues.clear();
     this.#pending.clear();
     await Promise.all([
+      ...subscriptions.map(([topic, name]) => this.admin.deleteSubscription(topic, name).catch((error: unknown) => void failures.push(`subscription ${topic}/${name}: ${String(error)}`))),
       ...topics.map((topic) => this.admin.deleteTopic(topic).catch((error: unknown) => void failures.push(`topic ${topic}: ${String(error)}`))),
       ...queues.map((queue) => this.admin.deleteQueue(queue).catch((error: unknown) => void failures.push(`queue ${queue}: ${String(error)}`))),
     ]);
