@@ -28,6 +28,7 @@ import {
   type ServiceBusSender,
   type ServiceBusSessionReceiver,
 } from '@azure/service-bus';
+import { randomUUID } from 'node:crypto';
 import Long from 'long';
 import { ClientSource } from './client-source.js';
 
@@ -600,7 +601,15 @@ class ServiceBusSubscription implements Subscription {
 
   async start(): Promise<void> {
     if (this.endpoint.ordered) {
-      // Probe one session accept per topic, so a missing entity or broker outage rejects subscribe.
+      // Lock a session of our own (empty, so nobody else's) on each topic before returning:
+      // subscribe then fails while the entity is missing or the broker away, and the
+      // subscription is known to the broker before the caller publishes (the next-session
+      // accepts below may wait, and tell nothing, until a session has messages).
+      const { client } = this.transport.source.current;
+      for (const topic of this.endpoint.topics) {
+        const probe = await client.acceptSession(this.transport.entityOf(topic), this.endpoint.consumer, `courier-probe-${randomUUID()}`, { maxAutoLockRenewalDurationInMs: 0 });
+        await probe.close().catch(() => undefined);
+      }
       for (const topic of this.endpoint.topics) {
         for (let index = 0; index < this.endpoint.concurrency; index += 1) this.#spawnSessionLoop(topic);
       }
