@@ -28,15 +28,22 @@ import {
   type ServiceBusSender,
   type ServiceBusSessionReceiver,
 } from '@azure/service-bus';
+import { randomUUID } from 'node:crypto';
 import Long from 'long';
+import { ClientSource } from './client-source.js';
 
 /** Configuration of {@link ServiceBusTransport}. */
 export interface ServiceBusTransportConfig {
   /**
-   * The user's client (`new ServiceBusClient(connectionString, { retryOptions })`). The
-   * transport never closes it: its owner does, after `transport.close()`.
+   * A factory of clients (`() => new ServiceBusClient(connectionString, { retryOptions })`),
+   * or your one client. With a factory the transport owns the clients it makes: after a lost
+   * connection it replaces the client (and with it every sender and receiver) at once, and
+   * closes them on `close()`. Your own client is never closed by the transport (close it
+   * after `transport.close()`), and cannot be replaced: after a cut connection
+   * `@azure/service-bus` 7.9.5 can take its 60 s operation timeout to send and receive
+   * again. Prefer the factory.
    */
-  readonly client: ServiceBusClient;
+  readonly client: ServiceBusClient | (() => ServiceBusClient);
   /**
    * Ordered endpoints read session-enabled subscriptions, and every message is sent with a
    * sessionId (its key, or its messageId when it has none). Declares `orderingByKey`.
@@ -132,7 +139,10 @@ export function toTransportError(caught: unknown, what: string): CourierError {
  * `courier-attempt` application property (the broker's deliveryCount also counts crash
  * redeliveries). `retry` waits in place with the lock renewed, then abandons with the
  * attempt raised; `deadLetter` uses the subscription's dead-letter sub-queue with reason
- * and description. Ordered endpoints use sessions (see `sessions`).
+ * and description. Ordered endpoints use sessions (see `sessions`). Given a factory as
+ * `client`, a lost connection replaces the client with every sender and receiver on it, so
+ * sending and receiving resume as soon as the broker answers again; until then `publish`
+ * rejects retriably.
  */
 export class ServiceBusTransport implements Transport {
   readonly capabilities: TransportCapabilities;
@@ -140,7 +150,8 @@ export class ServiceBusTransport implements Transport {
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
   readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
-  readonly #senders = new Map<string, ServiceBusSender>();
+  readonly #source: ClientSource;
+  readonly #senders = new Map<string, { sender: ServiceBusSender; generation: number }>();
   readonly #subscriptions = new Set<ServiceBusSubscription>();
   readonly #topics = new Set<string>();
   #closed = false;
@@ -148,7 +159,7 @@ export class ServiceBusTransport implements Transport {
 
   constructor(config: ServiceBusTransportConfig) {
     const problems: string[] = [];
-    if (!config?.client || typeof config.client.createSender !== 'function') problems.push("'client' must be a ServiceBusClient");
+    if (!config?.client || (typeof config.client !== 'function' && typeof config.client.createSender !== 'function')) problems.push("'client' must be a ServiceBusClient or a function that makes one");
     const prefix = config?.prefix ?? '';
     if (!NAME_PATTERN.test(prefix)) problems.push(`'prefix' must be up to 100 letters, digits, '.', '-' or '_', got ${JSON.stringify(prefix)}`);
     const positive = (name: string, value: number) => {
@@ -161,6 +172,7 @@ export class ServiceBusTransport implements Transport {
     const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
     positive('maxMessageBytes', maxMessageBytes);
     if (problems.length > 0) throw new ConfigError(problems);
+    this.#source = new ClientSource(config.client);
     this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
@@ -184,14 +196,27 @@ export class ServiceBusTransport implements Transport {
     return `${this.#config.prefix}${topic}`;
   }
 
-  #sender(topic: string): ServiceBusSender {
+  /** @internal The clients this transport works through (for its subscriptions). */
+  get source(): ClientSource {
+    return this.#source;
+  }
+
+  /** The sender of a topic on the current client, and that client's generation. */
+  #sender(topic: string): { sender: ServiceBusSender; generation: number } {
     const entity = this.entityOf(topic);
-    let sender = this.#senders.get(entity);
-    if (!sender || sender.isClosed) {
-      sender = this.#config.client.createSender(entity);
-      this.#senders.set(entity, sender);
+    const { client, generation } = this.#source.current;
+    let entry = this.#senders.get(entity);
+    if (!entry || entry.generation !== generation || entry.sender.isClosed) {
+      // A replaced client's senders close with it.
+      entry = { sender: client.createSender(entity), generation };
+      this.#senders.set(entity, entry);
     }
-    return sender;
+    return entry;
+  }
+
+  /** A failure that means the connection, not the message (throttling excluded): the client is replaced. */
+  #check(failure: CourierError, generation: number): void {
+    if (failure.code === 'PUBLISH_TIMEOUT' || (failure.code === 'TRANSPORT' && codeOf(failure.cause) !== 'ServiceBusy')) this.#source.lost(generation);
   }
 
   /** The Service Bus message of an envelope: native properties, the rest as application properties. */
@@ -245,12 +270,13 @@ export class ServiceBusTransport implements Transport {
       }
       const topic = pending[0]!.envelope.topic;
       this.#topics.add(topic);
-      const sender = this.#sender(topic);
+      const { sender, generation } = this.#sender(topic);
       let batch;
       try {
         batch = await this.#withTimeout((signal) => sender.createMessageBatch({ abortSignal: signal }), 'createMessageBatch');
       } catch (error) {
         const failure = toTransportError(error, `cannot open a batch on ${this.entityOf(topic)}`);
+        this.#check(failure, generation);
         if (!sentAny && isConnectivity(failure)) throw failure;
         settle(pending.splice(0), failure);
         break;
@@ -269,6 +295,7 @@ export class ServiceBusTransport implements Transport {
       }
       const failure = await this.#send(sender, batch, group.length);
       sentAny = true;
+      if (failure) this.#check(failure, generation);
       if (!failure) {
         settle(group, undefined);
         continue;
@@ -319,7 +346,7 @@ export class ServiceBusTransport implements Transport {
     if (this.#closed) throw new ClosedError('ServiceBusTransport');
     if (endpoint.ordered && !this.#config.sessions) throw new ConfigError(`consumer ${endpoint.consumer}: ordered endpoints need 'sessions: true' and session-enabled subscriptions`);
     for (const topic of endpoint.topics) this.#topics.add(topic);
-    const subscription = new ServiceBusSubscription(this, this.#config.client, endpoint, handler, this.#config.maxLockRenewalMs);
+    const subscription = new ServiceBusSubscription(this, endpoint, handler, this.#config.maxLockRenewalMs);
     this.#subscriptions.add(subscription);
     subscription.onClosed = () => this.#subscriptions.delete(subscription);
     try {
@@ -380,7 +407,7 @@ export class ServiceBusTransport implements Transport {
   }
 
   #deadReceiver(topic: string, consumer: string): ServiceBusReceiver {
-    return this.#config.client.createReceiver(this.entityOf(topic), consumer, { subQueueType: 'deadLetter', skipParsingBodyAsJson: true, maxAutoLockRenewalDurationInMs: 0 });
+    return this.#source.current.client.createReceiver(this.entityOf(topic), consumer, { subQueueType: 'deadLetter', skipParsingBodyAsJson: true, maxAutoLockRenewalDurationInMs: 0 });
   }
 
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
@@ -466,7 +493,7 @@ export class ServiceBusTransport implements Transport {
               const copy = this.toMessage(envelope, 1, { [P.replayedFor]: consumer });
               // Another broker id than the original's, so duplicate detection keeps the replay.
               copy.messageId = `${envelope.messageId}#replay-${sequence}`;
-              await this.#sender(topic).sendMessages(copy);
+              await this.#sender(topic).sender.sendMessages(copy);
             }
             await receiver.completeMessage(message);
             wanted.delete(sequence);
@@ -487,7 +514,8 @@ export class ServiceBusTransport implements Transport {
     this.#closed = true;
     this.#closing ??= (async () => {
       await Promise.all([...this.#subscriptions].map((subscription) => subscription.close()));
-      await Promise.all([...this.#senders.values()].map((sender) => sender.close().catch(() => undefined)));
+      await Promise.all([...this.#senders.values()].map(({ sender }) => sender.close().catch(() => undefined)));
+      await this.#source.close();
     })();
     return this.#closing;
   }
@@ -504,6 +532,38 @@ async function deadline<T>(promise: Promise<T>, ms: number): Promise<T> {
     return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/** Whether a failed receive or accept means the connection is gone (throttling aside): the client is replaced. */
+function lostConnection(error: unknown): boolean {
+  const failure = toTransportError(error, 'receive');
+  return (failure.code === 'TRANSPORT' || failure.code === 'PUBLISH_TIMEOUT') && codeOf(failure.cause) !== 'ServiceBusy' && codeOf(error) !== 'SessionLockLost' && codeOf(error) !== 'MessageLockLost';
+}
+
+/**
+ * Resolves as `promise` does, or rejects once `signal` aborts; a value that arrives after
+ * that is handed to `late` (say, to close a receiver nobody will use).
+ */
+async function untilAborted<T>(promise: Promise<T>, signal: AbortSignal, late: (value: T) => void): Promise<T> {
+  if (signal.aborted) {
+    void promise.then(late, () => undefined);
+    throw new Error('aborted');
+  }
+  let onAbort: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        onAbort = () => {
+          void promise.then(late, () => undefined);
+          reject(new Error('aborted'));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+      }),
+    ]);
+  } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
   }
 }
 
@@ -532,7 +592,6 @@ class ServiceBusSubscription implements Subscription {
 
   constructor(
     private readonly transport: ServiceBusTransport,
-    private readonly client: ServiceBusClient,
     private readonly endpoint: Endpoint,
     private readonly handler: DeliveryHandler,
     private readonly maxLockRenewalMs: number,
@@ -542,7 +601,15 @@ class ServiceBusSubscription implements Subscription {
 
   async start(): Promise<void> {
     if (this.endpoint.ordered) {
-      // Probe one session accept per topic, so a missing entity or broker outage rejects subscribe.
+      // Lock a session of our own (empty, so nobody else's) on each topic before returning:
+      // subscribe then fails while the entity is missing or the broker away, and the
+      // subscription is known to the broker before the caller publishes (the next-session
+      // accepts below may wait, and tell nothing, until a session has messages).
+      const { client } = this.transport.source.current;
+      for (const topic of this.endpoint.topics) {
+        const probe = await client.acceptSession(this.transport.entityOf(topic), this.endpoint.consumer, `courier-probe-${randomUUID()}`, { maxAutoLockRenewalDurationInMs: 0 });
+        await probe.close().catch(() => undefined);
+      }
       for (const topic of this.endpoint.topics) {
         for (let index = 0; index < this.endpoint.concurrency; index += 1) this.#spawnSessionLoop(topic);
       }
@@ -550,7 +617,7 @@ class ServiceBusSubscription implements Subscription {
     }
     for (const topic of this.endpoint.topics) {
       // Reaching the entity now makes subscribe fail while the broker is away.
-      const probe = this.#receiver(topic);
+      const probe = this.#receiver(this.transport.source.current.client, topic);
       try {
         await probe.peekMessages(1);
       } finally {
@@ -564,8 +631,8 @@ class ServiceBusSubscription implements Subscription {
     }
   }
 
-  #receiver(topic: string): ServiceBusReceiver {
-    return this.client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
+  #receiver(client: ServiceBusClient, topic: string): ServiceBusReceiver {
+    return client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
       receiveMode: 'peekLock',
       skipParsingBodyAsJson: true,
       maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
@@ -574,16 +641,19 @@ class ServiceBusSubscription implements Subscription {
 
   /**
    * Receives as many messages as handler slots are free and runs them. A receive that
-   * fails or hangs (the SDK can wait a minute re-opening a link after a lost connection)
-   * replaces the receiver, so delivery resumes soon after the broker is back.
+   * fails on the connection or hangs (the SDK can wait a minute re-opening a link after a
+   * lost connection) reports the client lost, so the next receiver is made on a fresh
+   * client and delivery resumes soon after the broker is back.
    */
   async #receiveLoop(topic: string): Promise<void> {
     const signal = this.#stop.signal;
     while (!signal.aborted) {
-      const receiver = this.#receiver(topic);
+      const current = this.transport.source.current;
+      const both = AbortSignal.any([signal, current.signal]);
+      const receiver = this.#receiver(current.client, topic);
       this.#receivers.add(receiver);
       try {
-        while (!signal.aborted) {
+        while (!both.aborted) {
           await this.#acquire();
           let reserved = 1;
           while (this.#slots > 0) {
@@ -592,13 +662,14 @@ class ServiceBusSubscription implements Subscription {
           }
           let messages: ServiceBusReceivedMessage[] = [];
           try {
-            messages = await deadline(receiver.receiveMessages(reserved, { maxWaitTimeInMs: 1_000, abortSignal: signal }), 10_000);
+            messages = await deadline(receiver.receiveMessages(reserved, { maxWaitTimeInMs: 1_000, abortSignal: both }), 10_000);
           } finally {
             for (let index = messages.length; index < reserved; index += 1) this.#release();
           }
           for (const message of messages) this.#track(this.#handle(receiver, message).finally(() => this.#release()));
         }
-      } catch {
+      } catch (error) {
+        if (!both.aborted && lostConnection(error)) this.transport.source.lost(current.generation);
         await sleep(250, signal);
       } finally {
         this.#receivers.delete(receiver);
@@ -696,24 +767,36 @@ class ServiceBusSubscription implements Subscription {
   async #sessionLoop(topic: string): Promise<void> {
     const signal = this.#stop.signal;
     while (!signal.aborted) {
+      const current = this.transport.source.current;
+      const both = AbortSignal.any([signal, current.signal]);
       let receiver: ServiceBusSessionReceiver;
       try {
-        receiver = await this.client.acceptNextSession(this.transport.entityOf(topic), this.endpoint.consumer, {
-          receiveMode: 'peekLock',
-          skipParsingBodyAsJson: true,
-          maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
-          abortSignal: signal,
-        });
-      } catch {
-        // No session free (or the broker is away): try again shortly.
+        // The broker holds the accept open until a session is free or the client's timeout
+        // passes; closing, or a replaced client, must not wait for that.
+        receiver = await untilAborted(
+          current.client.acceptNextSession(this.transport.entityOf(topic), this.endpoint.consumer, {
+            receiveMode: 'peekLock',
+            skipParsingBodyAsJson: true,
+            maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
+            abortSignal: both,
+          }),
+          both,
+          (late) => void late.close().catch(() => undefined),
+        );
+      } catch (error) {
+        if (both.aborted) continue;
+        // No session free within the timeout (ServiceTimeout), or the one offered was taken: ask again.
+        const code = codeOf(error);
+        if (code === 'ServiceTimeout' || code === 'SessionCannotBeLocked') continue;
+        if (lostConnection(error)) this.transport.source.lost(current.generation);
         await sleep(250, signal);
         continue;
       }
       this.#receivers.add(receiver);
       try {
-        while (!signal.aborted) {
-          const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 500 });
-          if (!message || signal.aborted) break;
+        while (!both.aborted) {
+          const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 500, abortSignal: both });
+          if (!message || both.aborted) break;
           await this.#acquire();
           let parked: ParkedRetry | undefined;
           const run = this.#deliver(receiver, message).then((value) => {
@@ -736,8 +819,9 @@ class ServiceBusSubscription implements Subscription {
             await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
           }
         }
-      } catch {
+      } catch (error) {
         // Session lock lost or connection gone: the broker hands the session on after the lock.
+        if (!both.aborted && lostConnection(error)) this.transport.source.lost(current.generation);
       } finally {
         this.#receivers.delete(receiver);
         await receiver.close().catch(() => undefined);

@@ -69,6 +69,19 @@ interface ReceiverLink {
   session: string | undefined;
 }
 
+/** An accept of the next free session whose attach answer is held until a session is free or its time is up. */
+interface WaitingAccept {
+  readonly link: Sender;
+  readonly address: string;
+  readonly timer: NodeJS.Timeout;
+}
+
+/** How long an accept waits when the client sends no com.microsoft:timeout (the service's own bound). */
+const DEFAULT_ACCEPT_WAIT_MS = 65_000;
+
+/** rhea sends a link's attach answer when it has an open request: holding it back keeps the client waiting. */
+const attachState = (link: Sender) => (link as unknown as { state: { open_requests: number } }).state;
+
 const TICKS_AT_EPOCH = 621_355_968_000_000_000n;
 
 /** A queue, a subscription or a dead-letter sub-queue: where messages wait for receivers. */
@@ -76,6 +89,8 @@ class MessageEntity {
   readonly messages: StoredMessage[] = [];
   readonly receivers = new Set<ReceiverLink>();
   readonly sessionLocks = new Map<string, { link: ReceiverLink; until: number }>();
+  /** Next-session accepts waiting for a session with messages, oldest first. */
+  readonly waitingAccepts = new Set<WaitingAccept>();
   deadLetterQueue: MessageEntity | undefined;
   /** Which receiver gets the next message. */
   turn = 0;
@@ -175,6 +190,7 @@ export class ServiceBusStandIn {
   async close(): Promise<void> {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
+    for (const entity of this.allEntities()) for (const waiting of entity.waitingAccepts) clearTimeout(waiting.timer);
     if (this.lockSweeper) clearInterval(this.lockSweeper);
     this.lockSweeper = undefined;
     this.dropConnections();
@@ -341,24 +357,87 @@ export class ServiceBusStandIn {
       // receiver locks one session — the one it names, or the next one with messages
       // available — and gets only that session's messages, in order, while it holds the lock.
       const wanted = filter && 'com.microsoft:session-filter' in filter ? filter['com.microsoft:session-filter'] : undefined;
-      const session = typeof wanted === 'string' ? wanted : this.nextFreeSession(entity);
-      const holder = session === undefined ? undefined : entity.sessionLocks.get(session);
-      if (session === undefined || (holder && holder.until > Date.now() && holder.link.link.is_open())) {
-        link.close({
-          condition: session === undefined ? 'com.microsoft:timeout' : 'com.microsoft:session-cannot-be-locked',
-          description: session === undefined ? 'no session with messages is available' : `session ${session} is locked by another receiver`,
-        });
-        return;
+      if (typeof wanted !== 'string') {
+        const session = this.nextFreeSession(entity);
+        if (session === undefined) {
+          this.holdAccept(entity, link, address);
+          return;
+        }
+        this.lockSession(entity, receiver, address, session);
+      } else {
+        const holder = entity.sessionLocks.get(wanted);
+        if (holder && holder.until > Date.now() && holder.link.link.is_open()) {
+          link.close({ condition: 'com.microsoft:session-cannot-be-locked', description: `session ${wanted} is locked by another receiver` });
+          return;
+        }
+        this.lockSession(entity, receiver, address, wanted);
       }
-      receiver.session = session;
-      const until = Date.now() + entity.options.lockDurationMs;
-      entity.sessionLocks.set(session, { link: receiver, until });
-      const local = (link as unknown as { local: { attach: { source: unknown; properties: Record<string, unknown> } } }).local.attach;
-      link.set_source({ address, filter: { 'com.microsoft:session-filter': session } });
-      local.properties = { ...(local.properties ?? {}), 'com.microsoft:locked-until-utc': toTicks(until) };
     }
     entity.receivers.add(receiver);
     this.pump(entity);
+  }
+
+  /** Gives `session` to a session receiver: its lock, and the attach answer naming it. */
+  private lockSession(entity: MessageEntity, receiver: ReceiverLink, address: string, session: string): void {
+    const link = receiver.link;
+    receiver.session = session;
+    const until = Date.now() + entity.options.lockDurationMs;
+    entity.sessionLocks.set(session, { link: receiver, until });
+    const local = (link as unknown as { local: { attach: { source: unknown; properties: Record<string, unknown> } } }).local.attach;
+    link.set_source({ address, filter: { 'com.microsoft:session-filter': session } });
+    local.properties = { ...(local.properties ?? {}), 'com.microsoft:locked-until-utc': toTicks(until) };
+  }
+
+  /**
+   * Accepting the next session when none is free waits, as the service does, until a
+   * session with messages is free or the client's operation timeout (the link's
+   * com.microsoft:timeout property) passes; then the attach is refused with
+   * com.microsoft:timeout, which the SDK reports as ServiceTimeout
+   * (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusclient.acceptnextsessionasync).
+   */
+  private holdAccept(entity: MessageEntity, link: Sender, address: string): void {
+    attachState(link).open_requests = 0;
+    const requested = Number((link as unknown as { remote: { attach: { properties?: Record<string, unknown> } } }).remote.attach.properties?.['com.microsoft:timeout']);
+    const waitMs = Number.isFinite(requested) && requested > 0 ? requested : DEFAULT_ACCEPT_WAIT_MS;
+    const waiting: WaitingAccept = {
+      link,
+      address,
+      timer: setTimeout(() => {
+        if (!entity.waitingAccepts.delete(waiting)) return;
+        attachState(link).open_requests = 1;
+        link.close({ condition: 'com.microsoft:timeout', description: 'no session with messages became available within the timeout' });
+      }, waitMs),
+    };
+    entity.waitingAccepts.add(waiting);
+  }
+
+  /** Answers waiting accepts, oldest first, while sessions with messages are free. */
+  private grantWaitingAccepts(entity: MessageEntity): void {
+    for (const waiting of [...entity.waitingAccepts]) {
+      const session = this.nextFreeSession(entity);
+      if (session === undefined) return;
+      entity.waitingAccepts.delete(waiting);
+      clearTimeout(waiting.timer);
+      const settleMode = (waiting.link as unknown as { remote: { attach: { snd_settle_mode: number } } }).remote.attach;
+      const receiver: ReceiverLink = { link: waiting.link, entity, peekLock: settleMode.snd_settle_mode !== 1, session: undefined };
+      this.lockSession(entity, receiver, waiting.address, session);
+      attachState(waiting.link).open_requests = 1;
+      entity.receivers.add(receiver);
+      (waiting.link.connection as unknown as { _register(): void })._register();
+    }
+  }
+
+  /** A waiting accept whose client gave up (detached, disconnected) is answered and forgotten. */
+  private dropWaitingAccept(link: Sender): void {
+    for (const entity of this.allEntities()) {
+      for (const waiting of entity.waitingAccepts) {
+        if (waiting.link !== link) continue;
+        entity.waitingAccepts.delete(waiting);
+        clearTimeout(waiting.timer);
+        // The attach answer goes out before rhea's detach answer, as AMQP wants.
+        attachState(link).open_requests = 1;
+      }
+    }
   }
 
   private nextFreeSession(entity: MessageEntity): string | undefined {
@@ -384,6 +463,7 @@ export class ServiceBusStandIn {
 
   /** A closed link or connection gives its locked messages back at once (the broker sees the receiver gone). */
   private releaseLink(link: Sender | undefined): void {
+    if (link) this.dropWaitingAccept(link);
     const receiver = this.receiverOf(link);
     if (!receiver) return;
     receiver.entity.receivers.delete(receiver);
@@ -402,6 +482,11 @@ export class ServiceBusStandIn {
 
   private releaseConnection(connection: Connection): void {
     for (const entity of [...this.allEntities()]) {
+      for (const waiting of [...entity.waitingAccepts]) {
+        if (waiting.link.connection !== connection) continue;
+        entity.waitingAccepts.delete(waiting);
+        clearTimeout(waiting.timer);
+      }
       for (const receiver of [...entity.receivers]) if (receiver.link.connection === connection) this.releaseLink(receiver.link);
     }
   }
@@ -463,6 +548,7 @@ export class ServiceBusStandIn {
 
   /** Hands available messages to receivers with credit, oldest first, honouring locks and sessions. */
   private pump(entity: MessageEntity): void {
+    if (entity.waitingAccepts.size > 0) this.grantWaitingAccepts(entity);
     const now = Date.now();
     // Receivers take turns (competing consumers share the entity's messages), oldest message first.
     const receivers = [...entity.receivers].filter((receiver) => {
@@ -552,7 +638,8 @@ export class ServiceBusStandIn {
   private expireLocks(): void {
     const now = Date.now();
     for (const entity of this.allEntities()) {
-      let freed = false;
+      // Scheduled messages become available with time, not with an event: waiting accepts look again.
+      let freed = entity.waitingAccepts.size > 0;
       for (const message of entity.messages) {
         // In a session, messages are locked by the session lock (renewed with it).
         const sessionHold = message.sessionId === undefined ? undefined : entity.sessionLocks.get(message.sessionId);

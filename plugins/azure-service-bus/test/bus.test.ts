@@ -1,11 +1,15 @@
 import { fileURLToPath } from 'node:url';
+import { afterAll } from 'vitest';
 import { describeBus } from '@courier/conformance';
 import { createPostgresFixture } from '../../mikro-orm/test/support/fixture.js';
 import { createServiceBusFixture } from './support/fixture.js';
+import { cleanupNamespace, onRealNamespace } from './support/namespace.js';
 import { standIn } from './support/standin-server.js';
 
-// Started before any worker exists, so every SIGKILLed worker inherits its port.
-await standIn();
+// Started before any worker exists, so every SIGKILLed worker inherits its port. (On a real
+// namespace the workers inherit COURIER_ASB_CONNECTION_STRING instead.)
+if (!onRealNamespace) await standIn();
+afterAll(cleanupNamespace);
 
 describeBus('azure-service-bus', { store: createPostgresFixture, transport: createServiceBusFixture }, {
   inProcess: 'throw',

@@ -1,18 +1,47 @@
 // The stand-in held to the Service Bus behaviour it claims, through the real, unmodified
 // @azure/service-bus client. Each case names the Microsoft documentation page it follows.
-// (Running these against a real namespace is not wired yet: see the plugin README.)
-import { isServiceBusError, ServiceBusClient, type ServiceBusReceivedMessage } from '@azure/service-bus';
+// With COURIER_ASB_CONNECTION_STRING set, the same cases run against that namespace (its
+// queues and subscriptions provisioned per case, deleted after the file); what only the
+// stand-in can show (its message counts, throttling on demand) is left out there, saying so.
+import { isServiceBusError, ServiceBusAdministrationClient, ServiceBusClient, type ServiceBusReceivedMessage } from '@azure/service-bus';
 import { eventually, uniqueId } from '@courier/conformance';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
+import { REAL_CONNECTION_STRING, onRealNamespace, skipOnRealNamespace } from './support/namespace.js';
+import { Provisioner, namespaceLockMs } from './support/provisioning.js';
 
 const DOCS = 'https://learn.microsoft.com/azure/service-bus-messaging';
-const LOCK_MS = 1_000;
+/** A namespace takes no lock under 5 s. */
+const LOCK_MS = onRealNamespace ? namespaceLockMs(1_000) : 1_000;
+/** The link's max-message-size: the stand-in is set to 64 KiB; a Standard namespace has 256 KiB. */
+const MAX_BYTES = onRealNamespace ? 256 * 1024 : 64 * 1024;
 
 let server: ServiceBusStandIn;
 let client: ServiceBusClient;
+let target: string;
+const provisioner = REAL_CONNECTION_STRING
+  ? new Provisioner(new ServiceBusAdministrationClient(REAL_CONNECTION_STRING), { lockDurationMs: LOCK_MS, maxDeliveryCount: 3, duplicateDetection: false, autoDeleteOnIdleMs: 10 * 60_000 })
+  : undefined;
+
+/** A fresh queue (`-sessions`: session-enabled, `-dedup`: duplicate detection); the stand-in makes it on first use. */
+const queueNamed = async (suffix: '' | '-sessions' | '-dedup' = ''): Promise<string> => {
+  const name = `${uniqueId()}${suffix}`;
+  await provisioner?.ensureQueue(name, suffix === '-sessions', suffix === '-dedup');
+  return name;
+};
+
+/** Makes a subscription exist now on a real namespace (the stand-in makes it when a receiver first attaches). */
+const subscriptionNamed = async (topic: string, name: string): Promise<string> => {
+  await provisioner?.ensureSubscription(topic, name, false);
+  return name;
+};
 
 beforeAll(async () => {
+  if (REAL_CONNECTION_STRING) {
+    target = REAL_CONNECTION_STRING;
+    client = new ServiceBusClient(target, { retryOptions: { maxRetries: 0, timeoutInMs: 10_000 } });
+    return;
+  }
   server = await ServiceBusStandIn.start({
     maxMessageBytes: 64 * 1024,
     entityDefaults: (path) => ({
@@ -22,12 +51,14 @@ beforeAll(async () => {
       duplicateDetection: path.includes('-dedup'),
     }),
   });
-  client = new ServiceBusClient(server.connectionString, { retryOptions: { maxRetries: 0, timeoutInMs: 5_000 } });
+  target = server.connectionString;
+  client = new ServiceBusClient(target, { retryOptions: { maxRetries: 0, timeoutInMs: 5_000 } });
 });
 
 afterAll(async () => {
   await client?.close();
   await server?.close();
+  for (const failure of (await provisioner?.cleanup()) ?? []) console.warn(`[azure-service-bus] could not delete ${failure}`);
 });
 
 const receiveAll = async (entity: string, count: number, options: { subQueueType?: 'deadLetter'; wait?: number } = {}): Promise<ServiceBusReceivedMessage[]> => {
@@ -40,9 +71,9 @@ const receiveAll = async (entity: string, count: number, options: { subQueueType
   return received;
 };
 
-describe('Service Bus stand-in', () => {
+describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }, () => {
   it(`sends and receives every message property (${DOCS}/service-bus-messages-payloads)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     const receiver = client.createReceiver(queue);
     await sender.sendMessages({
@@ -64,22 +95,22 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`a batch from createMessageBatch arrives whole and in order; its size limit is the link's (${DOCS}/service-bus-quotas)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     const batch = await sender.createMessageBatch();
-    expect(batch.maxSizeInBytes).toBe(64 * 1024);
+    expect(batch.maxSizeInBytes).toBe(MAX_BYTES);
     for (let index = 0; index < 50; index += 1) expect(batch.tryAddMessage({ messageId: `m-${index}`, body: `b${index}` })).toBe(true);
-    expect(batch.tryAddMessage({ body: 'x'.repeat(70 * 1024) })).toBe(false);
+    expect(batch.tryAddMessage({ body: 'x'.repeat(MAX_BYTES + 6 * 1024) })).toBe(false);
     await sender.sendMessages(batch);
     const received = await receiveAll(queue, 50);
     expect(received.map((message) => message.messageId)).toEqual(Array.from({ length: 50 }, (_, index) => `m-${index}`));
     // A message over the limit sent alone is refused by the broker.
-    await expect(sender.sendMessages({ messageId: 'big', body: 'x'.repeat(70 * 1024) })).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageSizeExceeded');
+    await expect(sender.sendMessages({ messageId: 'big', body: 'x'.repeat(MAX_BYTES + 6 * 1024) })).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageSizeExceeded');
     await sender.close();
   });
 
   it(`peek-lock: complete removes; abandon and lock expiry make the message available again with DeliveryCount + 1 (${DOCS}/message-transfers-locks-settlement)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     // The SDK renews locks by itself unless told not to: off, so the lock can run out.
     const receiver = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
@@ -96,13 +127,13 @@ describe('Service Bus stand-in', () => {
     expect(Date.now() - startedAt).toBeGreaterThanOrEqual(LOCK_MS - 200);
     await receiver.completeMessage(third!);
     expect(await receiver.receiveMessages(1, { maxWaitTimeInMs: LOCK_MS + 500 })).toEqual([]);
-    expect(server.count(queue)).toBe(0);
+    if (!onRealNamespace) expect(server.count(queue)).toBe(0);
     await sender.close();
     await receiver.close();
   });
 
   it(`a receiver is sent (and its locks taken for) only as many messages as its link credit; the rest stay with other receivers (${DOCS}/service-bus-amqp-protocol-guide)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     await sender.sendMessages([{ messageId: 'a', body: 1 }, { messageId: 'b', body: 2 }, { messageId: 'c', body: 3 }]);
     const one = client.createReceiver(queue);
@@ -118,7 +149,7 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`renewing the lock keeps a message from other receivers past the lock duration (${DOCS}/message-transfers-locks-settlement#renew-locks)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     const holder = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
     const other = client.createReceiver(queue);
@@ -142,7 +173,7 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`dead-letter keeps reason and description in the $DeadLetterQueue sub-queue; MaxDeliveryCount dead-letters by itself (${DOCS}/service-bus-dead-letter-queues)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     const receiver = client.createReceiver(queue);
     await sender.sendMessages([
@@ -163,13 +194,13 @@ describe('Service Bus stand-in', () => {
       ['poison', 'HANDLER_FAILED', 'boom'],
       ['tired', 'MaxDeliveryCountExceeded', 'Message could not be consumed after 3 delivery attempts.'],
     ]);
-    expect(server.count(`${queue}/$DeadLetterQueue`)).toBe(0);
+    if (!onRealNamespace) expect(server.count(`${queue}/$DeadLetterQueue`)).toBe(0);
     await sender.close();
     await receiver.close();
   });
 
   it(`peek reads without locking or counting a delivery (${DOCS}/message-browsing)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     await sender.sendMessages([
       { messageId: 'p1', body: 1 },
@@ -187,15 +218,15 @@ describe('Service Bus stand-in', () => {
 
   it(`topics copy each message to every subscription that exists when it is sent (${DOCS}/service-bus-queues-topics-subscriptions)`, async () => {
     const topic = uniqueId();
-    const one = client.createReceiver(topic, 'one');
-    const two = client.createReceiver(topic, 'two');
+    const one = client.createReceiver(topic, await subscriptionNamed(topic, 'one'));
+    const two = client.createReceiver(topic, await subscriptionNamed(topic, 'two'));
     await one.peekMessages(1);
     await two.peekMessages(1);
     await one.receiveMessages(1, { maxWaitTimeInMs: 100 });
     await two.receiveMessages(1, { maxWaitTimeInMs: 100 });
     const sender = client.createSender(topic);
     await sender.sendMessages({ messageId: 't1', body: 1 });
-    const late = client.createReceiver(topic, 'late');
+    const late = client.createReceiver(topic, await subscriptionNamed(topic, 'late'));
     for (const receiver of [one, two]) {
       const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
       expect(message?.messageId).toBe('t1');
@@ -206,7 +237,7 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`competing receivers of one entity share its messages, none twice (${DOCS}/service-bus-queues-topics-subscriptions#receive-modes)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     await sender.sendMessages(Array.from({ length: 20 }, (_, index) => ({ messageId: `c${index}`, body: index })));
     const a = client.createReceiver(queue);
@@ -221,7 +252,7 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`sessions: a receiver locks one session and gets its messages in order; another cannot lock it meanwhile (${DOCS}/message-sessions)`, async () => {
-    const queue = `${uniqueId()}-sessions`;
+    const queue = await queueNamed('-sessions');
     const sender = client.createSender(queue);
     await expect(sender.sendMessages({ body: 'no session' })).rejects.toThrow();
     await sender.sendMessages([
@@ -248,8 +279,38 @@ describe('Service Bus stand-in', () => {
     await Promise.all([first.close(), second.close(), sender.close()]);
   });
 
+  it(`acceptNextSession waits for a session with messages until the client's timeout, then fails with ServiceTimeout (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusclient.acceptnextsessionasync)`, async () => {
+    const queue = await queueNamed('-sessions');
+    // The SDK sends its operation timeout as the link's com.microsoft:timeout: the broker waits that long.
+    const waiting = new ServiceBusClient(target, { retryOptions: { maxRetries: 0, timeoutInMs: 1_500 } });
+    const sender = client.createSender(queue);
+    try {
+      const emptyFrom = Date.now();
+      const failure = await waiting.acceptNextSession(queue).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(isServiceBusError(failure) && failure.code, String(failure)).toBe('ServiceTimeout');
+      expect(Date.now() - emptyFrom, 'refused without waiting for a session').toBeGreaterThanOrEqual(1_000);
+      const from = Date.now();
+      const accepting = waiting.acceptNextSession(queue);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      await sender.sendMessages({ messageId: 'late', sessionId: 'late-session', body: 'x' });
+      const receiver = await accepting;
+      expect(receiver.sessionId).toBe('late-session');
+      expect(Date.now() - from).toBeGreaterThanOrEqual(350);
+      const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2_000 });
+      expect(message?.messageId).toBe('late');
+      await receiver.completeMessage(message!);
+      await receiver.close();
+    } finally {
+      await sender.close();
+      await waiting.close();
+    }
+  });
+
   it(`scheduled messages stay invisible until their ScheduledEnqueueTimeUtc (${DOCS}/message-sequencing#scheduled-messages)`, async () => {
-    const queue = uniqueId();
+    const queue = await queueNamed();
     const sender = client.createSender(queue);
     const at = new Date(Date.now() + 1_500);
     const [sequenceNumber] = await sender.scheduleMessages({ messageId: 'later', body: 1 }, at);
@@ -267,14 +328,14 @@ describe('Service Bus stand-in', () => {
   });
 
   it(`duplicate detection drops a MessageId sent again within the window, and accepts the send (${DOCS}/duplicate-detection)`, async () => {
-    const queue = `${uniqueId()}-dedup`;
+    const queue = await queueNamed('-dedup');
     const receiver = client.createReceiver(queue);
     await receiver.peekMessages(1);
     const sender = client.createSender(queue);
     await sender.sendMessages({ messageId: 'same', body: 1 });
     await sender.sendMessages({ messageId: 'same', body: 2 });
     await sender.sendMessages({ messageId: 'other', body: 3 });
-    await eventually(() => expect(server.count(queue)).toBe(2));
+    if (!onRealNamespace) await eventually(() => expect(server.count(queue)).toBe(2));
     const received = await receiveAll(queue, 2);
     expect(received.map((message) => [message.messageId, message.body])).toEqual([
       ['same', 1],
@@ -283,8 +344,8 @@ describe('Service Bus stand-in', () => {
     await Promise.all([receiver.close(), sender.close()]);
   });
 
-  it(`a throttled entity refuses sends with the ServiceBusy code (${DOCS}/service-bus-throttling)`, async () => {
-    const queue = uniqueId();
+  it.skipIf(skipOnRealNamespace('throttling is the stand-in\'s throttle() switch'))(`a throttled entity refuses sends with the ServiceBusy code (${DOCS}/service-bus-throttling)`, async () => {
+    const queue = await queueNamed();
     const receiver = client.createReceiver(queue);
     await receiver.peekMessages(1);
     const sender = client.createSender(queue);

@@ -4,27 +4,60 @@
 import { ServiceBusClient } from '@azure/service-bus';
 import type { Envelope, Transport } from '@courier/core';
 import { TcpProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
+import type { DeliveryHandler, Endpoint, PublishResult, Subscription } from '@courier/core';
 import { ServiceBusTransport, type ServiceBusTransportConfig } from '../../src/index.js';
+import { REAL_CONNECTION_STRING, realProvisioner } from './namespace.js';
+import type { Provisioner } from './provisioning.js';
 import { REFUSED_ID_PREFIX, standIn, standInConnectionString } from './standin-server.js';
 
+/**
+ * On a real namespace, entities must exist before a message is sent or received: the
+ * topic before a publish, the subscription (session-enabled for ordered consumers) before
+ * a subscribe. The stand-in creates them on first use, so it needs none of this.
+ */
+class ProvisionedServiceBusTransport extends ServiceBusTransport {
+  readonly #provisioner: Provisioner;
+
+  constructor(config: ServiceBusTransportConfig, provisioner: Provisioner) {
+    super(config);
+    this.#provisioner = provisioner;
+  }
+
+  override async publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]> {
+    await Promise.all([...new Set(messages.map((message) => message.topic))].map((topic) => this.#provisioner.ensureTopic(this.entityOf(topic))));
+    return super.publish(messages, options);
+  }
+
+  override async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
+    await Promise.all(endpoint.topics.map((topic) => this.#provisioner.ensureSubscription(this.entityOf(topic), endpoint.consumer, endpoint.ordered)));
+    return super.subscribe(endpoint, handler);
+  }
+}
+
 export async function createServiceBusFixture({ testId }: FixtureContext): Promise<TransportFixture> {
-  const { host, port, server } = await standIn();
+  const provisioner = realProvisioner();
+  const { host, port, server } = provisioner ? { host: '', port: 0, server: undefined } : await standIn();
   const target = { host, port };
   const prefix = `${testId}.`;
   // Dead letters are per subscription: the checks (in the process that runs the stand-in)
   // read those of every topic this test created, whichever process published or subscribed.
-  const topics = () => (server?.topicNames() ?? []).filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length));
-  const entries = new Map<Transport, { proxy: TcpProxy; client: ServiceBusClient; killed: boolean }>();
+  // On a real namespace: the topics this process's transports used.
+  const used = new Set<string>();
+  const topics = () => (server ? server.topicNames().filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length)) : [...used]);
+  const entries = new Map<Transport, { proxy: TcpProxy | undefined; killed: boolean }>();
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
   let duplicates = 0;
   let duplicating = false;
 
   const make = async (extra: Partial<ServiceBusTransportConfig> = {}): Promise<ServiceBusTransport> => {
-    const proxy = await TcpProxy.create(target);
-    await proxy.open();
+    // A real namespace speaks TLS to its own host name: no proxy in between (so no outage).
+    const proxy = provisioner ? undefined : await TcpProxy.create(target);
+    await proxy?.open();
     // Short SDK retries: an outage must surface within the suite's waits, not after minutes.
-    const client = new ServiceBusClient(standInConnectionString(proxy.port), { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: 3_000 } });
-    const transport = new ServiceBusTransport({
+    // A factory: the transport replaces its client after a lost connection.
+    const connectionString = proxy ? standInConnectionString(proxy.port) : REAL_CONNECTION_STRING!;
+    const client = () => new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: proxy ? 3_000 : 10_000 } });
+    const config: ServiceBusTransportConfig = {
       client,
       sessions: true,
       prefix,
@@ -35,8 +68,16 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
       brokerMessageId: (envelope) =>
         rejecting?.(envelope) ? `${REFUSED_ID_PREFIX}${envelope.messageId}` : duplicating ? `${envelope.messageId}#dup-${(duplicates += 1)}` : envelope.messageId,
       ...extra,
-    });
-    entries.set(transport, { proxy, client, killed: false });
+    };
+    const transport = provisioner ? new ProvisionedServiceBusTransport(config, provisioner) : new ServiceBusTransport(config);
+    if (provisioner) {
+      const publish = transport.publish.bind(transport);
+      transport.publish = (messages, options) => {
+        for (const message of messages) used.add(message.topic);
+        return publish(messages, options);
+      };
+    }
+    entries.set(transport, { proxy, killed: false });
     return transport;
   };
 
@@ -49,19 +90,37 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
       const entry = entries.get(victim);
       if (!entry) throw new Error('kill: not a transport of this fixture');
       entry.killed = true;
-      // Cut the socket as a crash would: nothing settled, nothing closed AMQP-wise.
-      await entry.proxy.close();
+      // Cut the socket as a crash would: nothing settled, nothing closed AMQP-wise. On a real
+      // namespace (no proxy) the nearest thing: its clients close at once, unsettled.
+      if (entry.proxy) await entry.proxy.close();
+      else await (victim as ServiceBusTransport).source.close();
+      // The transport closes the clients it made.
       void victim.close().catch(() => undefined);
-      void entry.client.close().catch(() => undefined);
     },
-    // No `outage`: after a cut connection, @azure/service-bus 7.9.5 re-opened its links only
-    // after its 60 s operation timeout when a link was being attached at the moment of the cut
-    // (seen against the stand-in, whatever retryOptions said), longer than the suite's waits.
-    // The outage case and the bus suite's broker-restart are skipped, saying so.
-    rejectPublish: async (predicate) => {
-      rejecting = predicate;
-    },
-    // Over the entity's maximum message size (256 KiB on the stand-in, as on a Standard namespace).
+    // Cuts every connection of this fixture's clients and refuses new ones until `end`.
+    // (Not on a real namespace: there is no proxy to cut; the outage cases skip, saying so.)
+    ...(provisioner
+      ? {}
+      : {
+          outage: {
+            begin: async () => {
+              await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy?.close() ?? Promise.resolve()));
+            },
+            end: async () => {
+              await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy?.open() ?? Promise.resolve()));
+            },
+          },
+        }),
+    // The stand-in refuses the ids it is told to; a real namespace has no such switch (the case skips, saying so).
+    ...(provisioner
+      ? {}
+      : {
+          rejectPublish: async (predicate: (envelope: Envelope) => boolean) => {
+            rejecting = predicate;
+          },
+        }),
+    // Over the entity's maximum message size (256 KiB on the stand-in, as on a Standard namespace;
+    // a Premium namespace takes more: run the real-namespace tests on Standard).
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(270 * 1024)) }),
     // A second copy under another MessageId (duplicate detection is on), sent through the
     // fixture's own transport, whose link is already open: the copy follows the original closely.
@@ -74,8 +133,8 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     },
     close: async () => {
       // A killed transport's close may wait on a handler the test never settles: not awaited.
-      await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t, entry]) => t.close().then(() => entry.client.close()).catch(() => undefined)));
-      await Promise.all([...entries.values()].map((entry) => entry.proxy.close()));
+      await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
+      await Promise.all([...entries.values()].map((entry) => entry.proxy?.close() ?? Promise.resolve()));
     },
   };
 }

@@ -1,0 +1,103 @@
+import type { ServiceBusClient } from '@azure/service-bus';
+
+/** The client in use and the signal that says it has been given up (replaced or closed). */
+export interface ClientGeneration {
+  readonly client: ServiceBusClient;
+  /** Grows by one with every replacement; 0 for the first client. */
+  readonly generation: number;
+  /** Aborted once this client is replaced or the source closes: operations on it stop waiting. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * @internal The ServiceBusClient a transport works through, replaced after a lost connection.
+ *
+ * Why: after a cut connection, `@azure/service-bus` 7.9.5 re-opens links only once a link
+ * that was being attached at the moment of the cut gave up, after the SDK's fixed 60 s
+ * operation timeout (its connection refresh waits on that link's lock), whatever the
+ * client's retryOptions say. A fresh client has none of that state, so it works as soon as
+ * the broker answers again.
+ *
+ * Guarantees: with a factory, `lost(generation)` replaces the client of that generation at
+ * most once (later reports of the same generation, or of older ones, change nothing), aborts
+ * its signal so every wait on it ends, and closes it in the background; clients made here
+ * are closed by `close()`. With the user's own client nothing is replaced or closed (the
+ * source cannot build another one): recovery then takes as long as the SDK's.
+ * When the factory throws, the current client stays.
+ */
+export class ClientSource {
+  readonly #factory: (() => ServiceBusClient) | undefined;
+  #current: { client: ServiceBusClient; generation: number; controller: AbortController };
+  readonly #retiring = new Set<Promise<void>>();
+  #closed = false;
+
+  constructor(client: ServiceBusClient | (() => ServiceBusClient)) {
+    this.#factory = typeof client === 'function' ? client : undefined;
+    this.#current = this.#watch({ client: typeof client === 'function' ? client() : client, generation: 0, controller: new AbortController() });
+  }
+
+  /** Whether this source can replace its client (it was given a factory). */
+  get replaceable(): boolean {
+    return this.#factory !== undefined;
+  }
+
+  /** The client to use now. */
+  get current(): ClientGeneration {
+    const { client, generation, controller } = this.#current;
+    return { client, generation, signal: controller.signal };
+  }
+
+  /**
+   * Reports that the connection of `generation`'s client is gone (a disconnect, a send or
+   * receive that failed on the connection, or an operation that outlived its deadline).
+   * Returns whether the client was replaced.
+   */
+  lost(generation: number): boolean {
+    if (this.#closed || !this.#factory || generation !== this.#current.generation) return false;
+    let client: ServiceBusClient;
+    try {
+      client = this.#factory();
+    } catch {
+      return false;
+    }
+    const old = this.#current;
+    this.#current = this.#watch({ client, generation: old.generation + 1, controller: new AbortController() });
+    old.controller.abort();
+    this.#retire(old.client);
+    return true;
+  }
+
+  /** Aborts the current signal and closes every client this source made. Idempotent. */
+  async close(): Promise<void> {
+    if (!this.#closed) {
+      this.#closed = true;
+      this.#current.controller.abort();
+      if (this.#factory) this.#retire(this.#current.client);
+    }
+    await Promise.allSettled([...this.#retiring]);
+  }
+
+  #retire(client: ServiceBusClient): void {
+    // A client whose connection is wedged can take the SDK's operation timeout to close:
+    // nothing waits for it but `close()`.
+    const closing = client.close().catch(() => undefined);
+    this.#retiring.add(closing);
+    void closing.finally(() => this.#retiring.delete(closing));
+  }
+
+  /**
+   * Listens for the disconnect of the client's AMQP connection, so even a process that only
+   * waits (a session receiver waiting for a session) replaces its client at once. This reads
+   * an SDK internal (`_connectionContext.connection`, the rhea-promise connection, the one the
+   * SDK itself listens on); when it is missing the source relies on failed operations alone.
+   * The SDK swaps in a new connection object after a disconnect, but this source replaces
+   * the whole client at the first one, so the first connection is the only one watched.
+   */
+  #watch<T extends { client: ServiceBusClient; generation: number }>(entry: T): T {
+    if (this.#factory) {
+      const connection = (entry.client as unknown as { _connectionContext?: { connection?: { once?: (event: string, listener: () => void) => unknown } } })._connectionContext?.connection;
+      if (typeof connection?.once === 'function') connection.once('disconnected', () => this.lost(entry.generation));
+    }
+    return entry;
+  }
+}
