@@ -250,4 +250,72 @@ describe("poison 'halt': a lost ack after the halt committed", () => {
     await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
     expect(h.applied).toEqual([a1, a2]);
   });
+
+  it('keeps the key whole under kills: a head that kills every process running it is halted as CRASH_LOOP (not dead-lettered), the rest of its key held, then applied in order on resume', async () => {
+    // Issue 15's run: a healthy message dead-lettered as CRASH_LOOP after kills from outside,
+    // and the later messages of its key applied after it — a gap. Under 'halt' the key
+    // stops whole instead. A "process" here is a bus on its own connection; it dies as a
+    // SIGKILL would: its connection killed (its deliveries go back, flagged redelivered),
+    // its bus abandoned with the handler still running (no settle, no count cleared).
+    const database = new InMemoryDatabase();
+    const broker = new InMemoryBroker();
+    const inbox = new InMemoryInboxStore({ database });
+    const outbox = new InMemoryOutboxStore({ database });
+    const producer = broker.connect();
+    const applied: string[] = [];
+    const killing = { on: true };
+    const [a1, a2, a3] = Array.from({ length: 3 }, (_, i) => `a${i + 1}-${newMessageId()}`) as [string, string, string];
+    const [b1] = [`b1-${newMessageId()}`];
+    let processes = 0;
+    const live: { bus: ReturnType<typeof createBus<InMemoryTransaction>>; connection: Transport }[] = [];
+    const start = async (): Promise<void> => {
+      processes += 1;
+      const connection = broker.connect();
+      const bus = createBus({ outbox, inbox, transport: connection, relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } } });
+      const self = { bus, connection };
+      bus.subscribe(
+        'ledger',
+        Moved,
+        async (message, context) => {
+          if (killing.on && message.messageId === a1) {
+            // The process dies with a1 in hand; a fresh one starts.
+            live.splice(live.indexOf(self), 1);
+            broker.kill(connection);
+            void bus.stop({ timeoutMs: 0 }).catch(() => undefined);
+            setTimeout(() => void start(), 5);
+            return new Promise<never>(() => {});
+          }
+          context.tx.onCommit(() => applied.push(message.messageId));
+        },
+        { ordered: true, poison: 'halt', maxCrashes: 2, retry: { maxAttempts: 3, initialDelayMs: 1, maxDelayMs: 1 } },
+      );
+      live.push(self);
+      await bus.start();
+    };
+    try {
+      await start();
+      await producer.publish([envelope(a1, 'a'), envelope(a2, 'a'), envelope(b1, 'b'), envelope(a3, 'a')]);
+      const halts = await eventually(async () => {
+        const listed = await inbox.listHalted({ consumer: 'ledger' });
+        expect(listed[0]?.held, 'key a halted with a2 and a3 held').toBe(2);
+        return listed;
+      });
+      expect(halts[0]!.head!.envelope.messageId).toBe(a1);
+      expect(halts[0]!.head!.error).toContain('CRASH_LOOP');
+      // Killed once as a first delivery, then maxCrashes - 1 times alone, then halted.
+      expect(processes).toBeGreaterThanOrEqual(2);
+      await eventually(() => expect(applied).toContain(b1));
+      expect(applied.filter((id) => id.startsWith('a')), 'nothing of the halted key is applied: no gap').toEqual([]);
+      expect(await producer.deadLetters!.list('ledger'), 'nothing went to the transport dead letters').toEqual([]);
+
+      killing.on = false;
+      expect(await inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+      await eventually(() => expect(applied.filter((id) => id.startsWith('a'))).toEqual([a1, a2, a3]));
+      await eventually(async () => expect(await inbox.listHalted()).toEqual([]));
+    } finally {
+      killing.on = false;
+      await Promise.all(live.map((process) => process.bus.stop({ timeoutMs: 1_000 }).catch(() => undefined)));
+      await broker.close();
+    }
+  });
 });
