@@ -91,6 +91,8 @@ export interface ConsumerDependencies<Tx> {
  *   message backs off, so other keys and other consumers of the bus keep flowing;
  * - poison (unknown type, newer version, invalid payload, `UnrecoverableError`, attempts
  *   exhausted, a message that keeps killing its process) is dead-lettered with its error;
+ *   a message whose unit of work committed is never parked as a crash loop (the inbox is
+ *   read first), so no message ends both applied and dead-lettered by a crash count;
  * - an inbox store that fails before the handler runs (unreachable) pauses the delivery
  *   without counting an attempt; once the handler has run, any failure, including the
  *   commit of its unit of work (a statement timeout, a deferred constraint), counts one,
