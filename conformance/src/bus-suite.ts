@@ -5,7 +5,7 @@ import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
-import { LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
+import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
 import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
@@ -74,6 +74,13 @@ function assertScenario(spec: ScenarioSpec, result: ScenarioResult): void {
       expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
       expect(result.deadLettered).toBe(0);
       break;
+    case 'applied-kills': {
+      // Applied by its first run: a dead letter of it would be a second end state.
+      const dead = result.observed.consumerDead.map((letter) => `${letter.envelope.messageId}: ${letter.reason.code} ${letter.reason.message}`);
+      expect(dead, 'a message killed only after its commit must not be dead-lettered').toEqual([]);
+      expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
+      break;
+    }
     case 'duplicate':
       expect(result.observed.effects.filter((id) => id === result.target)).toHaveLength(1);
       expect(result.deadLettered).toBe(0);
@@ -94,7 +101,7 @@ interface Features {
 
 /** Why a scenario cannot run on any crash mode with these fixtures, or undefined. */
 function featureSkip(spec: ScenarioSpec, features: Features): string | undefined {
-  if ((spec.action === 'poison' || spec.action === 'crash-loop' || spec.action === 'late-kills') && !features.deadLetters) {
+  if ((spec.action === 'poison' || spec.action === 'crash-loop' || spec.action === 'late-kills' || spec.action === 'applied-kills') && !features.deadLetters) {
     return 'the transport has no deadLetters (nativeDeadLetter: false), so the consumer dead letter that ends this scenario cannot be read';
   }
   return undefined;
@@ -103,7 +110,7 @@ function featureSkip(spec: ScenarioSpec, features: Features): string | undefined
 function inProcessSkip(spec: ScenarioSpec, mode: InProcessCrashMode, features: Features): string | undefined {
   const skip = featureSkip(spec, features);
   if (skip) return skip;
-  if ((spec.action === 'crash-loop' || spec.action === 'late-kills') && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
+  if ((spec.action === 'crash-loop' || spec.action === 'late-kills' || spec.action === 'applied-kills') && mode === 'throw') return 'a thrown error is a handled failure, not a crash: crash loops need freeze or SIGKILL';
   if (spec.action === 'broker-outage' && !features.brokerOutage) return 'the transport fixture has no outage() to take the broker away';
   if (spec.action === 'database-outage' && !features.databaseOutage) return 'the store fixture has no outage() to take the database away';
   return undefined;
@@ -180,6 +187,13 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
         assertScenario(LATE_KILLS, result);
       }), 120_000);
+      it(`killed after its commit: ${APPLIED_KILLS.description}`, tracked(async (skipCase) => {
+        const skip = inProcessSkip(APPLIED_KILLS, mode, await probeFeatures());
+        if (skip) return skipCase(skip);
+        const seed = Math.floor(Math.random() * 2 ** 31);
+        const result = await runInProcessScenario(factories, APPLIED_KILLS, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+        assertScenario(APPLIED_KILLS, result);
+      }), 120_000);
     });
 
     it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
@@ -207,6 +221,17 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runProcessScenario<Tx>(LATE_KILLS, options.process!, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
           assertScenario(LATE_KILLS, result);
+        }), PROCESS_CASE_TIMEOUT_MS);
+      }
+      {
+        const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
+        if (reason !== undefined) tally.skipped += 1;
+        it.skipIf(reason !== undefined)(`killed after its commit: ${APPLIED_KILLS.description}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const skip = featureSkip(APPLIED_KILLS, await probeFeatures());
+          if (skip) return skipCase(skip);
+          const seed = Math.floor(Math.random() * 2 ** 31);
+          const result = await runProcessScenario<Tx>(APPLIED_KILLS, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          assertScenario(APPLIED_KILLS, result);
         }), PROCESS_CASE_TIMEOUT_MS);
       }
     });

@@ -171,6 +171,19 @@ export async function runProcessScenario<Tx>(
         await expectKilled(launch({ point: spec.point, action: 'late-kill', target: target! }));
       }
       launch(null);
+    } else if (spec.action === 'applied-kills') {
+      // Killed after the target's commit, then again on its redeliveries while they reach
+      // the point, `maxCrashes` kills in all; then an unarmed worker. A redelivery that
+      // (rightly) never reaches the point again leaves its worker alive to finish the run.
+      await expectKilled(launch({ point: spec.point, action: 'kill', target: target! }));
+      void (async () => {
+        for (let kills = 1; kills < tuning.maxCrashes && !settled; kills += 1) {
+          const child = launch({ point: spec.point, action: 'kill', target: target! });
+          const exit = await child.exited;
+          if (settled || exit.signal !== 'SIGKILL' || !child.output.some((line) => line === `kill ${spec.point}`)) return;
+        }
+        if (!settled) launch(null);
+      })();
     } else {
       await expectKilled(launch({ point: spec.point, action: 'kill', ...(target !== undefined ? { target } : {}) }));
       launch(null);

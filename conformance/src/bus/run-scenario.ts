@@ -184,6 +184,7 @@ export async function runInProcessScenario<Tx>(
     let armed = true;
     let crashLoops = 0;
     let lateKills = 0;
+    let appliedKills = 0;
     // Shared by every worker: a frozen worker's window timer may still speak after its crash.
     const windows = crashWindowWatch(envLogger());
     let started = 0;
@@ -228,6 +229,11 @@ export async function runInProcessScenario<Tx>(
             if (lateKills > 1) await windows.passed(target!, windows.seen(target!), tuning.crashWindowMs + 10_000);
             return crash();
           }
+          case 'applied-kills':
+            if (!at.messageIds.includes(target!)) return;
+            if (appliedKills >= tuning.maxCrashes) return;
+            appliedKills += 1;
+            return crash();
           case 'stall':
             if (!armed) return;
             armed = false;
@@ -306,7 +312,7 @@ export async function runInProcessScenario<Tx>(
     const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, fixtureFaults.signal);
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
-      spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
+      spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'applied-kills' ? appliedKills > 0 : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
     const problems = [...report.problems, ...violations];
     return { ...report, problems, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
   } finally {

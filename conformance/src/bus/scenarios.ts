@@ -12,8 +12,11 @@ import type { FaultPoint } from '@courier/core';
  * - `late-kills`: one message's worker is killed from outside while the message is in hand,
  *   again and again, but each time (after the first) only once the message has run alone
  *   for longer than its crash window: not the message's fault, so it must be handled.
+ * - `applied-kills`: one message's worker is killed each time just after the message's
+ *   unit of work committed, its runs alone as a suspect included, `maxCrashes` times: the
+ *   message is applied, so it must end applied once and never dead-lettered.
  */
-export type ScenarioAction = 'crash' | 'stall' | 'duplicate' | 'broker-outage' | 'database-outage' | 'crash-loop' | 'poison' | 'late-kills';
+export type ScenarioAction = 'crash' | 'stall' | 'duplicate' | 'broker-outage' | 'database-outage' | 'crash-loop' | 'poison' | 'late-kills' | 'applied-kills';
 
 /** One scenario of the bus suite. */
 export interface ScenarioSpec {
@@ -100,6 +103,22 @@ export const LATE_KILLS: ScenarioSpec = {
   point: 'crash-loop',
   action: 'late-kills',
   description: 'a message whose process is killed from outside, each time after its crash window, is handled, not parked',
+};
+
+/**
+ * Kills that follow the commit: the target's worker dies after its handler's unit of work
+ * committed and before the ack, once on its first delivery and again on its redeliveries
+ * (which run alone as suspects and are counted), `maxCrashes` times in all; then a worker is
+ * left to take it. The runs alone did die young, but the message was applied: a consumer
+ * that parks it as a crash loop leaves it applied and dead-lettered at once (and a replay of
+ * that dead letter would apply it twice). It must end applied once, nothing dead-lettered.
+ * A broker that flags even a first delivery as redelivered (Kafka: records below the high
+ * watermark when the member joined) reaches the park with fewer kills.
+ */
+export const APPLIED_KILLS: ScenarioSpec = {
+  point: 'after-handler-commit-before-ack',
+  action: 'applied-kills',
+  description: 'a message whose process is killed after each commit of its handler, its counted runs alone included, is applied once, not parked',
 };
 
 /** Error the in-process `throw` mode raises at a fault point. */

@@ -261,7 +261,7 @@ export async function commitScenarioTraffic<Tx>(
   };
   const producer = createBus({ outbox: store.outbox, transport });
   const ids = await produce(world, store, producer, ledger, plan, seededRandom(seed));
-  const target = poisonSeq !== undefined ? ids[poisonSeq] : action === 'crash-loop' || action === 'late-kills' ? ids[Math.floor(ids.length / 2)] : undefined;
+  const target = poisonSeq !== undefined ? ids[poisonSeq] : action === 'crash-loop' || action === 'late-kills' || action === 'applied-kills' ? ids[Math.floor(ids.length / 2)] : undefined;
   return { world, ledger, plan, ids, target };
 }
 

@@ -91,6 +91,8 @@ export interface ConsumerDependencies<Tx> {
  *   message backs off, so other keys and other consumers of the bus keep flowing;
  * - poison (unknown type, newer version, invalid payload, `UnrecoverableError`, attempts
  *   exhausted, a message that keeps killing its process) is dead-lettered with its error;
+ *   a message whose unit of work committed is never parked as a crash loop (the inbox is
+ *   read first), so no message ends both applied and dead-lettered by a crash count;
  * - an inbox store that fails before the handler runs (unreachable) pauses the delivery
  *   without counting an attempt; once the handler has run, any failure, including the
  *   commit of its unit of work (a statement timeout, a deferred constraint), counts one,
@@ -330,6 +332,20 @@ export class Consumer<Tx> {
         // within the crash window.
         const crashes = alone;
         if (crashes >= this.#settings.maxCrashes) {
+          // A run alone that committed its unit of work and died before its ack (or before
+          // its count was dropped) left the count behind, but the message is applied, not
+          // poison: parking it would leave it both applied and dead, and a replay of that
+          // dead letter would apply it again. So the inbox is asked first (a read, only on
+          // this rare path) and an applied message is settled as the duplicate it is.
+          if (await this.#untilAvailable(() => this.#hasRecord(envelope.messageId, inboxKey), pause)) {
+            if (this.#abort.signal.aborted) return;
+            this.#deps.instruments.duplicates.add(1, { consumer });
+            this.#deps.logger.info('suspect already applied; acknowledged as a duplicate, not parked', { consumer, messageId: envelope.messageId, runs: crashes });
+            await this.#clearCrashes(envelope.messageId);
+            await delivery.ack();
+            return;
+          }
+          if (this.#abort.signal.aborted) return;
           await fault('poison-head', { messageIds, consumer });
           return await this.#giveUp(delivery, {
             code: 'CRASH_LOOP',
@@ -686,9 +702,14 @@ export class Consumer<Tx> {
   }
 
   /** Whether this consumer dead-lettered the message (a read through a unit of work that rolls back); only replays ask. */
-  async #wasDeadLettered(messageId: string): Promise<boolean> {
+  #wasDeadLettered(messageId: string): Promise<boolean> {
+    return this.#hasRecord(messageId, `${this.#settings.consumer}${DEAD_SUFFIX}`);
+  }
+
+  /** Whether the inbox holds a record of `messageId` under `key`: a read through a unit of work that rolls back, so nothing is written. */
+  async #hasRecord(messageId: string, key: string): Promise<boolean> {
     try {
-      const result = await this.#deps.inbox.run(messageId, `${this.#settings.consumer}${DEAD_SUFFIX}`, async () => {
+      const result = await this.#deps.inbox.run(messageId, key, async () => {
         throw new ReadOnly();
       });
       return result.duplicate;

@@ -554,6 +554,34 @@ describe('consumer: crash-loop accounting', () => {
     expect(await h.inbox.recordStart('redelivered-1', 'billing~alone')).toBe(1);
   });
 
+  it('a suspect whose run alone committed and died before its ack is acknowledged as a duplicate, not parked as a crash loop', async () => {
+    // maxCrashes 2: the run that made it a suspect, plus one run alone that died young.
+    let spy: ReturnType<typeof spyTransport> | undefined;
+    await using h = harness({ transport: (inner) => (spy = spyTransport(inner, {}, flagged(['applied-1']))) });
+    const handled: string[] = [];
+    h.bus.subscribe(
+      'billing',
+      Placed,
+      async (message) => {
+        handled.push(message.messageId);
+      },
+      { maxCrashes: 2 },
+    );
+    // What such a death leaves: the run's count alone (recorded before it ran, never
+    // dropped) and its committed inbox record.
+    expect(await h.inbox.recordStart('applied-1', 'billing~alone')).toBe(1);
+    await h.inbox.run('applied-1', 'billing', async () => undefined);
+    await h.bus.start();
+    await h.connection.publish([rawEnvelope('applied-1', Placed.type, Placed.topic, JSON.stringify({ orderId: 'a' }))]);
+    await eventually(() => expect(h.bus.health().counters.duplicates).toBe(1));
+    expect(h.bus.health().counters.deadLettered).toBe(0);
+    expect(handled).toEqual([]);
+    expect(spy!.settlements.map((s: Settlement) => `${s.messageId} ${s.how}`)).toEqual(['applied-1 ack']);
+    expect(await h.connection.deadLetters.list('billing')).toEqual([]);
+    // The count was dropped: a later redelivery starts from one again.
+    expect(await h.inbox.recordStart('applied-1', 'billing~alone')).toBe(1);
+  });
+
   for (const how of ['outlives crashWindowMs', 'is stopped by bus.stop()'] as const) {
     it(`a run alone that ${how} no longer counts`, async () => {
       await using h = harness({ transport: (inner) => spyTransport(inner, {}, flagged(['slow-1'])) });
