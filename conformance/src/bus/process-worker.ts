@@ -4,7 +4,7 @@
 import { pathToFileURL } from 'node:url';
 import type { FaultHook, FaultPoint } from '@courier/core';
 import type { ProcessFixtureModule } from '../fixtures.js';
-import { crashWindowWatch, createWorkerBus, createWorld, envLogger, type ScenarioTuning } from './world.js';
+import { crashWindowWatch, createWorkerBus, createWorld, envLogger, parkedAlready, type ScenarioTuning } from './world.js';
 
 /** Configuration passed to a worker process in `COURIER_CONFORMANCE_WORKER` (JSON). */
 export interface WorkerConfig {
@@ -38,6 +38,7 @@ const faults: FaultHook | undefined = fault
         process.kill(process.pid, 'SIGSTOP');
         return;
       }
+      if (point === 'crash-loop' && fault.action === 'kill' && fault.target !== undefined && (await parkedAlready(transport.transport, world.consumer, fault.target))) return;
       if (fault.action === 'late-kill' && fault.target !== undefined) {
         await windows.passed(fault.target, windows.seen(fault.target), config.tuning.crashWindowMs + 10_000);
       }

@@ -4,7 +4,7 @@ import { checkInvariants, type Ledger, type InvariantReport, type Observed } fro
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
 import { eventually } from '../support/eventually.js';
 import { uniqueId } from '../support/unique-id.js';
-import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
+import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, parkedAlready, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
 /** How a worker "crashes" in-process. `freeze` needs a store whose open transactions hold no locks. */
 export type InProcessCrashMode = 'freeze' | 'throw';
@@ -217,6 +217,7 @@ export async function runInProcessScenario<Tx>(
             return crash();
           case 'crash-loop':
             if (!at.messageIds.includes(target!)) return;
+            if (await parkedAlready(fixture.transport, world.consumer, target!)) return;
             crashLoops += 1;
             return crash();
           case 'late-kills': {

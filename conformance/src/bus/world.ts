@@ -314,3 +314,17 @@ export function crashWindowWatch(inner: Logger | undefined): {
       }),
   };
 }
+
+/**
+ * Whether a crash-loop target is already parked in the transport's dead letters. The
+ * crash-loop fault point sits before the consumer's inbox check, but a copy of a parked
+ * message that arrives later (the relay publishes again what a killed relay never marked)
+ * is a duplicate the consumer acknowledges without running the handler: it cannot kill
+ * the process that receives it. So the scenario's hooks stop killing once this is true.
+ */
+export async function parkedAlready(transport: Transport, consumer: string, messageId: string): Promise<boolean> {
+  if (!transport.deadLetters) return false;
+  const letters = await transport.deadLetters.list(consumer, { limit: 10_000 }).catch(() => []);
+  return letters.some((letter) => letter.envelope.messageId === messageId);
+}
+
