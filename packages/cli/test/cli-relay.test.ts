@@ -72,15 +72,22 @@ describe('courier relay (postgresql + rabbitmq)', () => {
     const health = await fetch(`http://127.0.0.1:${first.port}/health`);
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ ready: true, relay: { running: true, paused: false } });
-    const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`)).text();
-    for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
-      expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
-    }
-    expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
-    // The transport dead-letter depth of the configured consumer (none dead here).
-    expect(scraped).toMatch(new RegExp(`^courier_transport_dead_letters\\{[^}]*messaging_consumer_group_name="${prefix}sink"[^}]*\\} 0$`, 'm'));
-    // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
-    expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
+    // A message can reach the consumer before the relay counts it: a confirmed batch is
+    // marked published (and counted) in the relay's next claim. Scrape until it shows.
+    await eventually(
+      async () => {
+        const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`)).text();
+        for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
+          expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
+        }
+        expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
+        // The transport dead-letter depth of the configured consumer (none dead here).
+        expect(scraped).toMatch(new RegExp(`^courier_transport_dead_letters\\{[^}]*messaging_consumer_group_name="${prefix}sink"[^}]*\\} 0$`, 'm'));
+        // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
+        expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
+      },
+      { timeoutMs: 30_000 },
+    );
 
     first.child.kill('SIGTERM');
     expect(await first.exited).toBe(0);
