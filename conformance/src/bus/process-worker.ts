@@ -38,7 +38,7 @@ const faults: FaultHook | undefined = fault
         process.kill(process.pid, 'SIGSTOP');
         return;
       }
-      if (point === 'crash-loop' && fault.action === 'kill' && fault.target !== undefined && (await parkedAlready(transport.transport, world.consumer, fault.target))) return;
+      if (point === 'crash-loop' && fault.action === 'kill' && fault.target !== undefined && (await parkedAlready(store.inbox, world.consumer, fault.target))) return;
       if (fault.action === 'late-kill' && fault.target !== undefined) {
         await windows.passed(fault.target, windows.seen(fault.target), config.tuning.crashWindowMs + 10_000);
       }

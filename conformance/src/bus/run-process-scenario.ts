@@ -160,7 +160,9 @@ export async function runProcessScenario<Tx>(
         for (let extra = 0; extra < EXTRA_CRASH_LOOP_WORKERS && !settled; extra += 1) {
           const child = launch({ point: spec.point, action: 'kill', target: target! });
           const exit = await child.exited;
-          if (settled || exit.signal !== 'SIGKILL' || !child.output.some((line) => line === `kill ${spec.point}`)) return;
+          // Only the fault hook SIGKILLs a worker before the run settles (its `kill` line may
+          // not reach the pipe before the signal does, so the signal is what counts).
+          if (settled || exit.signal !== 'SIGKILL') return;
         }
       })();
     } else if (spec.action === 'late-kills') {
@@ -180,7 +182,9 @@ export async function runProcessScenario<Tx>(
         for (let kills = 1; kills < tuning.maxCrashes && !settled; kills += 1) {
           const child = launch({ point: spec.point, action: 'kill', target: target! });
           const exit = await child.exited;
-          if (settled || exit.signal !== 'SIGKILL' || !child.output.some((line) => line === `kill ${spec.point}`)) return;
+          // Only the fault hook SIGKILLs a worker before the run settles (its `kill` line may
+          // not reach the pipe before the signal does, so the signal is what counts).
+          if (settled || exit.signal !== 'SIGKILL') return;
         }
         if (!settled) launch(null);
       })();

@@ -217,7 +217,7 @@ export async function runInProcessScenario<Tx>(
             return crash();
           case 'crash-loop':
             if (!at.messageIds.includes(target!)) return;
-            if (await parkedAlready(fixture.transport, world.consumer, target!)) return;
+            if (await parkedAlready(store.inbox, world.consumer, target!)) return;
             crashLoops += 1;
             return crash();
           case 'late-kills': {

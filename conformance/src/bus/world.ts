@@ -5,6 +5,7 @@ import {
   type Bus,
   type BusConfig,
   type FaultHook,
+  type InboxStore,
   type Logger,
   type MessageDefinition,
   type Transport,
@@ -316,15 +317,22 @@ export function crashWindowWatch(inner: Logger | undefined): {
 }
 
 /**
- * Whether a crash-loop target is already parked in the transport's dead letters. The
- * crash-loop fault point sits before the consumer's inbox check, but a copy of a parked
- * message that arrives later (the relay publishes again what a killed relay never marked)
- * is a duplicate the consumer acknowledges without running the handler: it cannot kill
- * the process that receives it. So the scenario's hooks stop killing once this is true.
+ * Whether a crash-loop target is already recorded in the consumer's inbox (dead-lettering
+ * records it, as a handled run does). The crash-loop fault point sits before the
+ * consumer's inbox check, but a copy of a parked message that arrives later (the relay
+ * publishes again what a killed relay never marked) is a duplicate the consumer
+ * acknowledges without running the handler: it cannot kill the process that receives it.
+ * So the scenario's hooks stop killing once this is true. Read-only: the probe's work
+ * throws, so nothing is recorded.
  */
-export async function parkedAlready(transport: Transport, consumer: string, messageId: string): Promise<boolean> {
-  if (!transport.deadLetters) return false;
-  const letters = await transport.deadLetters.list(consumer, { limit: 10_000 }).catch(() => []);
-  return letters.some((letter) => letter.envelope.messageId === messageId);
+export async function parkedAlready<Tx>(inbox: InboxStore<Tx>, consumer: string, messageId: string): Promise<boolean> {
+  const probe = new Error('read-only probe');
+  try {
+    return (await inbox.run(messageId, consumer, async () => {
+      throw probe;
+    })).duplicate;
+  } catch {
+    // The probe's own throw (not recorded), or the store is unavailable: keep killing.
+    return false;
+  }
 }
-
