@@ -34,6 +34,14 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   const names = resolveTableNames(config);
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), names, config.dialect);
+  // Every upgrade migration brings the tables from the version they record to the latest,
+  // so v2 and v3 are both no-ops once an earlier one ran.
+  const upgradeToLatest = async (migration: Migration): Promise<void> => {
+    const dialect = dialectFor(migration);
+    const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
+    const version = Number(rows[0]?.['value'] ?? 0);
+    for (const statement of upgradeSql(dialect, version)) migration.addSql(statement);
+  };
 
   class CourierSchemaV1 extends Migration {
     override up(): void {
@@ -49,10 +57,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   // on tables created at version 2, which is what CourierSchemaV1 now creates.
   class CourierSchemaV2 extends Migration {
     override async up(): Promise<void> {
-      const dialect = dialectFor(this);
-      const rows = await this.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
-      const version = Number(rows[0]?.['value'] ?? 0);
-      for (const statement of upgradeSql(dialect, version)) this.addSql(statement);
+      await upgradeToLatest(this);
     }
 
     override down(): void {
@@ -66,10 +71,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   // brought it to the current version: both upgrade to the latest).
   class CourierSchemaV3 extends Migration {
     override async up(): Promise<void> {
-      const dialect = dialectFor(this);
-      const rows = await this.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
-      const version = Number(rows[0]?.['value'] ?? 0);
-      for (const statement of upgradeSql(dialect, version)) this.addSql(statement);
+      await upgradeToLatest(this);
     }
 
     override down(): void {
