@@ -11,6 +11,11 @@ export const DURATION_HISTOGRAMS = {
   process: 'messaging.process.duration',
   /** Courier: a delivery handed to the core → its acknowledgement (inbox, handler, commit, ack). */
   deliveryToAck: 'courier.consumer.delivery_to_ack.duration',
+  /**
+   * Courier (the semantic conventions have no end-to-end publish latency): an outbox row
+   * due → the broker's confirm of it, per message, recorded by the relay.
+   */
+  commitToConfirm: 'courier.relay.commit_to_confirm.duration',
 } as const;
 
 /** The histograms, created once per bus on the global (or given) meter; no-ops without an SDK. */
@@ -18,11 +23,16 @@ export class DurationHistograms {
   readonly publish: Histogram;
   readonly process: Histogram;
   readonly deliveryToAck: Histogram;
+  readonly commitToConfirm: Histogram;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
     this.publish = meter.createHistogram(DURATION_HISTOGRAMS.publish, { unit: 's', description: 'publish call until the broker answered for every message (publisher confirm)' });
     this.process = meter.createHistogram(DURATION_HISTOGRAMS.process, { unit: 's', description: 'handler run time' });
     this.deliveryToAck = meter.createHistogram(DURATION_HISTOGRAMS.deliveryToAck, { unit: 's', description: 'delivery handed to the consumer until acknowledged' });
+    this.commitToConfirm = meter.createHistogram(DURATION_HISTOGRAMS.commitToConfirm, {
+      unit: 's',
+      description: 'outbox row due (its insert, or its delay/notBefore) until the broker confirmed it',
+    });
   }
 }
 

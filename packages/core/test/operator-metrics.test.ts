@@ -212,6 +212,93 @@ describe('duration histograms', () => {
   });
 });
 
+describe('commit → confirm histogram', () => {
+  afterEach(() => {
+    otelMetrics.disable();
+  });
+
+  it("records each confirmed row from when it became due, so a delayed row's delay is not in it", async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    const clock = { offset: 0 };
+    await using h = harness({ clock });
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push((message.payload as { orderId: string }).orderId);
+    });
+    await h.bus.start();
+    const hourMs = 3_600_000;
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'delayed' }, { delay: hourMs });
+    });
+    // The delayed row becomes due 2 s before the relay can see it: its latency starts there.
+    clock.offset = hourMs + 2_000;
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'now' });
+    });
+    await eventually(() => expect(handled.sort()).toEqual(['delayed', 'now']));
+    const read = async () => {
+      exporter.reset();
+      await reader.forceFlush();
+      const points = [];
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as HistogramMetricData[]) {
+            if (metric.descriptor.name === DURATION_HISTOGRAMS.commitToConfirm) points.push(...metric.dataPoints);
+          }
+        }
+      }
+      return points;
+    };
+    // The relay records after the broker's confirm, which can follow the delivery.
+    const points = await eventually(async () => {
+      const found = await read();
+      expect(found.reduce((sum, point) => sum + point.value.count, 0)).toBe(2);
+      return found;
+    });
+    expect(points[0]?.attributes).toMatchObject({ 'messaging.system': 'courier', 'messaging.destination.name': Placed.topic });
+    const value = points[0]!.value;
+    // The delayed row: at least the 2 s it waited once due, far below its hour of delay.
+    expect(value.max).toBeGreaterThanOrEqual(2);
+    expect(value.max).toBeLessThan(hourMs / 1000 / 2);
+    // The other row was due at its commit: the relay's and the broker's time only.
+    expect(value.min).toBeGreaterThanOrEqual(0);
+    expect(value.min).toBeLessThan(value.max);
+  });
+
+  it('records nothing for a row whose store gives no age (never a made-up start)', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    await using h = harness();
+    const claim = h.outbox.claim.bind(h.outbox);
+    const completeAndClaim = h.outbox.completeAndClaim.bind(h.outbox);
+    const ageless = <B extends { records: readonly { ageMs?: number }[] }>(batch: B): B => ({ ...batch, records: batch.records.map(({ ageMs: _ageMs, ...record }) => record) });
+    h.outbox.claim = async (options) => ageless(await claim(options));
+    h.outbox.completeAndClaim = async (done, options) => ageless(await completeAndClaim(done, options));
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push(message.messageId);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(handled).toHaveLength(1));
+    await eventually(() => expect(h.bus.health().counters.published).toBe(1));
+    exporter.reset();
+    await reader.forceFlush();
+    const names = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics.map((metric) => metric.descriptor.name)));
+    expect(names).toContain(DURATION_HISTOGRAMS.publish);
+    expect(names).not.toContain(DURATION_HISTOGRAMS.commitToConfirm);
+  });
+});
+
 describe('inbox halted-keys gauge', () => {
   it("counts a consumer's halted keys at collection time, and reports nothing when listing fails", async () => {
     const { meter, read } = sdk();
