@@ -209,6 +209,18 @@ describe('duration histograms', () => {
     expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
     expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
     expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
+    // Second-scale buckets (the conventions' advice), not the SDK's default 0–10,000.
+    const boundaries: Record<string, number[]> = {};
+    for (const resource of exporter.getMetrics()) {
+      for (const scope of resource.scopeMetrics) {
+        for (const metric of scope.metrics as HistogramMetricData[]) {
+          if ((Object.values(DURATION_HISTOGRAMS) as string[]).includes(metric.descriptor.name)) boundaries[metric.descriptor.name] = metric.dataPoints[0]?.value.buckets.boundaries ?? [];
+        }
+      }
+    }
+    for (const name of [DURATION_HISTOGRAMS.publish, DURATION_HISTOGRAMS.process, DURATION_HISTOGRAMS.deliveryToAck, DURATION_HISTOGRAMS.commitToConfirm]) {
+      expect(boundaries[name]?.[0], name).toBe(0.005);
+    }
   });
 });
 
