@@ -94,7 +94,7 @@ describe('courier relay (postgresql + rabbitmq)', () => {
         // The inbox gauges of the config's inbox (issue 12: inbox dead letters, halted keys).
         expect(scraped).toMatch(new RegExp(`^courier_inbox_dead_letters\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
         expect(scraped).toMatch(new RegExp(`^courier_inbox_records\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
-        expect(scraped).toMatch(new RegExp(`^courier_inbox_halted_keys\\{[^}]*consumer="${billing}"[^}]*\\} 1$`, 'm'));
+        expect(scraped).toMatch(new RegExp(`^courier_inbox_halted_keys\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
         // Commit → confirm of the published rows (their age from the claim, database clock).
         expect(scraped).toMatch(/^courier_relay_commit_to_confirm_duration_count\{[^}]*messaging_destination_name="[^"]+"[^}]*\} [1-9]/m);
         // The publish-duration histogram (sent → every confirm) of the relay's publish calls.

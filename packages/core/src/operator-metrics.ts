@@ -77,7 +77,8 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
 
 /**
  * Registers the gauge `courier.inbox.halted_keys`: keys halted by ordered subscriptions
- * with `poison: 'halt'`, one observation per consumer that has any (attribute `consumer`).
+ * with `poison: 'halt'`, one observation per consumer that has any (attribute
+ * `messaging.consumer.group.name`).
  *
  * Guarantees: `listHalted()` runs once per collection and only when a metrics SDK
  * collects; a failing one is logged and leaves that collection without values (never
@@ -100,7 +101,7 @@ export function observeInboxHalts(inbox: Pick<InboxHalts, 'listHalted'>, options
     }
     const perConsumer = new Map<string, number>();
     for (const key of keys) perConsumer.set(key.consumer, (perConsumer.get(key.consumer) ?? 0) + 1);
-    for (const [consumer, count] of perConsumer) result.observe(count, { ...attributes, consumer });
+    for (const [consumer, count] of perConsumer) result.observe(count, { ...attributes, 'messaging.consumer.group.name': consumer });
   };
   halted.addCallback(callback);
   return () => halted.removeCallback(callback);

@@ -209,6 +209,8 @@ describe('duration histograms', () => {
     expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
     expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
     expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
+    // The consumer's counters carry the conventions' consumer-group attribute too.
+    expect(found['courier.consumer.processed']?.attributes).toEqual({ 'messaging.consumer.group.name': 'billing' });
     // Second-scale buckets (the conventions' advice), not the SDK's default 0–10,000.
     const boundaries: Record<string, number[]> = {};
     for (const resource of exporter.getMetrics()) {
