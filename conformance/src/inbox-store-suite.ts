@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ENVELOPE_LIMITS, hasInboxHalts, type InboxHalts, type InboxStore, type OutboxStore } from '@courier/core';
+import { ENVELOPE_LIMITS, hasInboxHalts, type InboxHalts, type InboxStats, type InboxStore, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit } from './support/at-limit.js';
@@ -283,6 +283,41 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
   {
+    name: 'stats (optional): per consumer its records, the oldest record\'s age (growing), dead-letter marks and replays; start markers and other consumers apart',
+    async run(env) {
+      const stats = statsOf(env);
+      const { consumer } = env;
+      const other = `${consumer}-other`;
+      const mine = (result: InboxStats, name: string) => result.consumers.find((entry) => entry.consumer === name);
+      expect(mine(await stats(), consumer)).toBeUndefined();
+      const firstRun = Date.now();
+      const [handled, dead] = [uniqueId(), uniqueId()];
+      // What the consumer writes: a handled message, a dead-letter mark, the replay of that
+      // dead letter under its own record, and a run-alone start marker.
+      await env.inbox.run(handled, consumer, async () => undefined);
+      await env.inbox.run(dead, `${consumer}~dead`, async () => undefined);
+      await env.inbox.run(dead, `${consumer}~rerun`, async () => undefined);
+      await env.inbox.run(uniqueId(), `${consumer}~alone`, async () => undefined);
+      await env.inbox.run(handled, other, async () => undefined);
+      const lastRun = Date.now();
+      const first = await stats();
+      expect(mine(first, consumer)).toMatchObject({ consumer, records: 2, deadLetters: 1, replayed: 1 });
+      expect(mine(first, other)).toMatchObject({ consumer: other, records: 1, deadLetters: 0, replayed: 0 });
+      expect(first.consumers.some((entry) => entry.consumer.includes('~'))).toBe(false);
+      const firstAge = mine(first, consumer)!.oldestRecordAgeMs;
+      expect(firstAge).toBeGreaterThanOrEqual(0);
+      await sleep(250);
+      const asked = Date.now();
+      const second = await stats();
+      const answered = Date.now();
+      const age = mine(second, consumer)!.oldestRecordAgeMs;
+      // Bounds from the test's clock around the runs (the store's age is on the database's, same machine).
+      expect(age).toBeGreaterThanOrEqual(asked - lastRun - 20);
+      expect(age).toBeLessThanOrEqual(answered - firstRun + 20);
+      expect(age).toBeGreaterThan(firstAge);
+    },
+  },
+  {
     name: 'halts: while a key is halted, runs with hold store the message as held (once) instead of running; other keys run',
     async run(env) {
       const halts = haltsOf(env);
@@ -420,6 +455,13 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
 ];
+
+/** The store's optional `stats()`, or a skip stating why. */
+function statsOf<Tx>(env: InboxCaseEnv<Tx>): () => Promise<InboxStats> {
+  const { inbox } = env;
+  if (typeof inbox.stats !== 'function') return env.skip('the inbox store has no stats(): it is an optional operator member (courier stats and observeInbox use it)');
+  return () => inbox.stats!();
+}
 
 /** The store's halts, or a skip stating why the halt cases do not apply. */
 function haltsOf<Tx>(env: InboxCaseEnv<Tx>): InboxHalts {

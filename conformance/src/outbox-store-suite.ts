@@ -476,6 +476,49 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: "a claimed row's ageMs, where the store gives one, counts from when it became due: never negative, grows with the wait, never includes its delay",
+    async run(env) {
+      const { delayMs, clockToleranceMs, timeoutMs } = env.options;
+      const waiting = message(env, null);
+      const delayed = message(env, null);
+      const committing = Date.now();
+      await commit(env, [{ envelope: waiting }, { envelope: delayed, delayMs: 2 * delayMs }]);
+      const committed = Date.now();
+      // Bounds from the test's clock around each step; the store's age is on the database's.
+      const check = (batch: ClaimedBatch, claimStart: number, claimEnd: number): void => {
+        for (const record of batch.records) {
+          if (record.ageMs === undefined) continue;
+          expect(record.ageMs).toBeGreaterThanOrEqual(0);
+          if (record.envelope.messageId === waiting.messageId) {
+            // Due at its insert, inside the commit: at least the wait since the commit.
+            expect(record.ageMs).toBeGreaterThanOrEqual(claimStart - committed - clockToleranceMs);
+            expect(record.ageMs).toBeLessThanOrEqual(claimEnd - committing + clockToleranceMs);
+          } else {
+            // Due no earlier than 2 × delayMs after the commit began: the delay is not in it.
+            expect(record.ageMs).toBeLessThanOrEqual(claimEnd - committing - 2 * delayMs + clockToleranceMs);
+          }
+        }
+      };
+      await sleep(delayMs);
+      let claimStart = Date.now();
+      const first = await claim(env, 'relay-a');
+      check(first, claimStart, Date.now());
+      expect(ids(first)).toContain(waiting.messageId);
+      if (!ids(first).includes(delayed.messageId)) {
+        await eventually(
+          async () => {
+            claimStart = Date.now();
+            // perKey 2: the pipelined claim's path too, where a store has one.
+            const batch = await claim(env, 'relay-b', { perKey: 2 });
+            check(batch, claimStart, Date.now());
+            expect(ids(batch)).toEqual([delayed.messageId]);
+          },
+          { timeoutMs },
+        );
+      }
+    },
+  },
+  {
     name: 'an expired lease is claimed again with a greater fencing token',
     async run(env) {
       const row = message(env, 'k');

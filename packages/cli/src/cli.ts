@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, Option } from 'commander';
-import { CourierError, describeError, hasInboxHalts, type InboxHalts, type OutboxOperations } from '@courier/core';
+import { CourierError, describeError, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { actOnParked, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
@@ -127,7 +127,7 @@ Examples:
   examples(
     program
       .command('stats')
-      .description('Show per outbox: pending, oldest pending age, in flight, dead, halted keys; per transport: dead letters per consumer.')
+      .description('Show per outbox: pending, oldest pending age, in flight, dead, halted keys; per inbox consumer: records, oldest, dead letters, replayed; per transport: dead letters per consumer.')
       .option('--json', 'print one JSON object (for scripts)')
       .option('--watch', 'refresh in place until Ctrl-C')
       .option('--interval <duration>', 'refresh period of --watch', '2s')
@@ -454,7 +454,9 @@ Examples:
         const setup = await open('relay', configOf());
         const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
         const deadLetters = setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {};
-        setExit(await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...deadLetters, port, host: options.host, stopTimeoutMs }));
+        setExit(
+          await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...(setup.inbox ? { inbox: setup.inbox } : {}), ...deadLetters, port, host: options.host, stopTimeoutMs }),
+        );
       }),
     `  courier relay
   courier relay --port 9464 --stop-timeout 60s`,
@@ -534,8 +536,11 @@ function renderParked(items: readonly ParkedMessage[]): string {
 /** What `courier stats --json` prints. */
 export interface CliStats {
   readonly outbox: { readonly pending: number; readonly oldestPendingAgeMs: number; readonly inFlight: number; readonly dead: number; readonly haltedKeys: number } | null;
-  /** Present when the inbox store offers `stats()` (an optional operator member, detected at runtime). */
-  readonly inbox: Record<string, unknown> | null;
+  /**
+   * Present when the inbox store offers `stats()` (an optional operator member, detected at
+   * runtime): per consumer, its records, the oldest one's age, dead-letter marks and replays.
+   */
+  readonly inbox: InboxStats | null;
   /** Dead letters per consumer; `atLeast` when the transport listed its maximum. */
   readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean }[] | null;
 }
@@ -544,7 +549,7 @@ const DEPTH_LIMIT = 10_000;
 
 async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   if (!setup.outbox && !setup.inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides no outbox, inbox or transport dead letters to report on');
-  const inboxStats = (setup.inbox as { stats?: () => Promise<Record<string, unknown>> } | undefined)?.stats;
+  const inboxStats = setup.inbox?.stats;
   const deadLetters = setup.transport?.deadLetters;
   const [outbox, inbox, transport] = await Promise.all([
     setup.outbox ? setup.outbox.stats() : null,
@@ -568,7 +573,15 @@ function renderStats(stats: CliStats): string {
     lines.push('outbox', table(['PENDING', 'OLDEST PENDING', 'IN FLIGHT', 'DEAD', 'HALTED KEYS'], [[String(o.pending), formatDuration(o.oldestPendingAgeMs), String(o.inFlight), String(o.dead), String(o.haltedKeys)]]));
   }
   if (stats.inbox) {
-    lines.push('', 'inbox', table(Object.keys(stats.inbox).map((name) => name.toUpperCase()), [Object.values(stats.inbox).map((value) => String(value))]));
+    lines.push('', 'inbox');
+    lines.push(
+      stats.inbox.consumers.length === 0
+        ? '(no records)'
+        : table(
+            ['CONSUMER', 'RECORDS', 'OLDEST', 'DEAD LETTERS', 'REPLAYED'],
+            stats.inbox.consumers.map((row) => [row.consumer, String(row.records), formatDuration(row.oldestRecordAgeMs), String(row.deadLetters), String(row.replayed)]),
+          ),
+    );
   }
   if (stats.transport) {
     lines.push('', 'transport dead letters');

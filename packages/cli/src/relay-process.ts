@@ -3,7 +3,21 @@ import type { AddressInfo } from 'node:net';
 import { metrics } from '@opentelemetry/api';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
-import { consoleLogger, createBus, describeError, observeDeadLetters, observeOutbox, observeRelay, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import {
+  consoleLogger,
+  createBus,
+  describeError,
+  hasInboxHalts,
+  observeDeadLetters,
+  observeInbox,
+  observeInboxHalts,
+  observeOutbox,
+  observeRelay,
+  type InboxOperations,
+  type Logger,
+  type OutboxOperations,
+  type TransportDeadLetters,
+} from '@courier/core';
 import type { CourierRelaySetup } from './config.js';
 
 /** Arguments of {@link runRelay}. */
@@ -17,6 +31,12 @@ export interface RunRelayOptions {
    * `courier stats` shows them). Absent or no consumers: no such gauge.
    */
   readonly deadLetters?: { readonly deadLetters: Pick<TransportDeadLetters, 'list'>; readonly consumers: readonly string[] };
+  /**
+   * The config's inbox, when it has one: `/metrics` then reports its halted keys
+   * (`courier.inbox.halted_keys`, when the store has halts) and, when it has `stats()`, its
+   * dead letters, records and oldest record per consumer.
+   */
+  readonly inbox?: InboxOperations;
   readonly port: number | undefined;
   readonly host: string;
   readonly stopTimeoutMs: number;
@@ -30,8 +50,9 @@ export interface RunRelayOptions {
  * ran out of time. A second signal during the stop exits at once with 1.
  *
  * With `port`, serves `/health` (the bus's health as JSON: 200 when ready, 503 when not)
- * and `/metrics` (Prometheus text: the bus's counters, the outbox and relay gauges, and the
- * transport dead-letter depth of `deadLetters`' consumers).
+ * and `/metrics` (Prometheus text: the bus's counters and histograms, the outbox and relay
+ * gauges, the transport dead-letter depth of `deadLetters`' consumers, and the inbox's
+ * halted keys and per-consumer gauges when `inbox` is given and has them).
  * The process's own meter provider is registered globally before the bus is built, so
  * the library's `@opentelemetry/api` instruments report into it.
  */
@@ -59,6 +80,9 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
     if (options.deadLetters && options.deadLetters.consumers.length > 0) {
       cleanups.push(observeDeadLetters(options.deadLetters.deadLetters, options.deadLetters.consumers, { logger }));
     }
+    const { inbox } = options;
+    if (inbox && hasInboxHalts(inbox)) cleanups.push(observeInboxHalts(inbox, { logger }));
+    if (inbox && typeof inbox.stats === 'function') cleanups.push(observeInbox(inbox, { logger }));
     if (options.port !== undefined) {
       server = createServer((request, response) => {
         const path = (request.url ?? '/').split('?')[0];

@@ -64,9 +64,21 @@ describe.each(['postgresql', 'mariadb', 'sqlite'] as Dialect[])('courier against
     ]);
     await append([halted[1]!, halted[2]!, envelope(null), envelope(null), envelope('p')]);
 
+    // The inbox as a consumer leaves it: two handled, one dead-lettered and then replayed.
+    const billing = `${prefix}billing`;
+    for (const id of ['in-1', 'in-2']) await stores.inbox.run(id, billing, async () => undefined);
+    await stores.inbox.run('in-3', `${billing}~dead`, async () => undefined);
+    await stores.inbox.run('in-3', `${billing}~rerun`, async () => undefined);
+
     const stats = await runCli(['stats', '--json'], env);
     expect(stats.code, stats.stderr).toBe(0);
-    expect(JSON.parse(stats.stdout).outbox).toMatchObject({ pending: 5, dead: 2, haltedKeys: 1, inFlight: 0 });
+    const parsed = JSON.parse(stats.stdout) as { outbox: unknown; inbox: { consumers: unknown[] } };
+    expect(parsed.outbox).toMatchObject({ pending: 5, dead: 2, haltedKeys: 1, inFlight: 0 });
+    expect(parsed.inbox.consumers).toEqual([expect.objectContaining({ consumer: billing, records: 3, deadLetters: 1, replayed: 1 })]);
+    const text = await runCli(['stats'], env);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/CONSUMER\s+RECORDS\s+OLDEST\s+DEAD LETTERS\s+REPLAYED/);
+    expect(text.stdout).toMatch(new RegExp(`${billing}\\s+3\\s+\\S+\\s+1\\s+1`));
 
     const listed = await runCli(['dead', 'list', '--json', '--topic', topic], env);
     expect(listed.code, listed.stderr).toBe(0);

@@ -1,10 +1,11 @@
 // `courier relay` as a process of its own (PostgreSQL + RabbitMQ): it drains a backlog,
-// serves /health and Prometheus /metrics, and on SIGTERM stops cleanly — exit 0, nothing
+// serves /health and Prometheus /metrics (outbox, relay, transport and inbox gauges,
+// the histograms), and on SIGTERM stops cleanly — exit 0, nothing
 // left leased — after which a second relay process finishes the backlog.
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import type { ChildProcess } from 'node:child_process';
-import { eventually } from '@courier/conformance';
+import { eventually, makeEnvelope } from '@courier/conformance';
 import { createBus, defineMessage } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -66,6 +67,13 @@ describe('courier relay (postgresql + rabbitmq)', () => {
       return Number(rows[0]!.n);
     };
 
+    // An inbox with a dead-lettered message and a halted key, as a consumer leaves them:
+    // /metrics reports both from the config's inbox.
+    const billing = `${prefix}billing`;
+    await stores.inbox.run('dead-1', `${billing}~dead`, async () => undefined);
+    await stores.inbox.run('done-1', billing, async () => undefined);
+    await stores.inbox.halt(billing, Work.topic, 'k-halted', makeEnvelope({ topic: Work.topic, key: 'k-halted' }), 'E: poison');
+
     const first = await startRelay(env);
     cleanup.push(async () => first.child.kill('SIGKILL'));
     await eventually(() => expect(copies.size).toBeGreaterThan(0), { timeoutMs: 60_000 });
@@ -83,6 +91,12 @@ describe('courier relay (postgresql + rabbitmq)', () => {
         expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
         // The transport dead-letter depth of the configured consumer (none dead here).
         expect(scraped).toMatch(new RegExp(`^courier_transport_dead_letters\\{[^}]*messaging_consumer_group_name="${prefix}sink"[^}]*\\} 0$`, 'm'));
+        // The inbox gauges of the config's inbox (issue 12: inbox dead letters, halted keys).
+        expect(scraped).toMatch(new RegExp(`^courier_inbox_dead_letters\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
+        expect(scraped).toMatch(new RegExp(`^courier_inbox_records\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
+        expect(scraped).toMatch(new RegExp(`^courier_inbox_halted_keys\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
+        // Commit → confirm of the published rows (their age from the claim, database clock).
+        expect(scraped).toMatch(/^courier_relay_commit_to_confirm_duration_count\{[^}]*messaging_destination_name="[^"]+"[^}]*\} [1-9]/m);
         // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
         expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
       },

@@ -285,6 +285,7 @@ class CourierBus<Tx> implements Bus<Tx> {
             instruments: this.#instruments,
             tracer: this.#tracer,
             fault,
+            durations: this.#durations,
             ...(this.#config.onKeyHalted ? { onKeyHalted: this.#config.onKeyHalted } : {}),
           },
           this.#relaySettings,

@@ -16,6 +16,8 @@ import type { DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
 
 /** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
+/** The semantic conventions' attribute for a consumer group, on every counter the consumer adds to. */
+const CONSUMER_GROUP = 'messaging.consumer.group.name';
 const ALONE_SUFFIX = '~alone';
 /** Suffix of the inbox record that says a message was dead-lettered for a consumer. */
 const DEAD_SUFFIX = '~dead';
@@ -339,7 +341,7 @@ export class Consumer<Tx> {
           // this rare path) and an applied message is settled as the duplicate it is.
           if (await this.#untilAvailable(() => this.#hasRecord(envelope.messageId, inboxKey), pause)) {
             if (this.#abort.signal.aborted) return;
-            this.#deps.instruments.duplicates.add(1, { consumer });
+            this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
             this.#deps.logger.info('suspect already applied; acknowledged as a duplicate, not parked', { consumer, messageId: envelope.messageId, runs: crashes });
             await this.#clearCrashes(envelope.messageId);
             await delivery.ack();
@@ -415,10 +417,10 @@ export class Consumer<Tx> {
           },
           hold,
         );
-        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { consumer });
+        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
         else if ('held' in result) {
           this.#deps.logger.info('key halted; message held behind its head', { consumer, messageId: envelope.messageId, topic: envelope.topic, key: envelope.key });
-        } else this.#deps.instruments.processed.add(1, { consumer });
+        } else this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
         await delivery.ack();
         this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes(envelope.topic));
@@ -442,7 +444,7 @@ export class Consumer<Tx> {
           return this.#giveUp(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` });
         }
         const delay = backoffDelay(this.#settings.retry, attempt);
-        this.#deps.instruments.retries.add(1, { consumer });
+        this.#deps.instruments.retries.add(1, { [CONSUMER_GROUP]: consumer });
         this.#deps.logger.info('handler failed; retrying', { consumer, messageId: envelope.messageId, attempt, delayMs: delay, error: reason.message });
         // Ordered subscriptions too: on an ordered endpoint the transport keeps the message's
         // place (nothing of its key overtakes it) while freeing the handler slot, and the gate
@@ -530,7 +532,7 @@ export class Consumer<Tx> {
     const error = `${reason.code}: ${reason.message}`;
     const outcome = await halts.halt(consumer, envelope.topic, envelope.key, envelope, error);
     if (outcome === 'halted') {
-      this.#deps.instruments.consumerHaltedKeys.add(1, { consumer });
+      this.#deps.instruments.consumerHaltedKeys.add(1, { [CONSUMER_GROUP]: consumer });
       this.#deps.logger.error('key halted: its head was given up on; the key waits for an operator (courier halted resume)', {
         consumer,
         messageId: envelope.messageId,
@@ -577,7 +579,7 @@ export class Consumer<Tx> {
       const head = claim.head.envelope;
       if (claim.action === 'park') {
         await this.#markDead(head.messageId, false);
-        this.#deps.instruments.deadLettered.add(1, { consumer });
+        this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: consumer });
         if (!(await halts.settleHead(consumer, topic, key, owner, { parked: true }))) return;
       } else {
         const failure = await this.#applyOutsideDelivery(head, signal);
@@ -638,8 +640,8 @@ export class Consumer<Tx> {
           handlerRan = true;
           await this.#invoke(tx, envelope, registration, payload, attempt);
         });
-        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { consumer });
-        else this.#deps.instruments.processed.add(1, { consumer });
+        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
+        else this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
         return undefined;
       } catch (error) {
         if (signal.aborted) return 'stopped';
@@ -652,7 +654,7 @@ export class Consumer<Tx> {
         const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
         if (poison) return `${code}: ${describeError(error)}`;
         if (attempt >= this.#settings.retry.maxAttempts) return `ATTEMPTS_EXHAUSTED: ${attempt} attempts; last: ${describeError(error)}`;
-        this.#deps.instruments.retries.add(1, { consumer });
+        this.#deps.instruments.retries.add(1, { [CONSUMER_GROUP]: consumer });
         release();
         await sleep(backoffDelay(this.#settings.retry, attempt), signal);
         attempt += 1;
@@ -663,7 +665,7 @@ export class Consumer<Tx> {
   }
 
   async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
-    this.#deps.instruments.deadLettered.add(1, { consumer: this.#settings.consumer });
+    this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: this.#settings.consumer });
     this.#deps.logger.error('message dead-lettered', {
       consumer: this.#settings.consumer,
       messageId: delivery.envelope.messageId,

@@ -1,4 +1,5 @@
 import type { Envelope, PortLimits } from './envelope.js';
+import type { InboxStats } from './inbox-operations.js';
 
 /** Result of {@link InboxStore.run}. */
 export type InboxResult<T> =
@@ -34,6 +35,12 @@ export interface InboxStore<Tx> {
   forget(messageId: string, consumer: string): Promise<boolean>;
   /** Deletes records older than `olderThanMs` in bounded batches; the deduplication window ends there. */
   prune(olderThanMs: number, options?: { batchSize?: number; signal?: AbortSignal }): Promise<number>;
+  /**
+   * Optional operator member: per consumer, its records, the age of the oldest (database
+   * clock) and its dead letters (see {@link InboxStats}). A read that never blocks `run`;
+   * it may count every record (one pass), so gauges call it at most once a minute or so.
+   */
+  stats?(options?: { signal?: AbortSignal }): Promise<InboxStats>;
   close?(): Promise<void>;
   /**
    * Optional: the longest messageIds and consumer names the store holds (its column

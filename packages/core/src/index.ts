@@ -62,7 +62,8 @@ export type {
   InboxStore,
 } from './inbox-store.js';
 export { hasInboxHalts } from './inbox-store.js';
-export type { InboxOperations } from './inbox-operations.js';
+export type { InboxConsumerStats, InboxNameCount, InboxOperations, InboxStats } from './inbox-operations.js';
+export { inboxStatsFromCounts } from './inbox-operations.js';
 export type {
   DeadLetter,
   DeadLetterReason,
@@ -92,7 +93,7 @@ export type {
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
 export type { ObserveOptions } from './operator-metrics.js';
-export { OPERATOR_GAUGES, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, type ObserveDeadLettersOptions } from './operator-metrics.js';
+export { OPERATOR_GAUGES, observeDeadLetters, observeInbox, observeInboxHalts, observeOutbox, observeRelay, type ObserveDeadLettersOptions, type ObserveInboxOptions } from './operator-metrics.js';
 export { DURATION_HISTOGRAMS } from './timed-transport.js';
 export { CONNECTIVITY_CODES } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';

@@ -3,6 +3,7 @@ import type { Bus } from './bus.js';
 import { describeError } from './errors.js';
 import type { Logger } from './logger.js';
 import { noopLogger } from './logger.js';
+import type { InboxOperations, InboxStats } from './inbox-operations.js';
 import type { InboxHalts } from './inbox-store.js';
 import type { OutboxOperations, OutboxStats } from './outbox-store.js';
 import type { TransportDeadLetters } from './transport.js';
@@ -17,6 +18,9 @@ export const OPERATOR_GAUGES = {
   outboxDead: 'courier.outbox.dead',
   outboxHaltedKeys: 'courier.outbox.halted_keys',
   inboxHaltedKeys: 'courier.inbox.halted_keys',
+  inboxDeadLetters: 'courier.inbox.dead_letters',
+  inboxRecords: 'courier.inbox.records',
+  inboxOldestRecordAge: 'courier.inbox.oldest_record.age',
   relayPaused: 'courier.relay.paused',
   transportDeadLetters: 'courier.transport.dead_letters',
 } as const;
@@ -73,7 +77,8 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
 
 /**
  * Registers the gauge `courier.inbox.halted_keys`: keys halted by ordered subscriptions
- * with `poison: 'halt'`, one observation per consumer that has any (attribute `consumer`).
+ * with `poison: 'halt'`, one observation per consumer that has any (attribute
+ * `messaging.consumer.group.name`).
  *
  * Guarantees: `listHalted()` runs once per collection and only when a metrics SDK
  * collects; a failing one is logged and leaves that collection without values (never
@@ -96,7 +101,7 @@ export function observeInboxHalts(inbox: Pick<InboxHalts, 'listHalted'>, options
     }
     const perConsumer = new Map<string, number>();
     for (const key of keys) perConsumer.set(key.consumer, (perConsumer.get(key.consumer) ?? 0) + 1);
-    for (const [consumer, count] of perConsumer) result.observe(count, { ...attributes, consumer });
+    for (const [consumer, count] of perConsumer) result.observe(count, { ...attributes, 'messaging.consumer.group.name': consumer });
   };
   halted.addCallback(callback);
   return () => halted.removeCallback(callback);
@@ -186,4 +191,75 @@ export function observeDeadLetters(
   };
   depth.addCallback(callback);
   return () => depth.removeCallback(callback);
+}
+
+/** Options of {@link observeInbox}. */
+export interface ObserveInboxOptions extends ObserveOptions {
+  /**
+   * Reads `stats()` again at most this often (milliseconds); collections in between report
+   * the last values. A store may count every inbox record to answer, so a scrape every few
+   * seconds must not do it every time. Default 60,000.
+   */
+  readonly minIntervalMs?: number;
+}
+
+/**
+ * Registers gauges over an inbox store's optional `stats()`, one observation per consumer
+ * (attribute `messaging.consumer.group.name`): `courier.inbox.dead_letters` (messages the
+ * consumer dead-lettered whose mark is still in the inbox: alert when it grows),
+ * `courier.inbox.records` (its deduplication window) and `courier.inbox.oldest_record.age`
+ * (seconds; how far back duplicates are recognised, bounded by prune).
+ *
+ * Guarantees: nothing is read until a metrics SDK collects; then `stats()` runs at most
+ * once per `minIntervalMs`, one read at a time however many collections overlap, and the
+ * collections in between report the last values. A failing read (database away) is logged
+ * and reports nothing until one succeeds (the next collection reads again), never zeros that would clear an alert. Throws a
+ * `TypeError` naming the remedy when the store has no `stats()`. Returns a function that
+ * unregisters the gauges; call it before closing the store.
+ */
+export function observeInbox(inbox: Pick<InboxOperations, 'stats'>, options: ObserveInboxOptions = {}): () => void {
+  if (typeof inbox.stats !== 'function') {
+    throw new TypeError('observeInbox: this inbox store has no stats() (an optional operator member); use a store that has it, or observe only its halts (observeInboxHalts)');
+  }
+  const read = inbox.stats.bind(inbox);
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = options.attributes ?? {};
+  const logger = options.logger ?? noopLogger;
+  const minIntervalMs = options.minIntervalMs ?? 60_000;
+  const dead = meter.createObservableGauge(OPERATOR_GAUGES.inboxDeadLetters, {
+    description: 'messages a consumer dead-lettered whose mark is still in the inbox (replay them with `courier dead`)',
+  });
+  const records = meter.createObservableGauge(OPERATOR_GAUGES.inboxRecords, { description: "inbox records of a consumer (its deduplication window)" });
+  const age = meter.createObservableGauge(OPERATOR_GAUGES.inboxOldestRecordAge, { description: "age of a consumer's oldest inbox record (database clock)", unit: 's' });
+  let last: InboxStats | undefined;
+  let readAt = -Infinity;
+  let reading: Promise<void> | undefined;
+  const refresh = async (): Promise<void> => {
+    try {
+      last = await read();
+      readAt = performance.now();
+    } catch (error) {
+      // Nothing reported, and the next collection reads again.
+      last = undefined;
+      readAt = -Infinity;
+      logger.warn('inbox stats for metrics failed', { error: describeError(error) });
+    }
+  };
+  const callback = async (observer: { observe(instrument: typeof dead, value: number, attributes?: Attributes): void }): Promise<void> => {
+    if (performance.now() - readAt >= minIntervalMs) {
+      reading ??= refresh().finally(() => {
+        reading = undefined;
+      });
+      await reading;
+    }
+    for (const consumer of last?.consumers ?? []) {
+      const observed = { ...attributes, 'messaging.consumer.group.name': consumer.consumer };
+      observer.observe(dead, consumer.deadLetters, observed);
+      observer.observe(records, consumer.records, observed);
+      observer.observe(age, consumer.oldestRecordAgeMs / 1000, observed);
+    }
+  };
+  const instruments = [dead, records, age];
+  meter.addBatchObservableCallback(callback, instruments);
+  return () => meter.removeBatchObservableCallback(callback, instruments);
 }

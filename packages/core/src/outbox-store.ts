@@ -20,6 +20,16 @@ export interface OutboxRecord {
   readonly envelope: Envelope;
   /** Failed publish attempts recorded so far (not counting pauses). */
   readonly attempts: number;
+  /**
+   * Optional: how long the row had been due when this claim took it, in milliseconds on
+   * the database clock, computed by the claim itself (so no clock of the relay's process
+   * is compared with the database's). "Due" is the later of the row's insert and the time
+   * it was last scheduled for: its `delayMs`/`notBefore`, or the end of a retry's backoff,
+   * a release, a replay or an expired lease — the same instant `OutboxStats.oldestPendingAgeMs`
+   * counts from, so a delay is never part of it. Never negative. A store that cannot tell
+   * leaves it undefined; the relay then records no commit → confirm latency for the row.
+   */
+  readonly ageMs?: number;
 }
 
 /** Proof of a claim: only the holder of the current lease may complete or fail its rows. */

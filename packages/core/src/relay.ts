@@ -12,6 +12,7 @@ import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
 import type { Instruments } from './telemetry.js';
 import { inSpan, traceLinks } from './telemetry.js';
 import { ROOT_CONTEXT } from '@opentelemetry/api';
+import type { DurationHistograms } from './timed-transport.js';
 import type { PublishResult, Transport } from './transport.js';
 
 /**
@@ -73,6 +74,8 @@ export interface RelayDependencies<Tx> {
   readonly tracer: Tracer;
   readonly fault: (point: FaultPoint, context: FaultContext) => Promise<void>;
   readonly onKeyHalted?: (topic: string, key: string, error: string) => void;
+  /** Where the commit → confirm latency of each confirmed row is recorded (when the store gives `ageMs`). */
+  readonly durations?: DurationHistograms;
 }
 
 /** The relay's resolved settings. */
@@ -486,6 +489,7 @@ export class Relay<Tx> {
       if (keyId !== null) failedKeys.add(keyId);
     });
 
+    if (confirmed.length > 0) this.#recordLatency(records, new Set(confirmed), claimedAt);
     if (confirmed.length > 0 && defer) {
       // Completed by the loop's next claim, right after this batch is recorded (or by
       // `stop`). Rows of other keys are unaffected; a key's next row waits for it, as it
@@ -514,6 +518,26 @@ export class Relay<Tx> {
       confirmed: confirmed.length,
     });
     return false;
+  }
+
+  /**
+   * Records due → confirm per confirmed row: the row's age at the claim (database clock,
+   * from the store) plus the time since the claim started on this process's clock, so the
+   * two clocks are never compared. Starting at the claim's start counts its round trip once
+   * (an overestimate by at most that). A row without `ageMs` is not recorded: a made-up
+   * start would skew the distribution an alert reads.
+   */
+  #recordLatency(records: readonly OutboxRecord[], confirmed: ReadonlySet<bigint>, claimedAt: number): void {
+    const histogram = this.#deps.durations?.commitToConfirm;
+    if (!histogram) return;
+    const heldMs = Math.max(0, Date.now() - claimedAt);
+    records.forEach((record) => {
+      if (record.ageMs === undefined || !confirmed.has(record.sequence)) return;
+      histogram.record((record.ageMs + heldMs) / 1000, {
+        'messaging.system': 'courier',
+        'messaging.destination.name': record.envelope.topic,
+      });
+    });
   }
 
   async #recordFailures(batch: ClaimedBatch, failed: readonly { record: OutboxRecord; error: CourierError }[]): Promise<void> {

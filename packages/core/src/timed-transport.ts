@@ -11,18 +11,46 @@ export const DURATION_HISTOGRAMS = {
   process: 'messaging.process.duration',
   /** Courier: a delivery handed to the core → its acknowledgement (inbox, handler, commit, ack). */
   deliveryToAck: 'courier.consumer.delivery_to_ack.duration',
+  /**
+   * Courier (the semantic conventions have no end-to-end publish latency): an outbox row
+   * due → the broker's confirm of it, per message, recorded by the relay.
+   */
+  commitToConfirm: 'courier.relay.commit_to_confirm.duration',
 } as const;
+
+/**
+ * Bucket boundaries (seconds) the messaging semantic conventions recommend for their
+ * duration histograms. Without this advice an SDK uses its default boundaries (0–10,000,
+ * meant for milliseconds), which put every sub-5-second duration in one bucket.
+ */
+const MESSAGING_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+/** Publish latency can run into minutes while a relay is behind: the same, plus longer ones. */
+const LATENCY_BUCKETS_S = [...MESSAGING_BUCKETS_S, 30, 60, 300, 900];
 
 /** The histograms, created once per bus on the global (or given) meter; no-ops without an SDK. */
 export class DurationHistograms {
   readonly publish: Histogram;
   readonly process: Histogram;
   readonly deliveryToAck: Histogram;
+  readonly commitToConfirm: Histogram;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
-    this.publish = meter.createHistogram(DURATION_HISTOGRAMS.publish, { unit: 's', description: 'publish call until the broker answered for every message (publisher confirm)' });
-    this.process = meter.createHistogram(DURATION_HISTOGRAMS.process, { unit: 's', description: 'handler run time' });
-    this.deliveryToAck = meter.createHistogram(DURATION_HISTOGRAMS.deliveryToAck, { unit: 's', description: 'delivery handed to the consumer until acknowledged' });
+    this.publish = meter.createHistogram(DURATION_HISTOGRAMS.publish, {
+      unit: 's',
+      description: 'publish call until the broker answered for every message (publisher confirm)',
+      advice: { explicitBucketBoundaries: MESSAGING_BUCKETS_S },
+    });
+    this.process = meter.createHistogram(DURATION_HISTOGRAMS.process, { unit: 's', description: 'handler run time', advice: { explicitBucketBoundaries: MESSAGING_BUCKETS_S } });
+    this.deliveryToAck = meter.createHistogram(DURATION_HISTOGRAMS.deliveryToAck, {
+      unit: 's',
+      description: 'delivery handed to the consumer until acknowledged',
+      advice: { explicitBucketBoundaries: MESSAGING_BUCKETS_S },
+    });
+    this.commitToConfirm = meter.createHistogram(DURATION_HISTOGRAMS.commitToConfirm, {
+      unit: 's',
+      description: 'outbox row due (its insert, or its delay/notBefore) until the broker confirmed it',
+      advice: { explicitBucketBoundaries: LATENCY_BUCKETS_S },
+    });
   }
 }
 

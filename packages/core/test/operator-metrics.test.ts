@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -209,6 +209,107 @@ describe('duration histograms', () => {
     expect(found[DURATION_HISTOGRAMS.publish]?.attributes).toMatchObject({ 'messaging.operation.type': 'send', 'courier.outcome': 'ok' });
     expect(found[DURATION_HISTOGRAMS.process]).toMatchObject({ count: 1, attributes: { 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': 'orders', 'courier.outcome': 'ok' } });
     expect(found[DURATION_HISTOGRAMS.deliveryToAck]?.attributes).toMatchObject({ 'messaging.consumer.group.name': 'billing' });
+    // The consumer's counters carry the conventions' consumer-group attribute too.
+    expect(found['courier.consumer.processed']?.attributes).toEqual({ 'messaging.consumer.group.name': 'billing' });
+    // Second-scale buckets (the conventions' advice), not the SDK's default 0–10,000.
+    const boundaries: Record<string, number[]> = {};
+    for (const resource of exporter.getMetrics()) {
+      for (const scope of resource.scopeMetrics) {
+        for (const metric of scope.metrics as HistogramMetricData[]) {
+          if ((Object.values(DURATION_HISTOGRAMS) as string[]).includes(metric.descriptor.name)) boundaries[metric.descriptor.name] = metric.dataPoints[0]?.value.buckets.boundaries ?? [];
+        }
+      }
+    }
+    for (const name of [DURATION_HISTOGRAMS.publish, DURATION_HISTOGRAMS.process, DURATION_HISTOGRAMS.deliveryToAck, DURATION_HISTOGRAMS.commitToConfirm]) {
+      expect(boundaries[name]?.[0], name).toBe(0.005);
+    }
+  });
+});
+
+describe('commit → confirm histogram', () => {
+  afterEach(() => {
+    otelMetrics.disable();
+  });
+
+  it("records each confirmed row from when it became due, so a delayed row's delay is not in it", async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    const clock = { offset: 0 };
+    await using h = harness({ clock });
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push((message.payload as { orderId: string }).orderId);
+    });
+    await h.bus.start();
+    const hourMs = 3_600_000;
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'delayed' }, { delay: hourMs });
+    });
+    // The delayed row becomes due 2 s before the relay can see it: its latency starts there.
+    clock.offset = hourMs + 2_000;
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'now' });
+    });
+    await eventually(() => expect(handled.sort()).toEqual(['delayed', 'now']));
+    const read = async () => {
+      exporter.reset();
+      await reader.forceFlush();
+      const points = [];
+      for (const resource of exporter.getMetrics()) {
+        for (const scope of resource.scopeMetrics) {
+          for (const metric of scope.metrics as HistogramMetricData[]) {
+            if (metric.descriptor.name === DURATION_HISTOGRAMS.commitToConfirm) points.push(...metric.dataPoints);
+          }
+        }
+      }
+      return points;
+    };
+    // The relay records after the broker's confirm, which can follow the delivery.
+    const points = await eventually(async () => {
+      const found = await read();
+      expect(found.reduce((sum, point) => sum + point.value.count, 0)).toBe(2);
+      return found;
+    });
+    expect(points[0]?.attributes).toMatchObject({ 'messaging.system': 'courier', 'messaging.destination.name': Placed.topic });
+    const value = points[0]!.value;
+    // The delayed row: at least the 2 s it waited once due, far below its hour of delay.
+    expect(value.max ?? -1).toBeGreaterThanOrEqual(2);
+    expect(value.max ?? Infinity).toBeLessThan(hourMs / 1000 / 2);
+    // The other row was due at its commit: the relay's and the broker's time only.
+    expect(value.min ?? -1).toBeGreaterThanOrEqual(0);
+    expect(value.min ?? Infinity).toBeLessThan(value.max ?? -1);
+  });
+
+  it('records nothing for a row whose store gives no age (never a made-up start)', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    await using h = harness();
+    const claim = h.outbox.claim.bind(h.outbox);
+    const completeAndClaim = h.outbox.completeAndClaim.bind(h.outbox);
+    const ageless = <B extends { records: readonly { ageMs?: number }[] }>(batch: B): B => ({ ...batch, records: batch.records.map(({ ageMs: _ageMs, ...record }) => record) });
+    h.outbox.claim = async (options) => ageless(await claim(options));
+    h.outbox.completeAndClaim = async (done, options) => ageless(await completeAndClaim(done, options));
+    const handled: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      handled.push(message.messageId);
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { orderId: 'o-1' });
+    });
+    await eventually(() => expect(handled).toHaveLength(1));
+    await eventually(() => expect(h.bus.health().counters.published).toBe(1));
+    exporter.reset();
+    await reader.forceFlush();
+    const names = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics.map((metric) => metric.descriptor.name)));
+    expect(names).toContain(DURATION_HISTOGRAMS.publish);
+    expect(names).not.toContain(DURATION_HISTOGRAMS.commitToConfirm);
   });
 });
 
@@ -231,5 +332,55 @@ describe('inbox halted-keys gauge', () => {
     const failing = observeInboxHalts({ listHalted: async () => Promise.reject(new Error('database away')) }, { meter: other.meter });
     expect((await other.read())[OPERATOR_GAUGES.inboxHaltedKeys]).toBeUndefined();
     failing();
+  });
+});
+
+describe('inbox gauges', () => {
+  const GROUP = 'messaging.consumer.group.name';
+
+  it("report each consumer's dead letters, records and oldest record age from stats(), at most once per interval", async () => {
+    const metrics = sdk();
+    const db = new InMemoryDatabase();
+    const inbox = new InMemoryInboxStore({ database: db });
+    let reads = 0;
+    const counted = { stats: () => ((reads += 1), inbox.stats()) };
+    const stop = observeInbox(counted, { meter: metrics.meter, minIntervalMs: 3_600_000 });
+    expect(reads).toBe(0);
+    expect(await metrics.points(OPERATOR_GAUGES.inboxDeadLetters, GROUP)).toEqual([]);
+    await inbox.run('m-1', 'billing', async () => undefined);
+    await inbox.run('m-2', 'billing', async () => undefined);
+    await inbox.run('m-2', 'billing~dead', async () => undefined);
+    await inbox.run('m-1', 'shipping', async () => undefined);
+    // The first read was of an empty inbox; a fresh observer reads now.
+    stop();
+    const fresh = sdk();
+    const again = observeInbox(counted, { meter: fresh.meter, minIntervalMs: 3_600_000 });
+    expect(await fresh.points(OPERATOR_GAUGES.inboxDeadLetters, GROUP)).toEqual([['billing', 1], ['shipping', 0]]);
+    expect(await fresh.points(OPERATOR_GAUGES.inboxRecords, GROUP)).toEqual([['billing', 2], ['shipping', 1]]);
+    const ages = await fresh.points(OPERATOR_GAUGES.inboxOldestRecordAge, GROUP);
+    expect(ages.map(([consumer]) => consumer)).toEqual(['billing', 'shipping']);
+    for (const [, seconds] of ages) expect(seconds).toBeGreaterThanOrEqual(0);
+    const readsSoFar = reads;
+    await inbox.run('m-3', 'billing~dead', async () => undefined);
+    // Within the interval: the last values, no new read.
+    expect(await fresh.points(OPERATOR_GAUGES.inboxDeadLetters, GROUP)).toEqual([['billing', 1], ['shipping', 0]]);
+    expect(reads).toBe(readsSoFar);
+    again();
+  });
+
+  it('report nothing while stats() fails and read again at the next collection; a store without stats() is refused by name', async () => {
+    const { meter, points } = sdk();
+    const inbox = new InMemoryInboxStore({ database: new InMemoryDatabase() });
+    await inbox.run('m-1', 'billing~dead', async () => undefined);
+    let away = true;
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, error() {}, warn: (message) => warnings.push(message) };
+    const stop = observeInbox({ stats: () => (away ? Promise.reject(new Error('database away')) : inbox.stats()) }, { meter, logger });
+    expect(await points(OPERATOR_GAUGES.inboxDeadLetters, GROUP)).toEqual([]);
+    expect(warnings).toEqual(['inbox stats for metrics failed']);
+    away = false;
+    expect(await points(OPERATOR_GAUGES.inboxDeadLetters, GROUP)).toEqual([['billing', 1]]);
+    stop();
+    expect(() => observeInbox({}, { meter })).toThrow(/no stats\(\)/);
   });
 });

@@ -9,7 +9,9 @@ import {
   type InboxResult,
   type InboxResumeAction,
   type InboxRunOptions,
+  type InboxStats,
   type InboxStore,
+  inboxStatsFromCounts,
   type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
@@ -156,6 +158,24 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
       const records = await pruneInBatches(this.#core, 'inbox', 'processed_at', false, olderThanMs, batchSize, options.signal);
       await pruneInBatches(this.#core, 'inboxStarts', 'updated_at', false, olderThanMs, batchSize, options.signal);
       return records;
+    });
+  }
+
+  /**
+   * Per consumer: records, the age of the oldest (database clock), dead-letter marks and
+   * replays — one `SELECT … GROUP BY consumer` outside any transaction, which blocks no
+   * `run`. Cost: it reads every inbox record once (no index leads with the consumer, and
+   * a count has to visit each row anyway), so it grows with the deduplication window that
+   * `prune` bounds; gauges read it at most once a minute by default.
+   */
+  async stats(options: { signal?: AbortSignal } = {}): Promise<InboxStats> {
+    return this.#core.operation('stats', options.signal, async () => {
+      const { dialect, runner } = this.#core;
+      const rows = await runner.all(
+        `SELECT consumer, COUNT(*) AS records, ${dialect.epochMs(dialect.now)} - ${dialect.epochMs('MIN(processed_at)')} AS oldest_age ` +
+          `FROM ${dialect.table('inbox')} GROUP BY consumer`,
+      );
+      return inboxStatsFromCounts(rows.map((row) => ({ name: text(row['consumer']), records: toNumber(row['records']), oldestAgeMs: Math.max(0, toNumber(row['oldest_age'])) })));
     });
   }
 

@@ -25,7 +25,7 @@ import {
   type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
-import { completeSql, headsSql, qualifiedColumns, type ClaimResult, type CompletionQuery, type DialectName } from './dialects/sql-dialect.js';
+import { ageSql, completeSql, headsSql, qualifiedColumns, type ClaimResult, type CompletionQuery, type DialectName } from './dialects/sql-dialect.js';
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
 import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
@@ -283,12 +283,14 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
           await done?.beforeCommit?.(trx);
           return { token, rows: [], ...outcome };
         }
+        // Read before the UPDATE moves available_at, which the rows' ages are counted from.
+        // Every chosen row is locked by this transaction, so the UPDATE finds them as read.
+        const rows = await runner.all(`SELECT ${qualifiedColumns('o')}, ${ageSql(dialect, 'o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
         await runner.run(
           `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
           [query.owner, token.toString(), query.leaseMs, chosen],
           trx,
         );
-        const rows = await runner.all(`SELECT ${qualifiedColumns('o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
         await done?.beforeCommit?.(trx);
         return { token, rows, ...outcome };
       },
@@ -673,7 +675,10 @@ function envelopeOf(row: SqlRow): Envelope {
 }
 
 function toRecord(row: SqlRow): OutboxRecord {
-  return { sequence: toBigInt(row['seq']), envelope: envelopeOf(row), attempts: toNumber(row['attempts']) };
+  const age = row['age_ms'];
+  const record = { sequence: toBigInt(row['seq']), envelope: envelopeOf(row), attempts: toNumber(row['attempts']) };
+  // A clock step back on the database could make it negative; the port promises not.
+  return age === null || age === undefined ? record : { ...record, ageMs: Math.max(0, toNumber(age)) };
 }
 
 function toDeadRecord(row: SqlRow): DeadOutboxRecord {

@@ -1,4 +1,5 @@
 import { ClosedError } from '../errors.js';
+import { inboxStatsFromCounts, type InboxStats } from '../inbox-operations.js';
 import type { Envelope } from '../envelope.js';
 import type {
   InboxDrainClaim,
@@ -124,6 +125,22 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
     }
     for (const [pair, start] of this.#starts) if (start.at <= cutoff) this.#starts.delete(pair);
     return deleted;
+  }
+
+  /** Per consumer: records, the age of the oldest (database clock) and dead letters; one pass over the records. */
+  async stats(options: { signal?: AbortSignal } = {}): Promise<InboxStats> {
+    this.#ready('stats', options.signal);
+    const now = this.#db.now();
+    const counts = new Map<string, { records: number; oldest: number }>();
+    for (const [pair, at] of this.#records) {
+      const name = pair.slice(0, pair.indexOf('\u0000'));
+      const found = counts.get(name);
+      if (found) {
+        found.records += 1;
+        found.oldest = Math.min(found.oldest, at);
+      } else counts.set(name, { records: 1, oldest: at });
+    }
+    return inboxStatsFromCounts([...counts].map(([name, { records, oldest }]) => ({ name, records, oldestAgeMs: now - oldest })));
   }
 
   /** Creates the halt of (consumer, topic, key) with `envelope` as its head, or holds `envelope` behind an existing one. */

@@ -192,14 +192,14 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
       }
       const claimable = row.dueAt <= now && !isLeased(row, now);
       if (key === null) {
-        if (claimable) records.push(this.#lease(row, lease, now + options.leaseMs));
+        if (claimable) records.push(this.#lease(row, lease, now, options.leaseMs));
         continue;
       }
       if (blocked.has(key)) continue;
       const taken = takenPerKey.get(key) ?? 0;
       if (claimable && taken < options.perKey) {
         takenPerKey.set(key, taken + 1);
-        records.push(this.#lease(row, lease, now + options.leaseMs));
+        records.push(this.#lease(row, lease, now, options.leaseMs));
       } else {
         blocked.add(key);
       }
@@ -435,11 +435,13 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
     await this.close();
   }
 
-  #lease(row: Row, lease: OutboxLease, expiresAt: number): OutboxRecord {
+  #lease(row: Row, lease: OutboxLease, now: number, leaseMs: number): OutboxRecord {
+    // Read before the lease moves it: an expired lease's row is due since its expiry.
+    const dueSince = Math.max(row.committedAt, isLeaseExpired(row, now) ? row.leaseExpiresAt : row.dueAt);
     row.leaseToken = lease.token;
     row.leaseOwner = lease.owner;
-    row.leaseExpiresAt = expiresAt;
-    return { sequence: row.sequence, envelope: row.envelope, attempts: row.attempts };
+    row.leaseExpiresAt = now + leaseMs;
+    return { sequence: row.sequence, envelope: row.envelope, attempts: row.attempts, ageMs: Math.max(0, now - dueSince) };
   }
 
   #held(lease: OutboxLease, sequences: readonly bigint[]): Row[] {
@@ -485,6 +487,10 @@ function keyOf(envelope: Envelope): string | null {
 
 function isLeased(row: Row, now: number): boolean {
   return row.leaseToken !== null && row.leaseExpiresAt > now;
+}
+
+function isLeaseExpired(row: Row, now: number): boolean {
+  return row.leaseToken !== null && row.leaseExpiresAt <= now;
 }
 
 function clearLease(row: Row): void {

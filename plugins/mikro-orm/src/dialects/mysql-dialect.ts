@@ -3,7 +3,7 @@ import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
@@ -168,7 +168,7 @@ export class MySqlDialect implements SqlDialect {
         // for (they are skipped), so it adds no lock cycle; the head scan then sees it.
         const completed =
           done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
-        const rows = await runner.all(headsSql(this, qualifiedColumns('o'), this.lockSkipLocked), [query.limit], trx);
+        const rows = await runner.all(headsSql(this, `${qualifiedColumns('o')}, ${ageSql(this, 'o')}`, this.lockSkipLocked), [query.limit], trx);
         // Drawn after the rows are locked: whoever held them before has committed, so this
         // token is greater than the one their previous lease carries.
         const token = await this.nextToken(runner, trx);

@@ -2,7 +2,7 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * PostgreSQL 12+ adapter.
@@ -150,9 +150,10 @@ export class PostgresDialect implements SqlDialect {
       'WITH ' +
       (completing ? `done AS (${completeSql(this)} RETURNING message_id), ` : '') +
       `token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
-      `candidates AS (${headsSql(this, 'o.seq', this.lockSkipLocked)}), ` +
+      // The age is read in the candidates, before the UPDATE moves available_at.
+      `candidates AS (${headsSql(this, `o.seq, ${ageSql(this, 'o')}`, this.lockSkipLocked)}), ` +
       `claimed AS (UPDATE ${outbox} u SET lease_owner = ?, lease_token = token.value, available_at = ${this.plusMs('now()')} ` +
-      `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}) ` +
+      `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}, candidates.age_ms) ` +
       // The LEFT JOIN returns the token even when nothing was due.
       `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, ` +
       // With the fault hook, the ids the completion changed (what the hook is told).

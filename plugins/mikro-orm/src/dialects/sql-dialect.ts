@@ -173,6 +173,17 @@ export function upgradeSql(dialect: Pick<SqlDialect, 'table' | 'upgradeStatement
   ];
 }
 
+/**
+ * The claimed row's age, `age_ms`: milliseconds since it became due on the database clock,
+ * read before the claim moves `available_at` to its lease expiry. Due is the later of the
+ * insert (`created_at`) and `available_at` (the delay or `notBefore`, a retry's backoff, a
+ * release, a replay, an expired lease), as `stats().oldestPendingAgeMs` counts. Schema
+ * unchanged: both columns are there.
+ */
+export function ageSql(dialect: Pick<SqlDialect, 'now' | 'epochMs' | 'greatest'>, alias: string): string {
+  return `(${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`${dialect.greatest}(${alias}.created_at, ${alias}.available_at)`)}) AS age_ms`;
+}
+
 /** `o.`-qualified row columns. */
 export function qualifiedColumns(alias: string): string {
   return ROW_COLUMNS.map((column) => `${alias}.${column}`).join(', ');

@@ -3,7 +3,7 @@ import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // How long a store statement waits for another connection's write lock before SQLITE_BUSY.
 // Generous: with @mikro-orm/libsql 6.6.16 a statement that fails with SQLITE_BUSY inside a
@@ -161,12 +161,22 @@ export class SqliteDialect implements SqlDialect {
       const completed =
         done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
       const token = await this.nextToken(runner, trx);
-      const rows = await runner.all(
+      // Two statements where one would do: RETURNING sees available_at after the UPDATE moved
+      // it, so the rows' ages are read first. The write lock is held (BEGIN IMMEDIATE), so
+      // nothing changes in between; both run in-process.
+      const heads = await runner.all(headsSql(this, `o.seq, ${ageSql(this, 'o')}`, ''), [query.limit], trx);
+      if (heads.length === 0) {
+        await done?.beforeCommit?.(trx);
+        return { token, rows: [], ...(completed === undefined ? {} : { completed }) };
+      }
+      const ages = new Map(heads.map((row) => [String(row['seq']), row['age_ms']]));
+      const updated = await runner.all(
         `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(NOW_MS)} ` +
-          `WHERE seq IN (${headsSql(this, 'o.seq', '')}) RETURNING ${ROW_COLUMNS.join(', ')}`,
-        [query.owner, token.toString(), query.leaseMs, query.limit],
+          `WHERE seq IN (?) RETURNING ${ROW_COLUMNS.join(', ')}`,
+        [query.owner, token.toString(), query.leaseMs, [...ages.keys()]],
         trx,
       );
+      const rows = updated.map((row) => ({ ...row, age_ms: ages.get(String(row['seq'])) }));
       await done?.beforeCommit?.(trx);
       return { token, rows, ...(completed === undefined ? {} : { completed }) };
     });
