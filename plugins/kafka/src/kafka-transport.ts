@@ -782,15 +782,28 @@ class KafkaSubscription implements Subscription {
 
   /**
    * Where each assigned partition's log ended when this member joined: what lies below may
-   * have been in a dead member's hands. A failed lookup suspects everything (the safe side
-   * of `Delivery.redelivered`).
+   * have been in a dead member's hands. A partition whose lookup failed gets no entry: its
+   * first fetched batch's high watermark stands in (see `#onBatch`), which lies at or above
+   * the end at the join, so it still flags every record that may have been in another
+   * member's hands (the safe side of `Delivery.redelivered`), but not the records produced
+   * after that fetch: flagging those too would make the core run them one at a time.
    */
   async #watermarks(assignment: Record<string, number[]>): Promise<Map<string, number>> {
     const ends = new Map<string, number>();
     await Promise.all(
       Object.keys(assignment).map(async (topic) => {
-        const marks = await this.#parts.highWatermarks(topic).catch(() => new Map<number, number>());
-        for (const partition of assignment[topic] ?? []) ends.set(`${topic}\0${partition}`, marks.get(partition) ?? Number.POSITIVE_INFINITY);
+        const marks = await this.#parts.highWatermarks(topic).catch((error: unknown) => {
+          this.#parts.logger.warn('kafka high-watermark lookup failed; the first fetch bounds the redelivered records instead', {
+            consumer: this.#endpoint.consumer,
+            topic,
+            error: describeError(error),
+          });
+          return new Map<number, number>();
+        });
+        for (const partition of assignment[topic] ?? []) {
+          const mark = marks.get(partition);
+          if (mark !== undefined) ends.set(`${topic}\0${partition}`, mark);
+        }
       }),
     );
     return ends;
