@@ -7,7 +7,7 @@
 // cuts the connection that carries the next FindCoordinator request; a second member joining
 // makes the first rejoin, and so look its coordinator up again.
 import { createServer, connect as tcpConnect, type Server, type Socket } from 'node:net';
-import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
+import { deferred, eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import type { Delivery } from '@courier/core';
 import { Kafka, logLevel, type Consumer, type ConsumerConfig } from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -87,31 +87,37 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
+/** A member whose client goes through a {@link CoordinatorCuttingProxy}, and the `CRASH` events of the consumers the transport creates. */
+async function crashableMember(testId: string): Promise<{ client: Kafka; proxy: CoordinatorCuttingProxy; crashes: { error: string; restart: boolean }[] }> {
+  const [host, port] = kafkaBrokers[0]!.split(':');
+  const proxy = await CoordinatorCuttingProxy.start({ host: host!, port: Number(port) });
+  cleanups.push(() => proxy.close());
+  const client = new Kafka({
+    clientId: testId,
+    brokers: kafkaBrokers,
+    connectionTimeout: 2_000,
+    requestTimeout: 10_000,
+    retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1_000 },
+    logLevel: logLevel.NOTHING,
+    socketFactory: ({ onConnect }) => tcpConnect({ host: '127.0.0.1', port: proxy.port }, onConnect),
+  });
+  // The crash itself is kafkajs' to report: watch the consumer the transport creates.
+  const crashes: { error: string; restart: boolean }[] = [];
+  const consumerOf = client.consumer.bind(client);
+  client.consumer = (config: ConsumerConfig): Consumer => {
+    const consumer = consumerOf(config);
+    consumer.on(consumer.events.CRASH, (event) => crashes.push({ error: event.payload.error.name, restart: event.payload.restart }));
+    return consumer;
+  };
+  return { client, proxy, crashes };
+}
+
 describe('KafkaTransport consumer crashes', () => {
   it('a consumer crashed by an error kafkajs does not restart after is started again and commits what it consumes', async () => {
     await assertBrokerAnswers();
     const testId = uniqueId();
     cleanups.push(() => deleteTestObjects(testId));
-    const [host, port] = kafkaBrokers[0]!.split(':');
-    const proxy = await CoordinatorCuttingProxy.start({ host: host!, port: Number(port) });
-    cleanups.push(() => proxy.close());
-    const client = new Kafka({
-      clientId: testId,
-      brokers: kafkaBrokers,
-      connectionTimeout: 2_000,
-      requestTimeout: 10_000,
-      retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1_000 },
-      logLevel: logLevel.NOTHING,
-      socketFactory: ({ onConnect }) => tcpConnect({ host: '127.0.0.1', port: proxy.port }, onConnect),
-    });
-    // The crash itself is kafkajs' to report: watch the consumer the transport creates.
-    const crashes: { error: string; restart: boolean }[] = [];
-    const consumerOf = client.consumer.bind(client);
-    client.consumer = (config: ConsumerConfig): Consumer => {
-      const consumer = consumerOf(config);
-      consumer.on(consumer.events.CRASH, (event) => crashes.push({ error: event.payload.error.name, restart: event.payload.restart }));
-      return consumer;
-    };
+    const { client, proxy, crashes } = await crashableMember(testId);
     const transport = new KafkaTransport({ client, prefix: `${testId}.`, ...TEST_CONFIG, partitions: 2 });
     cleanups.push(() => transport.close());
     const topic = 'crash';
@@ -158,5 +164,52 @@ describe('KafkaTransport consumer crashes', () => {
       { timeoutMs: 20_000, intervalMs: 200 },
     );
     expect(proxy.cuts).toBe(1);
+  });
+  it('a record in hand when its consumer crashed comes again after the restart, and its partition is committed to the end', async () => {
+    await assertBrokerAnswers();
+    const testId = uniqueId();
+    cleanups.push(() => deleteTestObjects(testId));
+    const { client, proxy, crashes } = await crashableMember(testId);
+    const transport = new KafkaTransport({ client, prefix: `${testId}.`, ...TEST_CONFIG, partitions: 1 });
+    cleanups.push(() => transport.close());
+    const topic = 'held';
+    const endpoint = { consumer: 'c', topics: [topic], ordered: false, concurrency: 4 };
+    const held = makeEnvelope({ topic, key: 'held', type: 'kafka.ConsumerCrash', payload: JSON.stringify({ name: 'held' }) });
+    const release = deferred();
+    const running = deferred();
+    const runs: boolean[] = [];
+    await transport.subscribe(endpoint, async (delivery: Delivery) => {
+      runs.push(delivery.redelivered);
+      if (runs.length === 1) {
+        running.resolve();
+        await release.promise;
+      }
+      await delivery.ack();
+    });
+    expect((await transport.publish([held]))[0]!.ok).toBe(true);
+    await running.promise;
+
+    proxy.armed = true;
+    // The other member takes the record while the first is down and returns without settling it: nothing commits it there.
+    const other = new KafkaTransport({ client: plainClient(`${testId}-other`), prefix: `${testId}.`, ...TEST_CONFIG, partitions: 1 });
+    cleanups.push(() => other.close());
+    const otherSubscription = await other.subscribe(endpoint, async () => undefined);
+    await eventually(() => expect(crashes.filter((crash) => !crash.restart), `crashes: ${JSON.stringify(crashes)}`).not.toHaveLength(0), { timeoutMs: 30_000, intervalMs: 50 });
+    await otherSubscription.close();
+    // The first run finishes after the crash: its acknowledgement commits nothing for a member that is gone.
+    release.resolve();
+    await eventually(() => expect(runs.length, `runs (redelivered flags): ${JSON.stringify(runs)}`).toBeGreaterThanOrEqual(2), { timeoutMs: 45_000 });
+    expect(runs.slice(1).every((redelivered) => redelivered)).toBe(true);
+    const admin = plainClient(`${testId}-offsets`).admin();
+    await admin.connect();
+    cleanups.push(() => admin.disconnect());
+    const name = transport.topicName(topic);
+    await eventually(
+      async () => {
+        const [committed] = await admin.fetchOffsets({ groupId: transport.groupId('c'), topics: [name] });
+        expect(committed!.partitions.map((p) => Number(p.offset))).toEqual([1]);
+      },
+      { timeoutMs: 20_000, intervalMs: 200 },
+    );
   });
 });
