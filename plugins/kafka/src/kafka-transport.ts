@@ -116,6 +116,10 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
  *   the dead letter's id) with the reason, attempt and origin before settling the original;
  *   `deadLetters` lists, replays (through the retry topic, attempt 1) and purges them
  *   (purge writes a tombstone: gone from `list` at once, from disk after compaction).
+ * - A subscription consumes for as long as it is open: its kafkajs consumer, when it
+ *   crashes with an error kafkajs does not restart after, is started again (growing delay,
+ *   at most 30 s; logged). A crash counts as every partition revoked: nothing is committed
+ *   for the records then in hand, and they come again (the inbox drops the copies).
  */
 export class KafkaTransport implements Transport {
   readonly capabilities: TransportCapabilities;
