@@ -115,6 +115,8 @@ describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
       expect(result.applied).toBe(result.committed);
       expect(result.relayPauses).toBeGreaterThan(0);
     } finally {
+      // A run that failed between kill and start must not leave the broker down for what runs after it (CI's Kafka example and bench).
+      await broker('start');
       for (const close of closes) await close().catch(() => undefined);
       if (testId !== '') await deleteTestObjects(testId);
     }
