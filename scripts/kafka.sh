@@ -8,6 +8,8 @@
 #   bash scripts/kafka.sh stop     graceful stop (TERM; KILL after 30 s)
 #   bash scripts/kafka.sh kill     SIGKILL the broker (restart tests); `start` brings it back
 #   bash scripts/kafka.sh status   exit 0 when the broker answers on its port
+#   bash scripts/kafka.sh owned    exit 0 when the broker on its port runs and was started here
+#                                  (what `kill` needs; restart tests check it first)
 #   bash scripts/kafka.sh fetch    only fetch the jars
 # Every command is idempotent: `start` with a broker already answering does nothing.
 #
@@ -215,6 +217,7 @@ case "${1:-start}" in
   stop) stop ;;
   kill) crash ;;
   status) answers ;;
+  owned) pid_alive && answers || die "no broker started by this script runs on $first (no live pid in $run/kafka.pid): kill/start need one (bash scripts/kafka.sh start with COURIER_KAFKA_BROKERS=127.0.0.1:<free port>)" ;;
   fetch) fetch ;;
-  *) die "unknown command '$1' (start | stop | kill | status | fetch)" ;;
+  *) die "unknown command '$1' (start | stop | kill | status | owned | fetch)" ;;
 esac

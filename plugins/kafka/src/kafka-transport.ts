@@ -5,6 +5,8 @@ import {
   CourierError,
   SerializationError,
   TransportError,
+  describeError,
+  noopLogger,
   payloadBytes,
   type DeadLetter,
   type DeadLetterReason,
@@ -12,6 +14,7 @@ import {
   type DeliveryHandler,
   type Endpoint,
   type Envelope,
+  type Logger,
   type PortLimits,
   type PublishResult,
   type Subscription,
@@ -50,6 +53,8 @@ export interface KafkaTransportConfig {
   readonly maxBuffered?: number;
   /** Retry copies waiting for their time in memory before the retry topic is paused. Default 1000. */
   readonly maxRetryWaiting?: number;
+  /** Where the transport reports consumer crashes and restarts. Default silent. */
+  readonly logger?: Logger;
 }
 
 const NAME_PATTERN = /^[A-Za-z0-9._-]*$/;
@@ -111,6 +116,10 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
  *   the dead letter's id) with the reason, attempt and origin before settling the original;
  *   `deadLetters` lists, replays (through the retry topic, attempt 1) and purges them
  *   (purge writes a tombstone: gone from `list` at once, from disk after compaction).
+ * - A subscription consumes for as long as it is open: its kafkajs consumer, when it
+ *   crashes with an error kafkajs does not restart after, is started again (growing delay,
+ *   at most 30 s; logged). A crash counts as every partition revoked: nothing is committed
+ *   for the records then in hand, and they come again (the inbox drops the copies).
  */
 export class KafkaTransport implements Transport {
   readonly capabilities: TransportCapabilities;
@@ -129,6 +138,7 @@ export class KafkaTransport implements Transport {
   readonly #rebalanceTimeoutMs: number;
   readonly #maxBuffered: number;
   readonly #maxRetryWaiting: number;
+  readonly #logger: Logger;
   #producer: Promise<Producer> | undefined;
   /** Settles when the last send started has finished or been abandoned: see `#exclusiveSend`. */
   #sendTurn: Promise<void> = Promise.resolve();
@@ -167,6 +177,7 @@ export class KafkaTransport implements Transport {
     this.#rebalanceTimeoutMs = config.rebalanceTimeoutMs ?? 60_000;
     this.#maxBuffered = config.maxBuffered ?? 1_000;
     this.#maxRetryWaiting = config.maxRetryWaiting ?? 1_000;
+    this.#logger = config.logger ?? noopLogger;
     this.capabilities = {
       orderingByKey: true,
       // A call's records of one partition are appended atomically and in order, and a key stops
@@ -297,8 +308,8 @@ export class KafkaTransport implements Transport {
         maxWaitTimeInMs: 250,
         allowAutoTopicCreation: false,
         // kafkajs consults this only for retriable errors: it can veto a restart, never force
-        // one, so a consumer crashed by an error kafkajs deems not retriable stays down
-        // (README "Broker restarts": open).
+        // one. A consumer crashed by an error kafkajs deems not retriable is started again by
+        // the subscription itself (see `KafkaSubscription#onCrash`).
         retry: { retries: 5, restartOnFailure: async () => true },
       }),
       topics: [...topics, this.retryTopic(endpoint.consumer)],
@@ -306,6 +317,7 @@ export class KafkaTransport implements Transport {
       maxBuffered: Math.max(this.#maxBuffered, endpoint.concurrency),
       maxRetryWaiting: this.#maxRetryWaiting,
       connectTimeoutMs: this.#connectTimeoutMs,
+      logger: this.#logger,
       publishCopy: (topic, record) => this.#publishCopy(topic, record),
       highWatermarks: async (topic) => {
         const admin = await this.#connectedAdmin();
@@ -590,6 +602,7 @@ interface SubscriptionParts {
   readonly maxBuffered: number;
   readonly maxRetryWaiting: number;
   readonly connectTimeoutMs: number;
+  readonly logger: Logger;
   publishCopy(topic: string, record: OutgoingRecord): Promise<void>;
   /** Each partition's high watermark now (`partition → offset`). */
   highWatermarks(topic: string): Promise<Map<number, number>>;
@@ -647,6 +660,10 @@ class KafkaSubscription implements Subscription {
   #stopped = false;
   #closing: Promise<void> | undefined;
   #joined: (() => void) | undefined;
+  /** Restarts of the kafkajs consumer since it last joined its group (the backoff grows with them). */
+  #restarts = 0;
+  #restartTimer: NodeJS.Timeout | undefined;
+  #restarting: Promise<void> | undefined;
 
   constructor(endpoint: Endpoint, handler: DeliveryHandler, parts: SubscriptionParts) {
     this.#endpoint = endpoint;
@@ -660,20 +677,17 @@ class KafkaSubscription implements Subscription {
       this.#joined = resolve;
     });
     consumer.on(consumer.events.GROUP_JOIN, (event) => {
+      this.#restarts = 0;
       this.#suspects = this.#watermarks(event.payload.memberAssignment);
       this.#onAssignment(event.payload.memberAssignment);
       this.#joined?.();
     });
+    consumer.on(consumer.events.CRASH, (event) => this.#onCrash(event.payload.error, event.payload.restart));
     await within(
       (async () => {
         await consumer.connect();
         await consumer.subscribe({ topics: [...this.#parts.topics], fromBeginning: true });
-        await consumer.run({
-          autoCommit: false,
-          eachBatchAutoResolve: false,
-          partitionsConsumedConcurrently: 4,
-          eachBatch: (payload) => this.#onBatch(payload),
-        });
+        await this.#runConsumer();
         await joined;
       })(),
       Math.max(this.#parts.connectTimeoutMs, 30_000),
@@ -683,9 +697,79 @@ class KafkaSubscription implements Subscription {
     });
   }
 
+  /** Starts the kafkajs consumer's fetch loop; it resolves once joined, or once a failed join was reported as a `CRASH`. */
+  #runConsumer(): Promise<void> {
+    return this.#parts.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: 4,
+      eachBatch: (payload) => this.#onBatch(payload),
+    });
+  }
+
+  /**
+   * The kafkajs consumer crashed: it has left its group (its member is gone), so everything
+   * it held is treated as revoked: nothing more of it starts, and nothing is committed for
+   * it by this member; in-hand records come again to whoever joins with their partitions
+   * (the inbox drops the copies). This also covers `commitOffsets` doing nothing while the
+   * consumer is down: no commit is owed across a crash.
+   *
+   * kafkajs restarts the consumer itself only after errors it deems retriable; after any
+   * other (a failed coordinator lookup during a broker restart, a fenced generation) it
+   * stays down for good and the subscription would silently stop. Then it is started again
+   * here, with a growing delay (0.5 s doubling to 30 s) and for as long as the subscription
+   * is open, each attempt logged.
+   */
+  #onCrash(error: Error, restarting: boolean): void {
+    this.#onAssignment({});
+    if (this.#stopped) return;
+    if (restarting) {
+      this.#parts.logger.warn('kafka consumer crashed; kafkajs restarts it', { consumer: this.#endpoint.consumer, error: describeError(error) });
+      return;
+    }
+    this.#parts.logger.error('kafka consumer crashed with an error kafkajs does not restart after; starting it again', {
+      consumer: this.#endpoint.consumer,
+      error: describeError(error),
+      restarts: this.#restarts,
+    });
+    this.#scheduleRestart();
+  }
+
+  #scheduleRestart(): void {
+    if (this.#stopped || this.#restartTimer !== undefined) return;
+    const delay = Math.round(Math.min(30_000, 500 * 2 ** Math.min(this.#restarts, 6)) * (0.8 + Math.random() * 0.4));
+    this.#restarts += 1;
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = undefined;
+      this.#restarting = this.#restart().finally(() => {
+        this.#restarting = undefined;
+      });
+    }, delay);
+  }
+
+  async #restart(): Promise<void> {
+    if (this.#stopped) return;
+    const { consumer } = this.#parts;
+    try {
+      // The crash disconnected it; its subscription to the topics survives a disconnect.
+      await consumer.connect();
+      if (this.#stopped) return;
+      await this.#runConsumer();
+      this.#parts.logger.info('kafka consumer started again after a crash', { consumer: this.#endpoint.consumer, restarts: this.#restarts });
+    } catch (error) {
+      // Not even connected (a failed join is reported through CRASH, which schedules the next try).
+      this.#parts.logger.error('kafka consumer could not be started again; retrying', { consumer: this.#endpoint.consumer, error: describeError(error), restarts: this.#restarts });
+      await consumer.disconnect().catch(() => undefined);
+      this.#scheduleRestart();
+    }
+  }
+
   close(): Promise<void> {
     this.#closing ??= (async () => {
       this.#stopped = true;
+      clearTimeout(this.#restartTimer);
+      this.#restartTimer = undefined;
+      await this.#restarting;
       for (const wake of this.#roomWaiters.splice(0)) wake();
       // Not started yet: dropped (uncommitted, so the group gets them again).
       this.#ready.length = 0;
@@ -702,15 +786,28 @@ class KafkaSubscription implements Subscription {
 
   /**
    * Where each assigned partition's log ended when this member joined: what lies below may
-   * have been in a dead member's hands. A failed lookup suspects everything (the safe side
-   * of `Delivery.redelivered`).
+   * have been in a dead member's hands. A partition whose lookup failed gets no entry: its
+   * first fetched batch's high watermark stands in (see `#onBatch`), which lies at or above
+   * the end at the join, so it still flags every record that may have been in another
+   * member's hands (the safe side of `Delivery.redelivered`), but not the records produced
+   * after that fetch: flagging those too would make the core run them one at a time.
    */
   async #watermarks(assignment: Record<string, number[]>): Promise<Map<string, number>> {
     const ends = new Map<string, number>();
     await Promise.all(
       Object.keys(assignment).map(async (topic) => {
-        const marks = await this.#parts.highWatermarks(topic).catch(() => new Map<number, number>());
-        for (const partition of assignment[topic] ?? []) ends.set(`${topic}\0${partition}`, marks.get(partition) ?? Number.POSITIVE_INFINITY);
+        const marks = await this.#parts.highWatermarks(topic).catch((error: unknown) => {
+          this.#parts.logger.warn('kafka high-watermark lookup failed; the first fetch bounds the redelivered records instead', {
+            consumer: this.#endpoint.consumer,
+            topic,
+            error: describeError(error),
+          });
+          return new Map<number, number>();
+        });
+        for (const partition of assignment[topic] ?? []) {
+          const mark = marks.get(partition);
+          if (mark !== undefined) ends.set(`${topic}\0${partition}`, mark);
+        }
       }),
     );
     return ends;

@@ -2,7 +2,7 @@
 // TCP proxy of its own (kafkajs `socketFactory`), so a test can cut one transport (kill)
 // or all of this fixture's transports (outage) without touching the shared broker.
 import { connect as tcpConnect } from 'node:net';
-import type { Transport } from '@courier/core';
+import { consoleLogger, type Transport } from '@courier/core';
 import { TcpProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import { Kafka, logLevel } from 'kafkajs';
 import { KafkaTransport, type KafkaTransportConfig } from '../../src/index.js';
@@ -46,6 +46,9 @@ export function proxiedClient(proxy: TcpProxy, clientId: string): Kafka {
     },
   });
 }
+
+/** COURIER_KAFKA_LOG=courier (or debug): the transport's own warnings (consumer crashes and restarts) on the console. */
+const transportLogger = ['courier', 'debug'].includes(process.env['COURIER_KAFKA_LOG'] ?? '') ? consoleLogger('info') : undefined;
 
 /** A plain client for test set-up and clean-up. */
 export function plainClient(clientId: string): Kafka {
@@ -108,7 +111,7 @@ export async function createKafkaFixture({ testId }: FixtureContext, config: Par
   const make = async (): Promise<KafkaTransport> => {
     const proxy = await TcpProxy.create({ host, port });
     if (!down) await proxy.open();
-    const transport = new KafkaTransport({ client: proxiedClient(proxy, testId), prefix: `${testId}.`, ...TEST_CONFIG, ...config });
+    const transport = new KafkaTransport({ client: proxiedClient(proxy, testId), prefix: `${testId}.`, ...TEST_CONFIG, ...(transportLogger ? { logger: transportLogger } : {}), ...config });
     entries.set(transport, { proxy, killed: false });
     return transport;
   };
