@@ -23,6 +23,7 @@ import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome } from './confir
 import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
 import { DEFAULT_DELAY_TIERS_MS, declareConsumer, declareExchange, rabbitMqNames, type RabbitMqNames } from './topology.js';
+import { batchSocketWrites } from './write-batching.js';
 
 /** Arguments of {@link RabbitMqTransport}. Every field but `connection` is optional. */
 export interface RabbitMqTransportConfig {
@@ -662,6 +663,9 @@ export class RabbitMqTransport implements Transport {
     connection.on('close', () => this.#onConnectionClosed(connection));
     connection.on('blocked', (reason: string) => this.#logger.warn('rabbitmq blocked publishing (resource alarm)', { reason }));
     connection.on('unblocked', () => this.#logger.info('rabbitmq unblocked publishing'));
+    if (!batchSocketWrites(connection)) {
+      this.#logger.debug('rabbitmq: amqplib internals differ from 2.x; socket writes are not batched', {});
+    }
     this.#connection = connection;
     try {
       await this.#openPublisher(connection);
