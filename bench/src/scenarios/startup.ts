@@ -33,6 +33,8 @@ export interface WorkerLaunch {
   readonly tsx?: boolean;
   /** Another build of @courier/mikro-orm to load (a path), for before/after comparisons. */
   readonly plugin?: string;
+  /** Flags for `node` itself (e.g. V8 heap sizes), as a deployment would set them. */
+  readonly nodeFlags?: readonly string[];
 }
 
 const LAUNCHES: Readonly<Record<Mode, WorkerLaunch>> = {
@@ -48,7 +50,7 @@ const LAUNCHES: Readonly<Record<Mode, WorkerLaunch>> = {
  * over `timeoutMs`. Without built packages every launch runs the sources through tsx.
  */
 export function startWorker(launch: WorkerLaunch, config: Record<string, unknown>, built: boolean, timeoutMs = 120_000): Promise<Marks> {
-  const execArgv = launch.tsx || !built ? ['--conditions=@courier/source', '--import', 'tsx'] : [];
+  const execArgv = [...(launch.nodeFlags ?? []), ...(launch.tsx || !built ? ['--conditions=@courier/source', '--import', 'tsx'] : [])];
   const { role, ormLoader = 'import', plugin } = launch;
   const mode = `${role}${launch.tsx ? ' (tsx)' : ''}`;
   return new Promise((resolve, reject) => {

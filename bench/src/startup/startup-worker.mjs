@@ -10,6 +10,7 @@
 // and prints {"drain": {seconds, cpuSeconds, maxRssMb}}. The parent measures from its spawn() call.
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
+import v8 from 'node:v8';
 
 const at = () => performance.timeOrigin + performance.now();
 const mark = (name) => process.stdout.write(`${JSON.stringify({ mark: name, at: at() })}\n`);
@@ -82,11 +83,50 @@ async function courier() {
     if (config.drain) {
       // Scenario 2's relay-only process: drain the seeded backlog, then report this process's
       // CPU over the drain and its peak RSS (start-up included, as `ps` would show it).
+      // Where the RSS goes, at the drain's start and at the peaks during it: V8's heap (its
+      // young generation, new space, sized by the allocation rate; old space, where what
+      // survives two scavenges waits for a full GC), buffers outside it, and the rest (code,
+      // native libraries, allocator slack).
+      const mb = (bytes) => bytes / 1024 / 1024;
+      const spaces = () => Object.fromEntries(v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size]));
+      const memory = () => {
+        const now = spaces();
+        return { ...process.memoryUsage(), newSpace: now.new_space ?? 0, oldSpace: now.old_space ?? 0 };
+      };
+      const atStart = memory();
+      const peak = { ...atStart };
+      const sampler = setInterval(() => {
+        const now = memory();
+        for (const key of Object.keys(peak)) peak[key] = Math.max(peak[key], now[key]);
+      }, 100);
       const cpu = process.cpuUsage();
       const started = performance.now();
       while (bus.health().counters.published < config.drain) await new Promise((resolve) => setTimeout(resolve, 5));
       const used = process.cpuUsage(cpu);
-      const drain = { seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, maxRssMb: process.resourceUsage().maxRSS / 1024 };
+      clearInterval(sampler);
+      const drain = {
+        seconds: (performance.now() - started) / 1000,
+        cpuSeconds: (used.user + used.system) / 1e6,
+        maxRssMb: process.resourceUsage().maxRSS / 1024,
+        startRssMb: mb(atStart.rss),
+        startHeapTotalMb: mb(atStart.heapTotal),
+        startHeapUsedMb: mb(atStart.heapUsed),
+        peakHeapTotalMb: mb(peak.heapTotal),
+        peakHeapUsedMb: mb(peak.heapUsed),
+        peakExternalMb: mb(peak.external),
+        peakArrayBuffersMb: mb(peak.arrayBuffers),
+        startNewSpaceMb: mb(atStart.newSpace),
+        peakNewSpaceMb: mb(peak.newSpace),
+        startOldSpaceMb: mb(atStart.oldSpace),
+        peakOldSpaceMb: mb(peak.oldSpace),
+      };
+      // What is still live once the drain is over (after full GCs): flat in the backlog size
+      // unless something retains per-message state. Taken after the figures above.
+      v8.setFlagsFromString('--expose-gc');
+      const gc = (await import('node:vm')).runInNewContext('gc');
+      gc();
+      gc();
+      drain.liveHeapAfterGcMb = mb(process.memoryUsage().heapUsed);
       process.stdout.write(`${JSON.stringify({ drain })}\n`);
     }
   }

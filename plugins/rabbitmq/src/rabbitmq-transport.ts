@@ -23,6 +23,7 @@ import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome } from './confir
 import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
 import { DEFAULT_DELAY_TIERS_MS, declareConsumer, declareExchange, rabbitMqNames, type RabbitMqNames } from './topology.js';
+import { batchSocketWrites } from './write-batching.js';
 
 /** Arguments of {@link RabbitMqTransport}. Every field but `connection` is optional. */
 export interface RabbitMqTransportConfig {
@@ -30,6 +31,8 @@ export interface RabbitMqTransportConfig {
    * An `amqp://` URL, or an async factory returning a fresh amqplib connection (a plain
    * `ChannelModel` from `connect`, not a recovering one: the transport recovers itself and
    * calls the factory again on every reconnect). The transport never reads the environment.
+   * A URL is opened with `noDelay: true` (Nagle off); a factory should pass it too, or a
+   * small publish or ack may wait up to 40 ms for the broker's delayed ACK.
    */
   readonly connection: string | (() => Promise<ChannelModel>);
   /** Prefix of every exchange and queue name. Default `courier`. */
@@ -194,7 +197,11 @@ export class RabbitMqTransport implements Transport {
     }
     if (problems.length > 0) throw new ConfigError(problems);
 
-    this.#factory = typeof connection === 'string' ? () => connect(connection) : connection;
+    // Nagle off: with it on (amqplib's default) a small publish or ack written while earlier
+    // bytes are unacknowledged waits for the broker's ACK, which Linux may delay by up to
+    // 40 ms — measured: steady-state commit → confirm p50 37 ms with it, 2–5 ms without.
+    // Whole batches already leave in large writes (write-batching.ts), so it costs no packets there.
+    this.#factory = typeof connection === 'string' ? () => connect(connection, { noDelay: true }) : connection;
     this.#prefix = prefix;
     this.#tiers = Object.freeze([...tiers]);
     this.#prefetch = config.prefetch ?? ((endpoint) => Math.max(endpoint.concurrency * 2, 8));
@@ -662,6 +669,9 @@ export class RabbitMqTransport implements Transport {
     connection.on('close', () => this.#onConnectionClosed(connection));
     connection.on('blocked', (reason: string) => this.#logger.warn('rabbitmq blocked publishing (resource alarm)', { reason }));
     connection.on('unblocked', () => this.#logger.info('rabbitmq unblocked publishing'));
+    if (!batchSocketWrites(connection)) {
+      this.#logger.debug('rabbitmq: amqplib internals differ from 2.x; socket writes are not batched', {});
+    }
     this.#connection = connection;
     try {
       await this.#openPublisher(connection);
