@@ -94,10 +94,25 @@ export class ClientSource {
    * the whole client at the first one, so the first connection is the only one watched.
    */
   #watch<T extends { client: ServiceBusClient; generation: number }>(entry: T): T {
-    if (this.#factory) {
-      const connection = (entry.client as unknown as { _connectionContext?: { connection?: { once?: (event: string, listener: () => void) => unknown } } })._connectionContext?.connection;
-      if (typeof connection?.once === 'function') connection.once('disconnected', () => this.lost(entry.generation));
-    }
+    if (this.#factory) sdkConnection.of(entry.client)?.once('disconnected', () => this.lost(entry.generation));
     return entry;
   }
 }
+
+/** The part of the SDK's rhea-promise connection the disconnect watch uses. */
+export interface WatchableConnection {
+  once(event: 'disconnected', listener: () => void): unknown;
+}
+
+/**
+ * @internal The one place that reads the SDK internal `_connectionContext.connection`. Why
+ * an object: a test replaces `of` to take the field away (as an SDK release that renamed it
+ * would) and shows that recovery still comes from failed or late operations alone.
+ */
+export const sdkConnection = {
+  /** The AMQP connection of `client`, or undefined when the SDK no longer has it where 7.9 keeps it. */
+  of(client: ServiceBusClient): WatchableConnection | undefined {
+    const connection = (client as unknown as { _connectionContext?: { connection?: { once?: unknown } } })._connectionContext?.connection;
+    return typeof connection?.once === 'function' ? (connection as WatchableConnection) : undefined;
+  },
+};
