@@ -9,6 +9,16 @@ export interface ClientGeneration {
   readonly signal: AbortSignal;
 }
 
+/** One client of a source and what is known of it. */
+interface Entry {
+  readonly client: ServiceBusClient;
+  readonly generation: number;
+  readonly controller: AbortController;
+  readonly madeAt: number;
+  /** Some operation on it got its answer (it connected). */
+  answered: boolean;
+}
+
 /**
  * @internal The ServiceBusClient a transport works through, replaced after a lost connection.
  *
@@ -24,16 +34,32 @@ export interface ClientGeneration {
  * are closed by `close()`. With the user's own client nothing is replaced or closed (the
  * source cannot build another one): recovery then takes as long as the SDK's.
  * When the factory throws, the current client stays.
+ *
+ * A timeout alone does not condemn a client that has never answered: a fresh client spends
+ * its first operations connecting (TCP, SASL, CBS, link attach), which on a slow link or a
+ * loaded machine can outlast an operation's deadline while still making progress. Replacing
+ * it then starts the handshake over, so a broker that is slow but working would never be
+ * reached (a livelock: every publish timed out on a new client). Such a client is kept
+ * until it is older than a patience that starts at `patienceMs` and doubles with each
+ * client given up that way (up to `maxPatienceMs`), and drops back after any success, so
+ * any handshake that finishes at all eventually gets through. A client that has answered
+ * before, a disconnect, or an operation that failed on the connection replaces at once.
  */
 export class ClientSource {
   readonly #factory: (() => ServiceBusClient) | undefined;
-  #current: { client: ServiceBusClient; generation: number; controller: AbortController };
+  #current: Entry;
   readonly #retiring = new Set<Promise<void>>();
+  readonly #basePatienceMs: number;
+  readonly #maxPatienceMs: number;
+  #patienceMs: number;
   #closed = false;
 
-  constructor(client: ServiceBusClient | (() => ServiceBusClient)) {
+  constructor(client: ServiceBusClient | (() => ServiceBusClient), options: { patienceMs?: number; maxPatienceMs?: number } = {}) {
     this.#factory = typeof client === 'function' ? client : undefined;
-    this.#current = this.#watch({ client: typeof client === 'function' ? client() : client, generation: 0, controller: new AbortController() });
+    this.#basePatienceMs = options.patienceMs ?? 20_000;
+    this.#maxPatienceMs = Math.max(this.#basePatienceMs, options.maxPatienceMs ?? 120_000);
+    this.#patienceMs = this.#basePatienceMs;
+    this.#current = this.#watch(this.#entry(typeof client === 'function' ? client() : client, 0));
   }
 
   /** Whether this source can replace its client (it was given a factory). */
@@ -47,24 +73,39 @@ export class ClientSource {
     return { client, generation, signal: controller.signal };
   }
 
+  /** Reports that an operation on `generation`'s client got its answer: the client is connected. */
+  answered(generation: number): void {
+    if (generation !== this.#current.generation || this.#current.answered) return;
+    this.#current.answered = true;
+    this.#patienceMs = this.#basePatienceMs;
+  }
+
   /**
    * Reports that the connection of `generation`'s client is gone (a disconnect, a send or
-   * receive that failed on the connection, or an operation that outlived its deadline).
-   * Returns whether the client was replaced.
+   * receive that failed on the connection, or — `timedOut` — an operation that outlived its
+   * deadline; a timeout replaces a client that never answered only once it is older than
+   * the patience, see the class). Returns whether the client was replaced.
    */
-  lost(generation: number): boolean {
+  lost(generation: number, options: { timedOut?: boolean } = {}): boolean {
     if (this.#closed || !this.#factory || generation !== this.#current.generation) return false;
+    const old = this.#current;
+    const stillConnecting = options.timedOut === true && !old.answered;
+    if (stillConnecting && Date.now() - old.madeAt < this.#patienceMs) return false;
     let client: ServiceBusClient;
     try {
       client = this.#factory();
     } catch {
       return false;
     }
-    const old = this.#current;
-    this.#current = this.#watch({ client, generation: old.generation + 1, controller: new AbortController() });
+    if (stillConnecting) this.#patienceMs = Math.min(this.#maxPatienceMs, this.#patienceMs * 2);
+    this.#current = this.#watch(this.#entry(client, old.generation + 1));
     old.controller.abort();
     this.#retire(old.client);
     return true;
+  }
+
+  #entry(client: ServiceBusClient, generation: number): Entry {
+    return { client, generation, controller: new AbortController(), madeAt: Date.now(), answered: false };
   }
 
   /** Aborts the current signal and closes every client this source made. Idempotent. */
@@ -93,11 +134,26 @@ export class ClientSource {
    * The SDK swaps in a new connection object after a disconnect, but this source replaces
    * the whole client at the first one, so the first connection is the only one watched.
    */
-  #watch<T extends { client: ServiceBusClient; generation: number }>(entry: T): T {
-    if (this.#factory) {
-      const connection = (entry.client as unknown as { _connectionContext?: { connection?: { once?: (event: string, listener: () => void) => unknown } } })._connectionContext?.connection;
-      if (typeof connection?.once === 'function') connection.once('disconnected', () => this.lost(entry.generation));
-    }
+  #watch(entry: Entry): Entry {
+    if (this.#factory) sdkConnection.of(entry.client)?.once('disconnected', () => this.lost(entry.generation));
     return entry;
   }
 }
+
+/** The part of the SDK's rhea-promise connection the disconnect watch uses. */
+export interface WatchableConnection {
+  once(event: 'disconnected', listener: () => void): unknown;
+}
+
+/**
+ * @internal The one place that reads the SDK internal `_connectionContext.connection`. Why
+ * an object: a test replaces `of` to take the field away (as an SDK release that renamed it
+ * would) and shows that recovery still comes from failed or late operations alone.
+ */
+export const sdkConnection = {
+  /** The AMQP connection of `client`, or undefined when the SDK no longer has it where 7.9 keeps it. */
+  of(client: ServiceBusClient): WatchableConnection | undefined {
+    const connection = (client as unknown as { _connectionContext?: { connection?: { once?: unknown } } })._connectionContext?.connection;
+    return typeof connection?.once === 'function' ? (connection as WatchableConnection) : undefined;
+  },
+};

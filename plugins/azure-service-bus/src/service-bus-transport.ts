@@ -172,7 +172,8 @@ export class ServiceBusTransport implements Transport {
     const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
     positive('maxMessageBytes', maxMessageBytes);
     if (problems.length > 0) throw new ConfigError(problems);
-    this.#source = new ClientSource(config.client);
+    // A client still connecting gets two publish deadlines before a timeout gives it up.
+    this.#source = new ClientSource(config.client, { patienceMs: 2 * publishTimeoutMs });
     this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
@@ -214,9 +215,14 @@ export class ServiceBusTransport implements Transport {
     return entry;
   }
 
-  /** A failure that means the connection, not the message (throttling excluded): the client is replaced. */
+  /**
+   * A failure that means the connection, not the message (throttling excluded): the client
+   * is replaced — after a timeout only if it has answered before (see ClientSource).
+   */
   #check(failure: CourierError, generation: number): void {
-    if (failure.code === 'PUBLISH_TIMEOUT' || (failure.code === 'TRANSPORT' && codeOf(failure.cause) !== 'ServiceBusy')) this.#source.lost(generation);
+    if (failure.code === 'PUBLISH_TIMEOUT' || (failure.code === 'TRANSPORT' && codeOf(failure.cause) !== 'ServiceBusy')) {
+      this.#source.lost(generation, { timedOut: failure.code === 'PUBLISH_TIMEOUT' || codeOf(failure.cause) === 'ServiceTimeout' });
+    }
   }
 
   /** The Service Bus message of an envelope: native properties, the rest as application properties. */
@@ -271,9 +277,12 @@ export class ServiceBusTransport implements Transport {
       const topic = pending[0]!.envelope.topic;
       this.#topics.add(topic);
       const { sender, generation } = this.#sender(topic);
+      // Operations on a client end when it is given up (replaced or closed), not at their deadline.
+      const { signal: retired } = this.#source.current;
       let batch;
       try {
-        batch = await this.#withTimeout((signal) => sender.createMessageBatch({ abortSignal: signal }), 'createMessageBatch');
+        batch = await this.#withTimeout(() => sender.createMessageBatch({ abortSignal: retired }), 'createMessageBatch');
+        this.#source.answered(generation);
       } catch (error) {
         const failure = toTransportError(error, `cannot open a batch on ${this.entityOf(topic)}`);
         this.#check(failure, generation);
@@ -293,9 +302,10 @@ export class ServiceBusTransport implements Transport {
         settle([next], new SerializationError('PAYLOAD_TOO_LARGE', `message ${next.envelope.messageId} with its properties is over the entity's ${batch.maxSizeInBytes} bytes`));
         continue;
       }
-      const failure = await this.#send(sender, batch, group.length);
+      const failure = await this.#send(sender, batch, group.length, retired);
       sentAny = true;
       if (failure) this.#check(failure, generation);
+      else this.#source.answered(generation);
       if (!failure) {
         settle(group, undefined);
         continue;
@@ -307,7 +317,7 @@ export class ServiceBusTransport implements Transport {
       }
       // The broker refused the batch as a whole: send its messages alone, so a refusal fails only its own.
       for (const item of group) {
-        const alone = await this.#send(sender, [this.toMessage(item.envelope)], 1);
+        const alone = await this.#send(sender, [this.toMessage(item.envelope)], 1, retired);
         settle([item], alone);
       }
     }
@@ -317,26 +327,34 @@ export class ServiceBusTransport implements Transport {
     return final;
   }
 
-  async #send(sender: ServiceBusSender, batch: Parameters<ServiceBusSender['sendMessages']>[0], count: number): Promise<CourierError | undefined> {
+  async #send(sender: ServiceBusSender, batch: Parameters<ServiceBusSender['sendMessages']>[0], count: number, retired: AbortSignal): Promise<CourierError | undefined> {
     try {
-      await this.#withTimeout((signal) => sender.sendMessages(batch, { abortSignal: signal }), `send of ${count} message(s)`);
+      await this.#withTimeout(() => sender.sendMessages(batch, { abortSignal: retired }), `send of ${count} message(s)`);
       return undefined;
     } catch (error) {
       return toTransportError(error, `send to ${sender.entityPath}`);
     }
   }
 
-  async #withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, what: string): Promise<T> {
-    const controller = new AbortController();
+  /**
+   * Resolves as `run` does, or rejects with `PUBLISH_TIMEOUT` once `publishTimeoutMs`
+   * passed. The SDK operation is not aborted then, only when its client is given up (the
+   * caller passes that client's signal): aborting one while the client's connection is still
+   * being opened left that client unusable (its next operation failed with "Invalid protocol
+   * header for AMQP", seen behind a slow link), so a slow handshake could never complete; and
+   * an operation nobody aborts holds its client's close for the SDK's 60 s. A send that
+   * completes late is harmless: the relay sends the message again under the same MessageId,
+   * which duplicate detection drops.
+   */
+  async #withTimeout<T>(run: () => Promise<T>, what: string): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        controller.abort();
         reject(new TransportError(`${what}: no answer within ${this.#config.publishTimeoutMs} ms`, { code: 'PUBLISH_TIMEOUT', retriable: true }));
       }, this.#config.publishTimeoutMs);
     });
     try {
-      return await Promise.race([run(controller.signal), timeout]);
+      return await Promise.race([run(), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -525,20 +543,30 @@ export class ServiceBusTransport implements Transport {
   }
 }
 
+/** An operation that outlived the deadline {@link deadline} gave it. */
+class DeadlineMissed extends Error {
+  override readonly name = 'DeadlineMissed';
+}
+
 /** Resolves as `promise` does, or rejects once `ms` passed. */
 async function deadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]);
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DeadlineMissed(`no answer within ${ms} ms`)), ms)))]);
   } finally {
     clearTimeout(timer);
   }
 }
 
-/** Whether a failed receive or accept means the connection is gone (throttling aside): the client is replaced. */
-function lostConnection(error: unknown): boolean {
+/**
+ * Whether a failed receive or accept means the connection is gone (throttling aside), and
+ * whether by a timeout (ours or the SDK's): undefined when it does not. The client is then
+ * reported lost.
+ */
+function connectionLoss(error: unknown): { timedOut: boolean } | undefined {
   const failure = toTransportError(error, 'receive');
-  return (failure.code === 'TRANSPORT' || failure.code === 'PUBLISH_TIMEOUT') && codeOf(failure.cause) !== 'ServiceBusy' && codeOf(error) !== 'SessionLockLost' && codeOf(error) !== 'MessageLockLost';
+  const lost = (failure.code === 'TRANSPORT' || failure.code === 'PUBLISH_TIMEOUT') && codeOf(failure.cause) !== 'ServiceBusy' && codeOf(error) !== 'SessionLockLost' && codeOf(error) !== 'MessageLockLost';
+  return lost ? { timedOut: error instanceof DeadlineMissed || codeOf(failure.cause) === 'ServiceTimeout' } : undefined;
 }
 
 /**
@@ -605,9 +633,10 @@ class ServiceBusSubscription implements Subscription {
       // subscribe then fails while the entity is missing or the broker away, and the
       // subscription is known to the broker before the caller publishes (the next-session
       // accepts below may wait, and tell nothing, until a session has messages).
-      const { client } = this.transport.source.current;
+      const { client, generation } = this.transport.source.current;
       for (const topic of this.endpoint.topics) {
         const probe = await client.acceptSession(this.transport.entityOf(topic), this.endpoint.consumer, `courier-probe-${randomUUID()}`, { maxAutoLockRenewalDurationInMs: 0 });
+        this.transport.source.answered(generation);
         await probe.close().catch(() => undefined);
       }
       for (const topic of this.endpoint.topics) {
@@ -617,9 +646,11 @@ class ServiceBusSubscription implements Subscription {
     }
     for (const topic of this.endpoint.topics) {
       // Reaching the entity now makes subscribe fail while the broker is away.
-      const probe = this.#receiver(this.transport.source.current.client, topic);
+      const { client, generation } = this.transport.source.current;
+      const probe = this.#receiver(client, topic);
       try {
         await probe.peekMessages(1);
+        this.transport.source.answered(generation);
       } finally {
         await probe.close().catch(() => undefined);
       }
@@ -663,13 +694,15 @@ class ServiceBusSubscription implements Subscription {
           let messages: ServiceBusReceivedMessage[] = [];
           try {
             messages = await deadline(receiver.receiveMessages(reserved, { maxWaitTimeInMs: 1_000, abortSignal: both }), 10_000);
+            this.transport.source.answered(current.generation);
           } finally {
             for (let index = messages.length; index < reserved; index += 1) this.#release();
           }
           for (const message of messages) this.#track(this.#handle(receiver, message).finally(() => this.#release()));
         }
       } catch (error) {
-        if (!both.aborted && lostConnection(error)) this.transport.source.lost(current.generation);
+        const loss = both.aborted ? undefined : connectionLoss(error);
+        if (loss) this.transport.source.lost(current.generation, loss);
         await sleep(250, signal);
       } finally {
         this.#receivers.delete(receiver);
@@ -788,10 +821,12 @@ class ServiceBusSubscription implements Subscription {
         // No session free within the timeout (ServiceTimeout), or the one offered was taken: ask again.
         const code = codeOf(error);
         if (code === 'ServiceTimeout' || code === 'SessionCannotBeLocked') continue;
-        if (lostConnection(error)) this.transport.source.lost(current.generation);
+        const loss = connectionLoss(error);
+        if (loss) this.transport.source.lost(current.generation, loss);
         await sleep(250, signal);
         continue;
       }
+      this.transport.source.answered(current.generation);
       this.#receivers.add(receiver);
       try {
         while (!both.aborted) {
@@ -821,7 +856,8 @@ class ServiceBusSubscription implements Subscription {
         }
       } catch (error) {
         // Session lock lost or connection gone: the broker hands the session on after the lock.
-        if (!both.aborted && lostConnection(error)) this.transport.source.lost(current.generation);
+        const loss = both.aborted ? undefined : connectionLoss(error);
+        if (loss) this.transport.source.lost(current.generation, loss);
       } finally {
         this.#receivers.delete(receiver);
         await receiver.close().catch(() => undefined);

@@ -6,6 +6,7 @@
 import { isServiceBusError, ServiceBusAdministrationClient, ServiceBusClient, type ServiceBusReceivedMessage } from '@azure/service-bus';
 import { eventually, uniqueId } from '@courier/conformance';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import rhea from 'rhea';
 import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
 import { REAL_CONNECTION_STRING, onRealNamespace, skipOnRealNamespace } from './support/namespace.js';
 import { Provisioner, namespaceLockMs } from './support/provisioning.js';
@@ -148,6 +149,22 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     await Promise.all([one.close(), two.close(), sender.close()]);
   });
 
+  it(`abandon with propertiesToModify: the message comes back with DeliveryCount + 1 and those application properties changed, the rest kept (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusreceiver.abandonmessageasync)`, async () => {
+    // The transport's retry relies on this: the raised courier-attempt travels in the abandon.
+    const queue = await queueNamed();
+    const sender = client.createSender(queue);
+    const receiver = client.createReceiver(queue);
+    await sender.sendMessages({ messageId: 'retried', body: 1, applicationProperties: { 'courier-topic': 'orders', kept: 'yes' } });
+    const [first] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(first?.applicationProperties).toEqual({ 'courier-topic': 'orders', kept: 'yes' });
+    await receiver.abandonMessage(first!, { 'courier-attempt': 2, kept: 'changed' });
+    const [second] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(second).toMatchObject({ messageId: 'retried', deliveryCount: 2 });
+    expect(second!.applicationProperties).toEqual({ 'courier-topic': 'orders', kept: 'changed', 'courier-attempt': 2 });
+    await receiver.completeMessage(second!);
+    await Promise.all([sender.close(), receiver.close()]);
+  });
+
   it(`renewing the lock keeps a message from other receivers past the lock duration (${DOCS}/message-transfers-locks-settlement#renew-locks)`, async () => {
     const queue = await queueNamed();
     const sender = client.createSender(queue);
@@ -279,6 +296,38 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     await Promise.all([first.close(), second.close(), sender.close()]);
   });
 
+  it(`a session lock renewed keeps the session from other receivers past the lock duration; one left to lapse hands the session on, its unsettled message with DeliveryCount + 1 (${DOCS}/message-sessions)`, async () => {
+    // Ordered endpoints rely on both: the SDK renews the session lock while a handler runs,
+    // and the session of a receiver that stopped renewing (a dead process) goes to the next.
+    const queue = await queueNamed('-sessions');
+    const sender = client.createSender(queue);
+    await sender.sendMessages({ messageId: 's1', sessionId: 'held', body: 1 });
+    const holder = await client.acceptSession(queue, 'held', { maxAutoLockRenewalDurationInMs: 0 });
+    const [message] = await holder.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(message).toMatchObject({ messageId: 's1', deliveryCount: 1 });
+    const until = Date.now() + 2.5 * LOCK_MS;
+    let refused = 0;
+    while (Date.now() < until) {
+      const renewed = await holder.renewSessionLock();
+      const other = await client.acceptSession(queue, 'held', { maxAutoLockRenewalDurationInMs: 0 }).catch((error: unknown) => error);
+      if (isServiceBusError(other) && other.code === 'SessionCannotBeLocked') refused += 1;
+      else {
+        // Only a lock that ran out may be taken: a stalled test (a loaded machine) can let it.
+        expect(other, String(other)).not.toBeInstanceOf(Error);
+        expect(Date.now(), 'another receiver locked the session before its renewed lock ran out').toBeGreaterThanOrEqual(renewed.getTime());
+        await (other as { close(): Promise<void> }).close();
+      }
+      await new Promise((resolve) => setTimeout(resolve, LOCK_MS / 3));
+    }
+    expect(refused, 'no accept was refused while the lock was renewed').toBeGreaterThan(0);
+    // No more renewals: once the lock lapsed the next receiver gets the session and the message again.
+    const next = await eventually(() => client.acceptSession(queue, 'held', { maxAutoLockRenewalDurationInMs: 0 }), { timeoutMs: 2 * LOCK_MS + 5_000, intervalMs: 250 });
+    const [again] = await next.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(again).toMatchObject({ messageId: 's1', deliveryCount: 2 });
+    await next.completeMessage(again!);
+    await Promise.all([holder.close().catch(() => undefined), next.close(), sender.close()]);
+  });
+
   it(`acceptNextSession waits for a session with messages until the client's timeout, then fails with ServiceTimeout (https://learn.microsoft.com/dotnet/api/azure.messaging.servicebus.servicebusclient.acceptnextsessionasync)`, async () => {
     const queue = await queueNamed('-sessions');
     // The SDK sends its operation timeout as the link's com.microsoft:timeout: the broker waits that long.
@@ -342,6 +391,34 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
       ['other', 3],
     ]);
     await Promise.all([receiver.close(), sender.close()]);
+  });
+
+  it.skipIf(skipOnRealNamespace('a raw put-token needs a real SAS token'))(`CBS: a put-token request is answered with status-code 202 on the link named by its reply-to (${DOCS}/service-bus-amqp-protocol-guide#claims-based-authorization)`, async () => {
+    // The SDK needs this before any link; spelled out here with a bare AMQP client, so the
+    // exchange itself is checked and not only that the SDK got through.
+    const container = rhea.create_container();
+    const replyTo = `cbs-reply-${uniqueId()}`;
+    const connection = container.connect({ host: '127.0.0.1', port: server.port, reconnect: false });
+    try {
+      const reply = await new Promise<rhea.Message>((resolve, reject) => {
+        connection.on('connection_error', (context) => reject(context.connection.error ?? new Error('connection error')));
+        const receiver = connection.open_receiver({ source: { address: '$cbs' }, name: replyTo, target: { address: replyTo } });
+        receiver.on('message', (context) => resolve(context.message!));
+        const sender = connection.open_sender({ target: { address: '$cbs' } });
+        sender.once('sendable', () => {
+          sender.send({
+            message_id: 'put-1',
+            reply_to: replyTo,
+            body: 'SharedAccessSignature sr=x&sig=y&se=9999999999&skn=RootManageSharedAccessKey',
+            application_properties: { operation: 'put-token', type: 'servicebus.windows.net:sastoken', name: `amqp://127.0.0.1:${server.port}/some-queue` },
+          });
+        });
+      });
+      expect(reply.correlation_id).toBe('put-1');
+      expect(reply.application_properties?.['status-code']).toBe(202);
+    } finally {
+      connection.close();
+    }
   });
 
   it.skipIf(skipOnRealNamespace('throttling is the stand-in\'s throttle() switch'))(`a throttled entity refuses sends with the ServiceBusy code (${DOCS}/service-bus-throttling)`, async () => {
