@@ -474,7 +474,9 @@ export class ServiceBusTransport implements Transport {
     }
     const deadAt = message.applicationProperties?.[P.deadAt];
     return {
-      id: `${topic}\n${message.sequenceNumber?.toString() ?? ''}`,
+      // `<topic>:<sequenceNumber>`, one printable line: operators copy it from `courier dead
+      // list` into `dlq:<consumer>:<id>` (a newline here made every such reference unusable).
+      id: `${topic}:${message.sequenceNumber?.toString() ?? ''}`,
       consumer,
       envelope,
       reason: { code: message.deadLetterReason ?? 'UNKNOWN', message: message.deadLetterErrorDescription ?? '' },
@@ -493,8 +495,10 @@ export class ServiceBusTransport implements Transport {
   async #takeDead(consumer: string, ids: readonly string[], action: 'replay' | 'purge'): Promise<number> {
     const byTopic = new Map<string, Set<string>>();
     for (const id of ids) {
-      const [topic, sequence] = id.split('\n');
-      if (topic === undefined || sequence === undefined) continue;
+      // The sequence number is the digits after the last ':' (earlier builds put a newline there; still read).
+      const parsed = /^(.+)[:\n](\d+)$/s.exec(id);
+      if (!parsed) continue;
+      const [, topic, sequence] = parsed as unknown as [string, string, string];
       const set = byTopic.get(topic) ?? new Set<string>();
       set.add(sequence);
       byTopic.set(topic, set);
