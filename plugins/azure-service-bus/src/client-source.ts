@@ -1,4 +1,6 @@
 import type { ServiceBusClient } from '@azure/service-bus';
+import type { Logger } from '@courier/core';
+import { noopLogger } from '@courier/core';
 
 /** The client in use and the signal that says it has been given up (replaced or closed). */
 export interface ClientGeneration {
@@ -35,6 +37,12 @@ interface Entry {
  * source cannot build another one): recovery then takes as long as the SDK's.
  * When the factory throws, the current client stays.
  *
+ * `close()` waits for the live client's orderly close in full, but for the close of a client
+ * already given up only up to `abandonCloseAfterMs` (default 2 s): its connection is dead,
+ * and the SDK can hold that close for its 60 s operation timeout, which would hold
+ * `bus.stop()` as long. Such a close is abandoned (left running, its outcome ignored) and
+ * logged as a warning; the client holds nothing the broker does not release by itself.
+ *
  * A timeout alone does not condemn a client that has never answered: a fresh client spends
  * its first operations connecting (TCP, SASL, CBS, link attach), which on a slow link or a
  * loaded machine can outlast an operation's deadline while still making progress. Replacing
@@ -48,14 +56,24 @@ interface Entry {
 export class ClientSource {
   readonly #factory: (() => ServiceBusClient) | undefined;
   #current: Entry;
-  readonly #retiring = new Set<Promise<void>>();
+  /** Closes under way of clients given up, with the generation each belonged to. */
+  readonly #retiring = new Map<Promise<void>, number>();
+  /** The orderly close of the client that was live when the source closed. */
+  #liveClosing: Promise<void> | undefined;
+  readonly #abandonCloseAfterMs: number;
+  readonly #logger: Logger;
   readonly #basePatienceMs: number;
   readonly #maxPatienceMs: number;
   #patienceMs: number;
   #closed = false;
 
-  constructor(client: ServiceBusClient | (() => ServiceBusClient), options: { patienceMs?: number; maxPatienceMs?: number } = {}) {
+  constructor(
+    client: ServiceBusClient | (() => ServiceBusClient),
+    options: { patienceMs?: number; maxPatienceMs?: number; abandonCloseAfterMs?: number; logger?: Logger } = {},
+  ) {
     this.#factory = typeof client === 'function' ? client : undefined;
+    this.#abandonCloseAfterMs = options.abandonCloseAfterMs ?? 2_000;
+    this.#logger = options.logger ?? noopLogger;
     this.#basePatienceMs = options.patienceMs ?? 20_000;
     this.#maxPatienceMs = Math.max(this.#basePatienceMs, options.maxPatienceMs ?? 120_000);
     this.#patienceMs = this.#basePatienceMs;
@@ -100,7 +118,7 @@ export class ClientSource {
     if (stillConnecting) this.#patienceMs = Math.min(this.#maxPatienceMs, this.#patienceMs * 2);
     this.#current = this.#watch(this.#entry(client, old.generation + 1));
     old.controller.abort();
-    this.#retire(old.client);
+    this.#retire(old.client, old.generation);
     return true;
   }
 
@@ -108,21 +126,40 @@ export class ClientSource {
     return { client, generation, controller: new AbortController(), madeAt: Date.now(), answered: false };
   }
 
-  /** Aborts the current signal and closes every client this source made. Idempotent. */
+  /**
+   * Aborts the current signal and closes every client this source made: the live one's
+   * close is waited for in full, those of clients given up before for at most
+   * `abandonCloseAfterMs` (see the class). Idempotent.
+   */
   async close(): Promise<void> {
+    const given = [...this.#retiring];
     if (!this.#closed) {
       this.#closed = true;
       this.#current.controller.abort();
-      if (this.#factory) this.#retire(this.#current.client);
+      if (this.#factory) this.#liveClosing = this.#current.client.close().catch(() => undefined);
     }
-    await Promise.allSettled([...this.#retiring]);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), this.#abandonCloseAfterMs);
+    });
+    const replaced = Promise.race([Promise.allSettled(given.map(([closing]) => closing)), bound]).finally(() => clearTimeout(timer));
+    const [outcome] = await Promise.all([replaced, this.#liveClosing]);
+    if (outcome === 'late') {
+      const generations = given.filter(([closing]) => this.#retiring.has(closing)).map(([, generation]) => generation);
+      for (const generation of generations) {
+        this.#logger.warn('azure-service-bus: abandoned the close of a client given up after a lost connection; it did not close in time', {
+          generation,
+          waitedMs: this.#abandonCloseAfterMs,
+        });
+      }
+    }
   }
 
-  #retire(client: ServiceBusClient): void {
+  #retire(client: ServiceBusClient, generation: number): void {
     // A client whose connection is wedged can take the SDK's operation timeout to close:
-    // nothing waits for it but `close()`.
+    // nothing waits for it but `close()`, and that only for a while.
     const closing = client.close().catch(() => undefined);
-    this.#retiring.add(closing);
+    this.#retiring.set(closing, generation);
     void closing.finally(() => this.#retiring.delete(closing));
   }
 

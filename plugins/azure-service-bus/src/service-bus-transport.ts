@@ -12,6 +12,7 @@ import {
   type DeliveryHandler,
   type Endpoint,
   type Envelope,
+  type Logger,
   type PortLimits,
   type PublishResult,
   type Subscription,
@@ -73,6 +74,11 @@ export interface ServiceBusTransportConfig {
    * detection drops a re-published message). Tests use it to send a second copy.
    */
   readonly brokerMessageId?: (envelope: Envelope) => string;
+  /**
+   * Where the transport reports what it does on its own: so far, a client given up after a
+   * lost connection whose close it stopped waiting for in `close()` (warn). Default silent.
+   */
+  readonly logger?: Logger;
 }
 
 const P = {
@@ -149,7 +155,7 @@ export class ServiceBusTransport implements Transport {
   /** Subscription names hold 50 characters; topic names 260 with the prefix. */
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
-  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
+  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId' | 'logger'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
   readonly #source: ClientSource;
   readonly #senders = new Map<string, { sender: ServiceBusSender; generation: number }>();
   readonly #subscriptions = new Set<ServiceBusSubscription>();
@@ -173,7 +179,8 @@ export class ServiceBusTransport implements Transport {
     positive('maxMessageBytes', maxMessageBytes);
     if (problems.length > 0) throw new ConfigError(problems);
     // A client still connecting gets two publish deadlines before a timeout gives it up.
-    this.#source = new ClientSource(config.client, { patienceMs: 2 * publishTimeoutMs });
+    // A given-up client's close is waited for 2 s at most (see ClientSource): `bus.stop()` must not hang on a dead connection.
+    this.#source = new ClientSource(config.client, { patienceMs: 2 * publishTimeoutMs, abandonCloseAfterMs: 2_000, logger: config.logger });
     this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
@@ -467,7 +474,9 @@ export class ServiceBusTransport implements Transport {
     }
     const deadAt = message.applicationProperties?.[P.deadAt];
     return {
-      id: `${topic}\n${message.sequenceNumber?.toString() ?? ''}`,
+      // `<topic>:<sequenceNumber>`, one printable line: operators copy it from `courier dead
+      // list` into `dlq:<consumer>:<id>` (a newline here made every such reference unusable).
+      id: `${topic}:${message.sequenceNumber?.toString() ?? ''}`,
       consumer,
       envelope,
       reason: { code: message.deadLetterReason ?? 'UNKNOWN', message: message.deadLetterErrorDescription ?? '' },
@@ -486,8 +495,10 @@ export class ServiceBusTransport implements Transport {
   async #takeDead(consumer: string, ids: readonly string[], action: 'replay' | 'purge'): Promise<number> {
     const byTopic = new Map<string, Set<string>>();
     for (const id of ids) {
-      const [topic, sequence] = id.split('\n');
-      if (topic === undefined || sequence === undefined) continue;
+      // The sequence number is the digits after the last ':' (earlier builds put a newline there; still read).
+      const parsed = /^(.+)[:\n](\d+)$/s.exec(id);
+      if (!parsed) continue;
+      const [, topic, sequence] = parsed as unknown as [string, string, string];
       const set = byTopic.get(topic) ?? new Set<string>();
       set.add(sequence);
       byTopic.set(topic, set);
@@ -532,7 +543,12 @@ export class ServiceBusTransport implements Transport {
     this.#closed = true;
     this.#closing ??= (async () => {
       await Promise.all([...this.#subscriptions].map((subscription) => subscription.close()));
-      await Promise.all([...this.#senders.values()].map(({ sender }) => sender.close().catch(() => undefined)));
+      // Senders of a given-up client close with it (its close is bounded, see ClientSource);
+      // waited for here, their close on a dead connection could take the SDK's 60 s.
+      const live = this.#source.current.generation;
+      await Promise.all(
+        [...this.#senders.values()].filter(({ generation }) => generation === live).map(({ sender }) => sender.close().catch(() => undefined)),
+      );
       await this.#source.close();
     })();
     return this.#closing;
@@ -594,6 +610,19 @@ async function untilAborted<T>(promise: Promise<T>, signal: AbortSignal, late: (
     if (onAbort) signal.removeEventListener('abort', onAbort);
   }
 }
+
+/**
+ * A settle (complete, abandon, dead-letter) on a client that may be given up meanwhile:
+ * resolves as the settle does, or rejects once the client is given up. Why: a settle sent on
+ * a connection that was cut waits for the SDK's 60 s operation timeout, and the subscription's
+ * close waits for its in-flight deliveries, so `bus.stop()` hung a minute. The message was not
+ * settled either way; it comes back after its lock.
+ */
+const onLiveClient = (settle: Promise<void>, givenUp: AbortSignal): Promise<void> =>
+  untilAborted(settle, givenUp, () => undefined).catch((error: unknown) => {
+    if (givenUp.aborted) throw new Error('its client was given up after a lost connection; the message comes back after its lock', { cause: error });
+    throw error;
+  });
 
 const isConnectivity = (error: CourierError): boolean => error.code === 'TRANSPORT' || error.code === 'PUBLISH_TIMEOUT' || error.code === 'CLOSED';
 
@@ -698,7 +727,7 @@ class ServiceBusSubscription implements Subscription {
           } finally {
             for (let index = messages.length; index < reserved; index += 1) this.#release();
           }
-          for (const message of messages) this.#track(this.#handle(receiver, message).finally(() => this.#release()));
+          for (const message of messages) this.#track(this.#handle(receiver, message, current.signal).finally(() => this.#release()));
         }
       } catch (error) {
         const loss = both.aborted ? undefined : connectionLoss(error);
@@ -731,20 +760,24 @@ class ServiceBusSubscription implements Subscription {
   }
 
   /** Runs the handler for one message; returns the retry the handler asked for, if it did. */
-  async #handle(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage): Promise<void> {
-    const parked = await this.#deliver(receiver, message);
+  async #handle(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, givenUp: AbortSignal): Promise<void> {
+    const parked = await this.#deliver(receiver, message, givenUp);
     if (parked) {
       // Unordered: the delay runs outside the handler slot; the lock is renewed meanwhile.
-      this.#track(this.#retryLater(receiver, message, parked));
+      this.#track(this.#retryLater(receiver, message, parked, givenUp));
     }
   }
 
-  async #deliver(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage): Promise<ParkedRetry | undefined> {
+  /**
+   * `givenUp` is the signal of the client the message came through: once that client is
+   * given up, its settles stop waiting (see {@link onLiveClient}).
+   */
+  async #deliver(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, givenUp: AbortSignal): Promise<ParkedRetry | undefined> {
     let envelope: Envelope;
     try {
       envelope = this.transport.fromMessage(message);
     } catch (error) {
-      await receiver.deadLetterMessage(message, { deadLetterReason: 'ENVELOPE_INVALID', deadLetterErrorDescription: describe(error), [P.deadAt]: new Date().toISOString() }).catch(() => undefined);
+      await onLiveClient(receiver.deadLetterMessage(message, { deadLetterReason: 'ENVELOPE_INVALID', deadLetterErrorDescription: describe(error), [P.deadAt]: new Date().toISOString() }), givenUp).catch(() => undefined);
       return undefined;
     }
     const attempt = ServiceBusTransport.attemptOf(message);
@@ -764,13 +797,16 @@ class ServiceBusSubscription implements Subscription {
       attempt,
       replayed: message.applicationProperties?.[P.replayedFor] === this.endpoint.consumer,
       redelivered: ServiceBusTransport.redeliveredOf(message, attempt),
-      ack: () => once(() => receiver.completeMessage(message), 'complete'),
+      ack: () => once(() => onLiveClient(receiver.completeMessage(message), givenUp), 'complete'),
       retry: (delayMs: number) =>
         once(async () => {
           parked = { delayMs: Math.max(0, delayMs), attempt: attempt + 1 };
         }, 'retry'),
       deadLetter: (reason: DeadLetterReason) =>
-        once(() => receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString() }), 'deadLetter'),
+        once(
+          () => onLiveClient(receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString() }), givenUp),
+          'deadLetter',
+        ),
     };
     try {
       await this.handler(delivery);
@@ -781,9 +817,9 @@ class ServiceBusSubscription implements Subscription {
   }
 
   /** Waits the retry delay (the lock renewed by the SDK), then abandons with the attempt raised. */
-  async #retryLater(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, parked: ParkedRetry): Promise<void> {
-    await sleep(parked.delayMs, this.#stop.signal);
-    await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
+  async #retryLater(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, parked: ParkedRetry, givenUp: AbortSignal): Promise<void> {
+    await sleep(parked.delayMs, AbortSignal.any([this.#stop.signal, givenUp]));
+    await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), givenUp).catch(() => undefined);
   }
 
   #spawnSessionLoop(topic: string): void {
@@ -834,7 +870,7 @@ class ServiceBusSubscription implements Subscription {
           if (!message || both.aborted) break;
           await this.#acquire();
           let parked: ParkedRetry | undefined;
-          const run = this.#deliver(receiver, message).then((value) => {
+          const run = this.#deliver(receiver, message, current.signal).then((value) => {
             parked = value;
           });
           this.#track(run);
@@ -851,7 +887,7 @@ class ServiceBusSubscription implements Subscription {
             // (Asking for more here, to hand them back, cost a drain: a drain the SDK sees no
             // answer to within 200 ms closes the link, the session lock goes with it, and the
             // retried message came back after its lock at the old attempt, as a crash.)
-            await receiver.abandonMessage(message, { [P.attempt]: parked.attempt }).catch(() => undefined);
+            await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), current.signal).catch(() => undefined);
           }
         }
       } catch (error) {
@@ -860,7 +896,10 @@ class ServiceBusSubscription implements Subscription {
         if (loss) this.transport.source.lost(current.generation, loss);
       } finally {
         this.#receivers.delete(receiver);
-        await receiver.close().catch(() => undefined);
+        // A receiver of a given-up client closes with it; on its dead connection the close
+        // can take the SDK's 60 s, which this loop (and the subscription's close) must not wait.
+        const closing = receiver.close().catch(() => undefined);
+        if (!current.signal.aborted) await closing;
       }
       // More loops than slots (after a parked retry ended): this one retires.
       if (this.#loops.size - this.#parked > this.endpoint.concurrency * this.endpoint.topics.length) return;

@@ -59,3 +59,43 @@ describe('ClientSource', () => {
     expect(client.close).not.toHaveBeenCalled();
   });
 });
+
+// A given-up client's close can hang for the SDK's 60 s operation timeout (its connection is
+// dead); `close()` must not hold `bus.stop()` that long, while a live client's orderly close
+// is still waited for in full. Fake timers: the bound alone, whatever the machine's load.
+describe('ClientSource.close', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  const settledWithin = async (promise: Promise<unknown>, ms: number): Promise<boolean> => {
+    let settled = false;
+    void promise.finally(() => {
+      settled = true;
+    });
+    await vi.advanceTimersByTimeAsync(ms);
+    return settled;
+  };
+
+  it('abandons a replaced client whose close never resolves after the bound, and logs it', async () => {
+    const hanging = { close: vi.fn(() => new Promise<void>(() => {})) } as unknown as ServiceBusClient;
+    const made = [hanging];
+    const warn = vi.fn();
+    const logger = { debug: vi.fn(), info: vi.fn(), warn, error: vi.fn() };
+    const source = new ClientSource(() => made.shift() ?? fakeClient(), { abandonCloseAfterMs: 2_000, logger });
+    expect(source.lost(0)).toBe(true);
+    expect(await settledWithin(source.close(), 2_000), 'close() resolved within the bound').toBe(true);
+    expect(warn).toHaveBeenCalledWith(expect.stringContaining('abandon'), expect.objectContaining({ generation: 0 }));
+  });
+
+  it('waits for the live client\'s orderly close however long it takes', async () => {
+    const slow = { close: vi.fn(() => new Promise<void>((resolve) => setTimeout(resolve, 10_000))) } as unknown as ServiceBusClient;
+    const source = new ClientSource(() => slow, { abandonCloseAfterMs: 2_000 });
+    const closing = source.close();
+    expect(await settledWithin(closing, 9_000), 'still waiting for the live client').toBe(false);
+    expect(await settledWithin(closing, 1_000)).toBe(true);
+  });
+});

@@ -1,0 +1,31 @@
+// The courier.config.ts the CLI test hands to the `courier` binary: what a Service Bus user
+// writes (a transport on a client factory, the consumers and topics whose dead letters the
+// CLI reads), with the namespace, topic prefix, topics and consumers taken from env vars.
+// It default-exports a plain function, which is what `defineCourierConfig` types: this
+// package does not depend on @courier/cli.
+import { ServiceBusClient } from '@azure/service-bus';
+import { ServiceBusTransport } from '../../src/index.js';
+
+const required = (name: string): string => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set (the CLI test sets it)`);
+  return value;
+};
+
+export default async () => {
+  const connectionString = required('ASB_CLI_CONNECTION_STRING');
+  const list = (name: string) => required(name).split(',').filter(Boolean);
+  const transport = new ServiceBusTransport({
+    client: () => new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: 10_000 } }),
+    sessions: true,
+    prefix: required('ASB_CLI_PREFIX'),
+    topics: list('ASB_CLI_TOPICS'),
+  });
+  return {
+    transport,
+    consumers: list('ASB_CLI_CONSUMERS'),
+    async close() {
+      await transport.close();
+    },
+  };
+};
