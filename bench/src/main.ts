@@ -19,11 +19,12 @@ import { inboxScenario } from './scenarios/inbox.js';
 import { kafkaScenario } from './scenarios/kafka.js';
 import { idleScenario, steadyScenario } from './scenarios/latency.js';
 import { orderedScenario } from './scenarios/ordered.js';
+import { pipelineScenario } from './scenarios/pipeline.js';
 import { producerScenario } from './scenarios/producer.js';
 import { startupScenario } from './scenarios/startup.js';
 import { sqlTransportScenario } from './scenarios/sql-transport.js';
 
-const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario, kafkaScenario];
+const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario, kafkaScenario, pipelineScenario];
 
 async function main(): Promise<number> {
   let options;
