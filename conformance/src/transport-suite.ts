@@ -85,6 +85,9 @@ type Handle = (delivery: Delivery) => Promise<void>;
 
 const ack: Handle = (delivery) => delivery.ack();
 
+/** What `DeadLetter.id` must look like: one non-empty token without whitespace or control characters. */
+const DEAD_LETTER_ID = /^[^\s\p{C}]+$/u;
+
 async function collect(
   env: TransportCaseEnv,
   endpoint: Partial<Endpoint> & { consumer: string },
@@ -417,6 +420,9 @@ export const transportCases: readonly TransportCase[] = [
         { timeoutMs: env.options.timeoutMs },
       );
       expect(letter.consumer).toBe(consumer);
+      // Operators copy the id into `courier dead show|replay|purge dlq:<consumer>:<id>`: a
+      // newline in it (Service Bus ids were `<topic>\n<sequence>`) made every reference invalid.
+      expect(letter.id, 'a dead letter id is one printable token (no whitespace or control characters)').toMatch(DEAD_LETTER_ID);
       expect(comparableEnvelope(letter.envelope)).toEqual(comparableEnvelope(poison));
       expect(letter.reason).toEqual({ code: 'CONFORMANCE_POISON', message: 'poison ü😀' });
       expect(letter.attempt).toBe(2);

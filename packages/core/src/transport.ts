@@ -128,7 +128,11 @@ export interface Subscription {
 
 /** A dead-lettered delivery as operators see it. */
 export interface DeadLetter {
-  /** Transport-specific handle for replay and purge. */
+  /**
+   * Transport-specific handle for replay and purge, unique among the consumer's dead
+   * letters. One non-empty token without whitespace or control characters (the conformance
+   * suite checks it): operators copy it into `courier dead show|replay|purge dlq:<consumer>:<id>`.
+   */
   readonly id: string;
   readonly consumer: string;
   readonly envelope: Envelope;

@@ -53,7 +53,7 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
     const names = this.#link.names(consumer);
     let replayed = 0;
     await this.#scan(consumer, this.#link.maxScan, async (message) => {
-      if (!wanted.has(String(message.properties.messageId))) return 'keep';
+      if (!isWanted(wanted, message)) return 'keep';
       const headers: Record<string, unknown> = {};
       for (const [name, value] of Object.entries(message.properties.headers ?? {})) {
         if (isBrokerHeader(name) || DEAD_ONLY.has(name)) continue;
@@ -74,7 +74,7 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
     const wanted = new Set(ids);
     let purged = 0;
     await this.#scan(consumer, this.#link.maxScan, (message) => {
-      if (!wanted.has(String(message.properties.messageId))) return 'keep';
+      if (!isWanted(wanted, message)) return 'keep';
       purged++;
       return 'remove';
     });
@@ -106,6 +106,21 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
   }
 }
 
+/**
+ * A dead letter's id is its messageId, percent-encoded: a messageId may hold spaces or line
+ * breaks, and operators copy the id into `courier dead … dlq:<consumer>:<id>` as one token.
+ * UUIDs and other plain ids encode to themselves, so ids already in use keep working.
+ */
+function deadLetterId(messageId: string): string {
+  return encodeURIComponent(messageId);
+}
+
+/** Whether `message` is one of the dead letters `wanted` names (by id, or by its raw messageId as ids were before). */
+function isWanted(wanted: ReadonlySet<string>, message: GetMessage): boolean {
+  const messageId = String(message.properties.messageId);
+  return wanted.has(deadLetterId(messageId)) || wanted.has(messageId);
+}
+
 const DEAD_ONLY = new Set<string>([
   COURIER_HEADERS.attempt,
   COURIER_HEADERS.deadCode,
@@ -133,7 +148,7 @@ function toDeadLetter(consumer: string, message: GetMessage): DeadLetter | null 
   const death = Array.isArray(headers['x-death']) ? (headers['x-death'][0] as { time?: { value?: unknown } } | undefined) : undefined;
   const brokerTime = typeof death?.time?.value === 'number' ? new Date(death.time.value * 1000) : new Date(0);
   return Object.freeze({
-    id: envelope.messageId,
+    id: deadLetterId(envelope.messageId),
     consumer,
     envelope,
     reason: Object.freeze({

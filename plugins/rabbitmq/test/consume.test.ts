@@ -214,6 +214,34 @@ describe('RabbitMqTransport consuming', () => {
     await eventually(async () => expect(await transport.deadLetters.list('c')).toEqual([]));
   });
 
+  it('gives a dead letter whose messageId has spaces and a newline an id an operator can copy, and replays and purges by it', async () => {
+    const { transport } = setup();
+    const handled: string[] = [];
+    let accepting = false;
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 2 }, async (d) => {
+      if (accepting) {
+        handled.push(d.envelope.messageId);
+        await d.ack();
+      } else await d.deadLetter({ code: 'POISON', message: 'poison' });
+    });
+    const odd = envelope('t', { messageId: `order 42\nline two ${testId()}` });
+    const other = envelope('t', { messageId: `order: 43 ${testId()}` });
+    await transport.publish([odd, other]);
+    const letters = await eventually(async () => {
+      const list = await transport.deadLetters.list('c');
+      expect(list).toHaveLength(2);
+      return list;
+    });
+    // `courier dead show|replay|purge dlq:<consumer>:<id>` takes it as one token.
+    for (const letter of letters) expect(letter.id).toMatch(/^[^\s\p{C}]+$/u);
+    const idOf = (messageId: string) => letters.find((letter) => letter.envelope.messageId === messageId)!.id;
+    accepting = true;
+    expect(await transport.deadLetters.replay('c', [idOf(odd.messageId)])).toBe(1);
+    await eventually(() => expect(handled).toEqual([odd.messageId]));
+    expect(await transport.deadLetters.purge('c', [idOf(other.messageId)])).toBe(1);
+    await eventually(async () => expect(await transport.deadLetters.list('c')).toEqual([]));
+  });
+
   it('throws a retriable TransportError when a delivery is settled after its connection died, and the broker redelivers', async () => {
     const { transport, connections } = setup();
     const deliveries: Delivery[] = [];
