@@ -12,7 +12,7 @@ import { createOutboxPublisher, type PublisherSettings } from './outbox-publishe
 import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
-import type { DurationHistograms } from './timed-transport.js';
+import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
 
 /** Suffix of the inbox counter of a suspect's runs alone (see the crash-loop check). */
@@ -105,8 +105,8 @@ export class Consumer<Tx> {
   readonly #deps: ConsumerDependencies<Tx>;
   readonly #settings: ConsumerSettings;
   readonly #registrations: ReadonlyMap<string, Registration<Tx>>;
-  /** The delivery → ack histogram's attributes per topic, built once: the ack site is hot. */
-  readonly #ackAttributesByTopic = new Map<string, Readonly<Record<string, string>>>();
+  /** The delivery → ack histogram's attributes per topic (the names `timedTransport` used). */
+  readonly #ackAttributes: TopicAttributes;
   readonly #topics: readonly string[];
   #abort = new AbortController();
   #subscription: Subscription | undefined;
@@ -129,6 +129,7 @@ export class Consumer<Tx> {
   constructor(deps: ConsumerDependencies<Tx>, settings: ConsumerSettings, registrations: ReadonlyMap<string, Registration<Tx>>) {
     this.#deps = deps;
     this.#settings = settings;
+    this.#ackAttributes = new TopicAttributes({ 'messaging.system': 'courier', 'messaging.consumer.group.name': settings.consumer });
     this.#registrations = registrations;
     this.#topics = [...new Set([...registrations.values()].map((registration) => registration.definition.topic))].sort();
   }
@@ -372,16 +373,6 @@ export class Consumer<Tx> {
     }
   }
 
-  /** The delivery → ack histogram's attributes for `topic` (the names `timedTransport` used). */
-  #ackAttributes(topic: string): Readonly<Record<string, string>> {
-    let attributes = this.#ackAttributesByTopic.get(topic);
-    if (!attributes) {
-      attributes = { 'messaging.system': 'courier', 'messaging.consumer.group.name': this.#settings.consumer, 'messaging.destination.name': topic };
-      this.#ackAttributesByTopic.set(topic, attributes);
-    }
-    return attributes;
-  }
-
   /** Drops the count of a message's unfinished runs alone; never rejects (a count left behind only errs towards parking later). */
   async #clearCrashes(messageId: string): Promise<void> {
     await this.#deps.inbox.forget(messageId, `${this.#settings.consumer}${ALONE_SUFFIX}`).catch((error: unknown) => {
@@ -423,7 +414,7 @@ export class Consumer<Tx> {
         } else this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
         await delivery.ack();
-        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes(envelope.topic));
+        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes.of(envelope.topic));
         return;
       } catch (error) {
         if (this.#abort.signal.aborted) return;

@@ -12,7 +12,7 @@ import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
 import type { Instruments } from './telemetry.js';
 import { inSpan, traceLinks } from './telemetry.js';
 import { ROOT_CONTEXT } from '@opentelemetry/api';
-import type { DurationHistograms } from './timed-transport.js';
+import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { PublishResult, Transport } from './transport.js';
 
 /**
@@ -168,6 +168,8 @@ export class Relay<Tx> {
   readonly #waker = new Waker();
   /** Wakes the helper loops (all but the first). */
   readonly #helpers = new Waker();
+  /** The commit → confirm histogram's attributes per topic: recorded for every confirmed row. */
+  readonly #latencyAttributes = new TopicAttributes({ 'messaging.system': 'courier' });
   #primaryBusy = false;
   /** Aborted by `stop`: claim and send nothing more. */
   #stopping = new AbortController();
@@ -533,10 +535,7 @@ export class Relay<Tx> {
     const heldMs = Math.max(0, Date.now() - claimedAt);
     records.forEach((record) => {
       if (record.ageMs === undefined || !confirmed.has(record.sequence)) return;
-      histogram.record((record.ageMs + heldMs) / 1000, {
-        'messaging.system': 'courier',
-        'messaging.destination.name': record.envelope.topic,
-      });
+      histogram.record((record.ageMs + heldMs) / 1000, this.#latencyAttributes.of(record.envelope.topic));
     });
   }
 

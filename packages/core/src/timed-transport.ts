@@ -27,6 +27,30 @@ const MESSAGING_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.
 /** Publish latency can run into minutes while a relay is behind: the same, plus longer ones. */
 const LATENCY_BUCKETS_S = [...MESSAGING_BUCKETS_S, 30, 60, 300, 900];
 
+/**
+ * A histogram's attributes per destination topic, built once per topic and shared after:
+ * the sites that record per message (the relay's confirms, the consumer's acks) are hot,
+ * and an attribute object per message is garbage an SDK-less process makes for nothing.
+ */
+export class TopicAttributes {
+  readonly #base: Readonly<Record<string, string>>;
+  readonly #byTopic = new Map<string, Readonly<Record<string, string>>>();
+
+  constructor(base: Readonly<Record<string, string>>) {
+    this.#base = base;
+  }
+
+  /** `base` plus `messaging.destination.name: topic`; the same object for the same topic. */
+  of(topic: string): Readonly<Record<string, string>> {
+    let attributes = this.#byTopic.get(topic);
+    if (!attributes) {
+      attributes = Object.freeze({ ...this.#base, 'messaging.destination.name': topic });
+      this.#byTopic.set(topic, attributes);
+    }
+    return attributes;
+  }
+}
+
 /** The histograms, created once per bus on the global (or given) meter; no-ops without an SDK. */
 export class DurationHistograms {
   readonly publish: Histogram;
