@@ -3,7 +3,7 @@ import type { Handler, HandlerContext, PoisonPolicy, ReceivedMessage } from './b
 import type { Envelope } from './envelope.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
-import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxResult, type InboxStore } from './inbox-store.js';
+import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
@@ -655,78 +655,7 @@ export class Consumer<Tx> {
     }
   }
 
-  /**
-   * Dead-letters a delivery given up on, unless another copy of the message has been applied.
-   *
-   * Two copies of one message can be in hand at once (a rebalance hands a Kafka partition to
-   * a new member while the old one still runs; a lock or a connection lapses and the broker
-   * redelivers). If one copy fails for good while the other commits, dead-lettering the
-   * failed one would leave the message both applied and dead, and replaying that dead letter
-   * would apply it twice. So the dead letter is sent inside the unit of work that claims the
-   * message's inbox record: the claim and a handled run meet at the record's unique key, and
-   * exactly one of them commits. The mark goes first, in its own unit of work, so the record
-   * is never committed without it (a replay reads the mark to tell a dead letter's record
-   * from a handled run's).
-   *
-   * A mark that was already there means the message was dead-lettered before: this is a
-   * replay failing again or a copy of a dead letter, whose record is the dead letter's. It is
-   * dead-lettered again, as it always was. When the inbox is unreachable the message is still
-   * dead-lettered (the broker keeps it), and a warning says a later copy may be parked again.
-   */
   async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
-    const { messageId } = delivery.envelope;
-    const { consumer } = this.#settings;
-    const { inbox } = this.#deps;
-    let firstMark: boolean;
-    try {
-      firstMark = !(await inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined)).duplicate;
-    } catch (error) {
-      this.#deps.logger.warn('could not record a dead letter in the inbox; a later copy may be dead-lettered again', { consumer, messageId, error: describeError(error) });
-      return this.#sendDeadLetter(delivery, reason);
-    }
-    if (!firstMark) {
-      await this.#sendDeadLetter(delivery, reason);
-      if (reason.code === 'CRASH_LOOP') await this.#clearCrashes(messageId);
-      return;
-    }
-    let sent = false;
-    let claimed: InboxResult<void>;
-    try {
-      claimed = await inbox.run(messageId, consumer, async () => {
-        sent = true;
-        await this.#sendDeadLetter(delivery, reason);
-      });
-    } catch (error) {
-      if (!sent) throw error;
-      // Dead-lettered, but the record's commit failed: record it on its own, as a later
-      // copy (the relay publishes at least once) must find it.
-      this.#deps.logger.warn('dead-lettered, but the inbox record did not commit; recording it again', { consumer, messageId, error: describeError(error) });
-      await inbox.run(messageId, consumer, async () => undefined).catch((again: unknown) => {
-        this.#deps.logger.warn('could not record a dead letter in the inbox; a later copy may be dead-lettered again', { consumer, messageId, error: describeError(again) });
-      });
-      claimed = { duplicate: false, value: undefined };
-    }
-    if (claimed.duplicate) {
-      // Another copy's run committed first: the message is applied. Without the mark, a
-      // replay of a dead letter sent all the same (a store whose units of work only meet at
-      // commit ran the claim's work) is a duplicate, not a second application.
-      await inbox.forget(messageId, `${consumer}${DEAD_SUFFIX}`).catch((error: unknown) => {
-        this.#deps.logger.warn('could not remove a dead-letter mark of an applied message', { consumer, messageId, error: describeError(error) });
-      });
-      if (sent) this.#deps.logger.warn('a copy was dead-lettered while another copy was applied; replaying it changes nothing', { consumer, messageId });
-      else {
-        this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
-        this.#deps.logger.info('given up on, but another copy was applied; acknowledged as a duplicate, not dead-lettered', { consumer, messageId, code: reason.code });
-        await delivery.ack();
-      }
-      return;
-    }
-    // A crash loop's count of runs alone starts again if an operator replays it.
-    if (reason.code === 'CRASH_LOOP') await this.#clearCrashes(messageId);
-  }
-
-  /** Counts, logs and sends the dead letter through the transport. */
-  async #sendDeadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
     this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: this.#settings.consumer });
     this.#deps.logger.error('message dead-lettered', {
       consumer: this.#settings.consumer,
@@ -736,20 +665,51 @@ export class Consumer<Tx> {
       code: reason.code,
       error: reason.message,
     });
+    // Sent outside any unit of work of the inbox: a transport that writes to the same
+    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
     await delivery.deadLetter(reason);
+    // Only after the dead letter is safe: a crash in between leaves a second dead copy at
+    // worst, never a message acknowledged without being parked.
+    const { messageId } = delivery.envelope;
+    const { consumer } = this.#settings;
+    try {
+      await this.#markDead(messageId, reason.code === 'CRASH_LOOP');
+    } catch (error) {
+      this.#deps.logger.warn('could not record a dead letter in the inbox; a later copy may be dead-lettered again', {
+        consumer,
+        messageId,
+        error: describeError(error),
+      });
+    }
   }
 
-  /** Records in the inbox that `messageId` is dead for this consumer, so that later copies are duplicates. */
+  /**
+   * Records in the inbox that `messageId` is dead for this consumer, so that later copies are
+   * duplicates — unless another copy of it was applied meanwhile.
+   *
+   * Two copies of one message can be in hand at once (a rebalance hands a Kafka partition to
+   * a new member while the old one still runs; a lock or a connection lapses and the broker
+   * redelivers). If one copy fails for good while the other commits, the message is applied
+   * and dead at once, and a replay of that dead letter (it runs again when the mark says the
+   * record is a dead letter's) would apply it twice. The record write tells: the mark was new
+   * but the record was already there, so a handled run wrote it. Then the mark is removed,
+   * and replaying that dead letter is a duplicate: applied once, whatever operators do.
+   */
   async #markDead(messageId: string, crashLoop: boolean): Promise<void> {
     const { consumer } = this.#settings;
+    const { inbox } = this.#deps;
     // The mark first, then the record: a copy (the relay publishes at least once) then
     // finds the record and is acknowledged as a duplicate by the inbox itself, without
     // running, and at no cost on the happy path; the mark tells a replay that the record
     // is the dead letter's, not a handled run's (see #process).
-    await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
-    await this.#deps.inbox.run(messageId, consumer, async () => undefined);
+    const marked = !(await inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined)).duplicate;
+    const recorded = !(await inbox.run(messageId, consumer, async () => undefined)).duplicate;
+    if (marked && !recorded) {
+      await inbox.forget(messageId, `${consumer}${DEAD_SUFFIX}`);
+      this.#deps.logger.warn('dead-lettered while another copy of it was applied: replaying this dead letter changes nothing', { consumer, messageId });
+    }
     // A crash loop's count of runs alone starts again if an operator replays it.
-    if (crashLoop) await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
+    if (crashLoop) await inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
   }
 
   /** Whether this consumer dead-lettered the message (a read through a unit of work that rolls back); only replays ask. */
