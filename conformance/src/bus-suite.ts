@@ -3,6 +3,7 @@ import { afterAll, describe, expect, it, type TestContext } from 'vitest';
 import { runHaltScenario } from './bus/halt-scenario.js';
 import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
+import { runGivenUpWhileAppliedCase } from './bus/given-up-while-applied-case.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
@@ -197,6 +198,8 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     });
 
     it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
+
+    it('a copy given up on while another copy is applied: applied once, replays included', tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
 
     describe('process-level (SIGKILL)', () => {
       for (const point of FAULT_POINTS) {

@@ -10,7 +10,7 @@ import { createBus, defineMessage } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCli } from './support/run-cli.js';
-import { openStores, openTransport } from './support/setup.js';
+import { deleteBrokerObjects, openStores, openTransport } from './support/setup.js';
 
 /** A running relay process with its JSON log lines and the port it listens on. */
 async function startRelay(env: Record<string, string>): Promise<{ child: ChildProcess; logs: Record<string, unknown>[]; port: number; exited: Promise<number | null> }> {
@@ -40,6 +40,7 @@ describe('courier relay (postgresql + rabbitmq)', () => {
   const cleanup: (() => Promise<unknown>)[] = [];
   afterAll(async () => {
     for (const close of cleanup.reverse()) await close();
+    await deleteBrokerObjects(prefix, [`${prefix}sink`]);
   });
 
   it('drains a backlog, serves /health and /metrics, stops on SIGTERM with nothing leased', { timeout: 240_000 }, async () => {

@@ -7,7 +7,7 @@ import { createBus, defineMessage, UnrecoverableError, type Bus } from '@courier
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from './support/run-cli.js';
-import { openStores, openTransport, type CliTestSetup } from './support/setup.js';
+import { deleteBrokerObjects, openStores, openTransport, type CliTestSetup } from './support/setup.js';
 
 describe('courier dead over RabbitMQ dead letters (postgresql stores)', () => {
   const prefix = `cli${randomBytes(4).toString('hex')}_`;
@@ -16,6 +16,7 @@ describe('courier dead over RabbitMQ dead letters (postgresql stores)', () => {
   const cleanup: (() => Promise<void>)[] = [];
   afterAll(async () => {
     for (const close of cleanup.reverse()) await close();
+    await deleteBrokerObjects(prefix, [consumer]);
   });
 
   it('lists, shows, replays (handled once) and purges transport dead letters', async () => {

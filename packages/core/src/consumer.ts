@@ -665,6 +665,8 @@ export class Consumer<Tx> {
       code: reason.code,
       error: reason.message,
     });
+    // Sent outside any unit of work of the inbox: a transport that writes to the same
+    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
     await delivery.deadLetter(reason);
     // Only after the dead letter is safe: a crash in between leaves a second dead copy at
     // worst, never a message acknowledged without being parked.
@@ -681,17 +683,33 @@ export class Consumer<Tx> {
     }
   }
 
-  /** Records in the inbox that `messageId` is dead for this consumer, so that later copies are duplicates. */
+  /**
+   * Records in the inbox that `messageId` is dead for this consumer, so that later copies are
+   * duplicates — unless another copy of it was applied meanwhile.
+   *
+   * Two copies of one message can be in hand at once (a rebalance hands a Kafka partition to
+   * a new member while the old one still runs; a lock or a connection lapses and the broker
+   * redelivers). If one copy fails for good while the other commits, the message is applied
+   * and dead at once, and a replay of that dead letter (it runs again when the mark says the
+   * record is a dead letter's) would apply it twice. The record write tells: the mark was new
+   * but the record was already there, so a handled run wrote it. Then the mark is removed,
+   * and replaying that dead letter is a duplicate: applied once, whatever operators do.
+   */
   async #markDead(messageId: string, crashLoop: boolean): Promise<void> {
     const { consumer } = this.#settings;
+    const { inbox } = this.#deps;
     // The mark first, then the record: a copy (the relay publishes at least once) then
     // finds the record and is acknowledged as a duplicate by the inbox itself, without
     // running, and at no cost on the happy path; the mark tells a replay that the record
     // is the dead letter's, not a handled run's (see #process).
-    await this.#deps.inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined);
-    await this.#deps.inbox.run(messageId, consumer, async () => undefined);
+    const marked = !(await inbox.run(messageId, `${consumer}${DEAD_SUFFIX}`, async () => undefined)).duplicate;
+    const recorded = !(await inbox.run(messageId, consumer, async () => undefined)).duplicate;
+    if (marked && !recorded) {
+      await inbox.forget(messageId, `${consumer}${DEAD_SUFFIX}`);
+      this.#deps.logger.warn('dead-lettered while another copy of it was applied: replaying this dead letter changes nothing', { consumer, messageId });
+    }
     // A crash loop's count of runs alone starts again if an operator replays it.
-    if (crashLoop) await this.#deps.inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
+    if (crashLoop) await inbox.forget(messageId, `${consumer}${ALONE_SUFFIX}`);
   }
 
   /** Whether this consumer dead-lettered the message (a read through a unit of work that rolls back); only replays ask. */

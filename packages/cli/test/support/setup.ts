@@ -76,3 +76,25 @@ export async function openTransport(prefix: string): Promise<RabbitMqTransport> 
   const { RabbitMqTransport: Transport } = await import('@courier/rabbitmq');
   return new Transport({ connection: AMQP_URL, prefix, connectTimeoutMs: 3_000 });
 }
+
+/**
+ * Deletes the queues {@link openTransport}'s transport declared for `consumers` (each consumer's
+ * queue, dead-letter queue and retry tiers) and the prefix's topic exchange. The broker keeps
+ * durable queues forever otherwise: hundreds left by earlier runs made a RabbitMQ restart test
+ * time out in `rabbitmqctl start_app`.
+ */
+export async function deleteBrokerObjects(prefix: string, consumers: readonly string[]): Promise<void> {
+  const [{ connect }, { rabbitMqNames }] = await Promise.all([import('amqplib'), import('@courier/rabbitmq')]);
+  const connection = await connect(AMQP_URL);
+  try {
+    const channel = await connection.createChannel();
+    for (const consumer of consumers) {
+      const names = rabbitMqNames(prefix, consumer);
+      for (const queue of [names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name)]) await channel.deleteQueue(queue);
+    }
+    await channel.deleteExchange(`${prefix}.topics`);
+    await channel.close();
+  } finally {
+    await connection.close();
+  }
+}

@@ -1,0 +1,146 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore, type Transport } from '@courier/core';
+import { expect } from 'vitest';
+import type { FixtureContext } from '../fixtures.js';
+import { deferred } from '../support/deferred.js';
+import { eventually } from '../support/eventually.js';
+import { makeEnvelope } from '../support/make-envelope.js';
+import { uniqueId } from '../support/unique-id.js';
+import type { BusFactories } from './run-scenario.js';
+
+/**
+ * Bus case "a copy given up on while another copy is applied: applied once, replays
+ * included". Two copies of one message are in hand at once — what a rebalance does when a
+ * partition moves while its old owner still runs, or a broker redelivering after a lapsed
+ * lock or a lost connection. The first copy's run fails for good (an unrecoverable error,
+ * one attempt) while the second copy's run commits. The message is applied: the failed
+ * copy must not leave a dead letter whose replay applies it a second time.
+ *
+ * The worst interleaving is forced rather than hoped for: the second copy is handed over
+ * once the first copy's run has started, and the first copy's dead-lettering is held until
+ * the second copy's run has committed (or 10 s have passed: a consumer that claims the
+ * message's inbox record before it dead-letters blocks that commit, and is not waited for
+ * forever). Then every dead letter of the message is replayed, and the effect must have
+ * committed exactly once: either the failed copy left no dead letter, or replaying it
+ * changes nothing.
+ *
+ * `skip` is called (and never returns) when the transport keeps no dead letters.
+ */
+export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>, skip: (reason: string) => never): Promise<void> {
+  const testId = uniqueId();
+  const context: FixtureContext = { testId };
+  const store = await factories.store(context);
+  const fixture = await factories.transport(context);
+  const closers: (() => Promise<void>)[] = [() => store.close(), () => fixture.close()];
+  try {
+    const deadLetters = fixture.transport.deadLetters;
+    if (!deadLetters) return skip('the transport has no deadLetters (nativeDeadLetter: false): a dead letter could not be replayed');
+    const consumer = `${testId}.twice`;
+    const definition = defineMessage('conformance.HeldTwice', { version: 1, topic: `${testId}.held-twice` });
+    const envelope = makeEnvelope({ type: definition.type, topic: definition.topic, key: 'held-twice' });
+    const target = envelope.messageId;
+
+    const firstRunStarted = deferred();
+    const appliedCommitted = deferred();
+    const inbox: InboxStore<Tx> = {
+      run: async (messageId, name, work, options) => {
+        const watched = messageId === target && name === consumer;
+        const result = await store.inbox.run(
+          messageId,
+          name,
+          async (tx) => {
+            if (watched) firstRunStarted.resolve();
+            return work(tx);
+          },
+          options,
+        );
+        if (watched && !result.duplicate && !('held' in result)) appliedCommitted.resolve();
+        return result;
+      },
+      recordStart: (messageId, name) => store.inbox.recordStart(messageId, name),
+      forget: (messageId, name) => store.inbox.forget(messageId, name),
+      prune: (olderThanMs, options) => store.inbox.prune(olderThanMs, options),
+      ...(store.inbox.limits ? { limits: store.inbox.limits } : {}),
+    };
+
+    let copies = 0;
+    let bothSettled = false;
+    const transport: Transport = {
+      capabilities: fixture.transport.capabilities,
+      publish: (messages, options) => fixture.transport.publish(messages, options),
+      subscribe: (endpoint, handler) =>
+        fixture.transport.subscribe(endpoint, async (delivery) => {
+          if (delivery.envelope.messageId !== target || delivery.replayed === true || copies > 0) return handler(delivery);
+          copies += 1;
+          // The broker's delivery: its dead-lettering waits for the other copy to commit.
+          const held: Delivery = {
+            envelope: delivery.envelope,
+            attempt: delivery.attempt,
+            replayed: delivery.replayed,
+            redelivered: delivery.redelivered,
+            ack: () => delivery.ack(),
+            retry: (delayMs, reason) => delivery.retry(delayMs, reason),
+            deadLetter: async (reason) => {
+              await Promise.race([appliedCommitted.promise, sleep(10_000)]);
+              return delivery.deadLetter(reason);
+            },
+          };
+          // The second copy (a rebalance's new owner), settled on its own: the broker
+          // forgets the message once either copy settles it.
+          const copy: Delivery = {
+            envelope: delivery.envelope,
+            attempt: delivery.attempt,
+            replayed: delivery.replayed,
+            redelivered: delivery.redelivered,
+            ack: async () => {},
+            retry: async () => {},
+            deadLetter: async () => {},
+          };
+          await Promise.all([handler(held), firstRunStarted.promise.then(() => handler(copy))]);
+          bothSettled = true;
+        }),
+      deadLetters,
+      close: () => fixture.transport.close(),
+      ...(fixture.transport.limits ? { limits: fixture.transport.limits } : {}),
+      ...(fixture.transport.validate ? { validate: fixture.transport.validate.bind(fixture.transport) } : {}),
+    };
+
+    let runs = 0;
+    const bus = createBus({ outbox: store.outbox, inbox, transport, retry: { maxAttempts: 1, initialDelayMs: 20, maxDelayMs: 100 } });
+    closers.unshift(() => bus.stop({ timeoutMs: 10_000 }));
+    bus.subscribe(
+      consumer,
+      definition,
+      async (message, ctx) => {
+        runs += 1;
+        // The first copy's run fails for good; every later run (the other copy, a replay) succeeds.
+        if (runs === 1) throw new UnrecoverableError(`held-twice case: the first copy of ${message.messageId} fails`);
+        await store.recordEffect(ctx.tx, message.messageId);
+      },
+      { concurrency: 4 },
+    );
+    await bus.start({ relay: false, consumers: true });
+    await eventually(() => expect(bus.health().ready).toBe(true), { timeoutMs: 30_000 });
+    const [published] = await fixture.transport.publish([envelope]);
+    expect(published?.ok, 'the broker took the message').toBe(true);
+
+    const applied = async () => (await store.readEffects()).filter((id) => id === target);
+    await eventually(async () => expect(await applied(), 'the other copy applied the message').toHaveLength(1), { timeoutMs: 30_000, intervalMs: 50 });
+    expect(copies, 'the message reached the consumer and was handed over twice').toBe(1);
+    // Both copies' handling has returned: dead letter, inbox records and marks are as the
+    // consumer leaves them.
+    await eventually(() => expect(bothSettled, 'both copies were settled').toBe(true), { timeoutMs: 30_000, intervalMs: 50 });
+
+    // An operator replays whatever was dead-lettered: that must not apply it again.
+    const letters = (await deadLetters.list(consumer)).filter((letter) => letter.envelope.messageId === target);
+    if (letters.length > 0) {
+      expect(await deadLetters.replay(consumer, letters.map((letter) => letter.id))).toBe(letters.length);
+      await eventually(async () => expect((await deadLetters.list(consumer)).filter((letter) => letter.envelope.messageId === target)).toEqual([]), { timeoutMs: 30_000, intervalMs: 100 });
+      // Long enough for a replayed run to commit, had it run.
+      await sleep(1_000);
+    }
+    expect(await applied(), `applied once (dead letters replayed: ${letters.length})`).toHaveLength(1);
+  } finally {
+    for (const close of closers) await close().catch(() => undefined);
+  }
+}
