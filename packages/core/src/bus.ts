@@ -45,7 +45,12 @@ export interface StopOptions {
 export interface Bus<Tx> extends AsyncDisposable {
   /** A publisher that appends to the unit of work `tx`. */
   outbox(tx: Tx): OutboxPublisher;
-  /** Registers a handler of `definition` for the consumer (group) `consumer`. Call before `start`. */
+  /**
+   * Registers a handler of `definition` for the consumer (group) `consumer`. Call before
+   * `start`. On a transport declaring `fanOut: false`, a second consumer group on a topic
+   * this bus already consumes is refused (`ConfigError`): it would take part of the first
+   * group's messages instead of getting its own copy.
+   */
   subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
   /**
    * Starts the relay and/or the consumers, and resolves once each part has made its first
