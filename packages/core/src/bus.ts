@@ -45,7 +45,12 @@ export interface StopOptions {
 export interface Bus<Tx> extends AsyncDisposable {
   /** A publisher that appends to the unit of work `tx`. */
   outbox(tx: Tx): OutboxPublisher;
-  /** Registers a handler of `definition` for the consumer (group) `consumer`. Call before `start`. */
+  /**
+   * Registers a handler of `definition` for the consumer (group) `consumer`. Call before
+   * `start`. On a transport declaring `fanOut: false`, a second consumer group on a topic
+   * this bus already consumes is refused (`ConfigError`): it would take part of the first
+   * group's messages instead of getting its own copy.
+   */
   subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
   /**
    * Starts the relay and/or the consumers, and resolves once each part has made its first
@@ -181,6 +186,15 @@ class CourierBus<Tx> implements Bus<Tx> {
     }
     if (options.ordered && !this.#config.transport.capabilities.orderingByKey) {
       problems.push(`consumer '${consumer}' asks for ordered delivery, but the transport does not declare 'orderingByKey'`);
+    }
+    if (definition && typeof definition.topic === 'string' && this.#config.transport.capabilities.fanOut === false) {
+      // A queue per topic: a second group would compete with the first for the same messages.
+      for (const [other, otherPlan] of this.#plans) {
+        if (other === consumer || ![...otherPlan.registrations.values()].some((registration) => registration.definition.topic === definition.topic)) continue;
+        problems.push(
+          `consumer '${consumer}' subscribes to topic '${definition.topic}', which consumer '${other}' already consumes, but the transport does not declare 'fanOut': consumers of one topic compete for its messages there, so each group would get only part of them`,
+        );
+      }
     }
     if (options.concurrency !== undefined && (!Number.isSafeInteger(options.concurrency) || options.concurrency < 1)) {
       problems.push(`consumer '${consumer}': 'concurrency' must be an integer of 1 or more`);

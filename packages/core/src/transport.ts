@@ -11,6 +11,16 @@ export interface TransportCapabilities {
    * delivered. Only then may the relay pipeline a key; otherwise it sends one at a time.
    */
   readonly orderedPipelining: boolean;
+  /**
+   * Every consumer (group) subscribed to a topic gets its own copy of each message of it,
+   * while the instances of one group compete for theirs (absent: true). False on a broker
+   * whose entity is a single queue per topic (Azure Service Bus queues, a Basic-tier
+   * namespace): every receiver of the topic competes, whatever its group, so a second group
+   * would silently take part of the first one's messages. The bus then refuses a second
+   * consumer group on a topic (within the bus; groups in other processes it cannot see),
+   * and the conformance suite skips, saying why, its two-groups case.
+   */
+  readonly fanOut?: boolean;
   /** `retry(delayMs)` waits the exact delay (false: rounded to a delay tier). */
   readonly nativeDelay: boolean;
   /**

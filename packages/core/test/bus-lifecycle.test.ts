@@ -153,6 +153,23 @@ describe('bus lifecycle', () => {
     h.bus.subscribe('shipping', Placed, async () => {});
   });
 
+  it('refuses a second consumer group on a topic when the transport does not fan out (competing consumers would split the messages)', async () => {
+    const Shipped = defineMessage('orders.OrderShipped', { version: 1, topic: 'shipments' });
+    await using h = harness({ transport: (inner) => spyTransport(inner, { fanOut: false }) });
+    h.bus.subscribe('billing', Placed, async () => {});
+    // The same group may handle more types of the topic, and another group another topic.
+    h.bus.subscribe('billing', defineMessage('orders.OrderAmended', { version: 1, topic: Placed.topic }), async () => {});
+    h.bus.subscribe('shipping', Shipped, async () => {});
+    const problems = configProblems(() => h.bus.subscribe('audit', Placed, async () => {}));
+    expect(problems).toEqual([
+      `consumer 'audit' subscribes to topic '${Placed.topic}', which consumer 'billing' already consumes, but the transport does not declare 'fanOut': consumers of one topic compete for its messages there, so each group would get only part of them`,
+    ]);
+    // Declared true (or absent, as on the in-memory broker): every group gets its own copy.
+    await using fanning = harness({ transport: (inner) => spyTransport(inner, { fanOut: true }) });
+    fanning.bus.subscribe('billing', Placed, async () => {});
+    fanning.bus.subscribe('audit', Placed, async () => {});
+  });
+
   it('lists every problem with a subscription at once', async () => {
     await using h = harness();
     h.bus.subscribe('billing', Placed, async () => {}, { ordered: true });

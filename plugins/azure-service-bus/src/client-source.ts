@@ -39,9 +39,13 @@ interface Entry {
  *
  * `close()` waits for the live client's orderly close in full, but for the close of a client
  * already given up only up to `abandonCloseAfterMs` (default 2 s): its connection is dead,
- * and the SDK can hold that close for its 60 s operation timeout, which would hold
- * `bus.stop()` as long. Such a close is abandoned (left running, its outcome ignored) and
- * logged as a warning; the client holds nothing the broker does not release by itself.
+ * and the SDK can hold that close for its 60 s operation timeouts, which would hold
+ * `bus.stop()` as long. Such a close is abandoned (its outcome ignored) and logged as a
+ * warning, and the socket under the client's connection is destroyed: on a wedged
+ * connection (open, but nothing comes back) the SDK's pending close otherwise kept its
+ * socket and timers, and with them a process that had finished, alive for minutes (117 s
+ * measured after `close()` resolved). The client holds nothing the broker does not release
+ * by itself.
  *
  * A timeout alone does not condemn a client that has never answered: a fresh client spends
  * its first operations connecting (TCP, SASL, CBS, link attach), which on a slow link or a
@@ -56,8 +60,8 @@ interface Entry {
 export class ClientSource {
   readonly #factory: (() => ServiceBusClient) | undefined;
   #current: Entry;
-  /** Closes under way of clients given up, with the generation each belonged to. */
-  readonly #retiring = new Map<Promise<void>, number>();
+  /** Closes under way of clients given up, with the client and the generation each belonged to. */
+  readonly #retiring = new Map<Promise<void>, { readonly client: ServiceBusClient; readonly generation: number }>();
   /** The orderly close of the client that was live when the source closed. */
   #liveClosing: Promise<void> | undefined;
   readonly #abandonCloseAfterMs: number;
@@ -145,11 +149,16 @@ export class ClientSource {
     const replaced = Promise.race([Promise.allSettled(given.map(([closing]) => closing)), bound]).finally(() => clearTimeout(timer));
     const [outcome] = await Promise.all([replaced, this.#liveClosing]);
     if (outcome === 'late') {
-      const generations = given.filter(([closing]) => this.#retiring.has(closing)).map(([, generation]) => generation);
-      for (const generation of generations) {
+      for (const [closing, { client, generation }] of given) {
+        if (!this.#retiring.has(closing)) continue;
+        // Its close stays pending on a connection that answers nothing: cut the socket, so the
+        // SDK's waits end (rhea drops a close's timer on a disconnect) and nothing of this
+        // client keeps the process alive.
+        const cut = sdkConnection.destroySocket(client);
         this.#logger.warn('azure-service-bus: abandoned the close of a client given up after a lost connection; it did not close in time', {
           generation,
           waitedMs: this.#abandonCloseAfterMs,
+          socketDestroyed: cut,
         });
       }
     }
@@ -159,7 +168,7 @@ export class ClientSource {
     // A client whose connection is wedged can take the SDK's operation timeout to close:
     // nothing waits for it but `close()`, and that only for a while.
     const closing = client.close().catch(() => undefined);
-    this.#retiring.set(closing, generation);
+    this.#retiring.set(closing, { client, generation });
     void closing.finally(() => this.#retiring.delete(closing));
   }
 
@@ -192,5 +201,19 @@ export const sdkConnection = {
   of(client: ServiceBusClient): WatchableConnection | undefined {
     const connection = (client as unknown as { _connectionContext?: { connection?: { once?: unknown } } })._connectionContext?.connection;
     return typeof connection?.once === 'function' ? (connection as WatchableConnection) : undefined;
+  },
+  /**
+   * Destroys the TCP socket under `client`'s current AMQP connection (rhea-promise's
+   * `_connection`, rhea's `socket`); returns whether there was one to destroy. For a client
+   * given up whose close did not finish: the SDK does not reconnect a client it is closing.
+   */
+  destroySocket(client: ServiceBusClient): boolean {
+    type Internals = { _connectionContext?: { connection?: { _connection?: { socket?: { destroy?: unknown; destroyed?: boolean } } } } };
+    const socket = (client as unknown as Internals)._connectionContext?.connection?._connection?.socket;
+    if (typeof socket?.destroy !== 'function' || socket.destroyed === true) return false;
+    // With an error: rhea learns of a socket's end through 'error' or 'end', which a plain
+    // destroy() does not emit; then it reports the disconnect and its pending waits end.
+    (socket.destroy as (error: Error) => void).call(socket, new Error('azure-service-bus: the close of a client given up did not finish; its socket is destroyed'));
+    return true;
   },
 };

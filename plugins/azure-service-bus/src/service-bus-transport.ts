@@ -26,7 +26,9 @@ import {
   type ServiceBusMessage,
   type ServiceBusReceivedMessage,
   type ServiceBusReceiver,
+  type ServiceBusReceiverOptions,
   type ServiceBusSender,
+  type ServiceBusSessionReceiverOptions,
   type ServiceBusSessionReceiver,
 } from '@azure/service-bus';
 import { randomUUID } from 'node:crypto';
@@ -46,12 +48,29 @@ export interface ServiceBusTransportConfig {
    */
   readonly client: ServiceBusClient | (() => ServiceBusClient);
   /**
-   * Ordered endpoints read session-enabled subscriptions, and every message is sent with a
-   * sessionId (its key, or its messageId when it has none). Declares `orderingByKey`.
-   * Default false: no sessionId is sent and `ordered: true` subscriptions are refused.
+   * What a Courier topic is on the namespace, for the whole transport:
+   * - `'topics'` (default): the Service Bus topic `<prefix><topic>`; a consumer (group) is
+   *   the subscription of its name on each of its topics, so every group gets each message
+   *   (`fanOut`).
+   * - `'queues'`: the Service Bus queue `<prefix><topic>` (a Basic-tier namespace has no
+   *   topics). Every receiver of a queue competes for its messages, whatever its consumer
+   *   group, so the transport declares `fanOut: false` and the bus refuses a second group on
+   *   a topic: give each topic exactly one consumer group, in every process. Dead letters
+   *   are in the queue's `$DeadLetterQueue`, marked with the group that dead-lettered them.
+   */
+  readonly entities?: 'topics' | 'queues';
+  /**
+   * Every message is sent with a sessionId (its key, or its messageId when it has none) and
+   * the transport declares `orderingByKey`. Topics: ordered endpoints read session-enabled
+   * subscriptions, unordered ones plain subscriptions. Queues: the queues must be
+   * session-enabled (a session-enabled queue refuses messages without a sessionId, and a
+   * plain one has no sessions), and every endpoint, ordered or not, receives through
+   * sessions: at most `concurrency` keys at a time, each key's messages one at a time.
+   * Default false: no sessionId is sent, `ordered: true` subscriptions are refused, and
+   * queues must not be session-enabled.
    */
   readonly sessions?: boolean;
-  /** Prefix of every topic name (`<prefix><topic>`); letters, digits, `.`, `-`, `_`. Default none. */
+  /** Prefix of every topic or queue name (`<prefix><topic>`); letters, digits, `.`, `-`, `_`. Default none. */
   readonly prefix?: string;
   /** Longest wait for the broker's answer to one send before `PUBLISH_TIMEOUT`. Default 10 s. */
   readonly publishTimeoutMs?: number;
@@ -94,6 +113,8 @@ const P = {
   attempt: 'courier-attempt',
   replayedFor: 'courier-replayed-for',
   deadAt: 'courier-dead-at',
+  /** The consumer (group) that dead-lettered the message: a queue's dead letters are shared by all its receivers. */
+  deadFor: 'courier-dead-for',
 } as const;
 
 /** ServiceBusError codes that mean the namespace or the connection, not the message: the relay pauses. */
@@ -135,7 +156,9 @@ export function toTransportError(caught: unknown, what: string): CourierError {
 
 /**
  * Courier transport on Azure Service Bus (`@azure/service-bus` 7.9): a Courier topic is a
- * Service Bus topic, a consumer is a subscription of that name on each of its topics.
+ * Service Bus topic, a consumer is a subscription of that name on each of its topics; or,
+ * with `entities: 'queues'`, a Courier topic is a queue and every consumer of it competes
+ * for its messages (`fanOut: false`, see {@link ServiceBusTransportConfig.entities}).
  *
  * Guarantees: `publish` sends in `createMessageBatch` batches (split when full; a batch the
  * broker refuses is sent again one message at a time, so one refusal fails alone) and
@@ -145,7 +168,7 @@ export function toTransportError(caught: unknown, what: string): CourierError {
  * `courier-attempt` application property (the broker's deliveryCount also counts crash
  * redeliveries). `retry` waits in place with the lock renewed, then abandons with the
  * attempt raised; `deadLetter` uses the subscription's dead-letter sub-queue with reason
- * and description. Ordered endpoints use sessions (see `sessions`). Given a factory as
+ * and description (the queue's in queue mode). Ordered endpoints use sessions (see `sessions`). Given a factory as
  * `client`, a lost connection replaces the client with every sender and receiver on it, so
  * sending and receiving resume as soon as the broker answers again; until then `publish`
  * rejects retriably.
@@ -156,6 +179,8 @@ export class ServiceBusTransport implements Transport {
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
   readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId' | 'logger'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
+  /** Queue mode (`entities: 'queues'`). */
+  readonly #queues: boolean;
   readonly #source: ClientSource;
   readonly #senders = new Map<string, { sender: ServiceBusSender; generation: number }>();
   readonly #subscriptions = new Set<ServiceBusSubscription>();
@@ -177,21 +202,27 @@ export class ServiceBusTransport implements Transport {
     positive('maxLockRenewalMs', maxLockRenewalMs);
     const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
     positive('maxMessageBytes', maxMessageBytes);
+    const entities = config?.entities ?? 'topics';
+    if (entities !== 'topics' && entities !== 'queues') problems.push(`'entities' must be 'topics' or 'queues', got ${JSON.stringify(entities)}`);
     if (problems.length > 0) throw new ConfigError(problems);
+    this.#queues = entities === 'queues';
     // A client still connecting gets two publish deadlines before a timeout gives it up.
     // A given-up client's close is waited for 2 s at most (see ClientSource): `bus.stop()` must not hang on a dead connection.
     this.#source = new ClientSource(config.client, { patienceMs: 2 * publishTimeoutMs, abandonCloseAfterMs: 2_000, logger: config.logger });
-    this.#config = { client: config.client, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
+    this.#config = { client: config.client, entities, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
       orderedPipelining: false,
+      // A queue has one copy of each message for all its receivers.
+      fanOut: !this.#queues,
       nativeDelay: true,
       nativeDeadLetter: true,
       maxMessageBytes,
       publishTimeoutMs,
     };
-    // Service Bus: subscription names up to 50 characters; sessionId and messageId up to 128.
-    this.limits = { consumer: { bytes: 50 }, id: { bytes: 128 }, key: { bytes: 128 } };
+    // Service Bus: subscription names up to 50 characters (a queue's consumer is no entity
+    // name: unbounded there); sessionId and messageId up to 128.
+    this.limits = this.#queues ? { id: { bytes: 128 }, key: { bytes: 128 } } : { consumer: { bytes: 50 }, id: { bytes: 128 }, key: { bytes: 128 } };
     this.deadLetters = {
       list: (consumer: string, options?: { limit?: number }) => this.#listDead(consumer, options?.limit ?? 100),
       replay: (consumer: string, ids: readonly string[]) => this.#takeDead(consumer, ids, 'replay'),
@@ -199,9 +230,40 @@ export class ServiceBusTransport implements Transport {
     };
   }
 
-  /** The Service Bus topic of a Courier topic. */
+  /** The Service Bus topic (queue in queue mode) of a Courier topic. */
   entityOf(topic: string): string {
     return `${this.#config.prefix}${topic}`;
+  }
+
+  /** Whether this transport maps topics onto queues (`entities: 'queues'`). */
+  get queueMode(): boolean {
+    return this.#queues;
+  }
+
+  /**
+   * @internal Whether `endpoint` receives through sessions: ordered endpoints, and in queue
+   * mode with `sessions` every endpoint (a session-enabled queue has no other receivers).
+   */
+  receivesSessions(endpoint: Endpoint): boolean {
+    return endpoint.ordered || (this.#queues && this.#config.sessions);
+  }
+
+  /**
+   * @internal A receiver of what `consumer` reads of `topic`: its subscription, or in queue
+   * mode the queue itself (every consumer of a queue reads the same messages).
+   */
+  receiverOf(client: ServiceBusClient, topic: string, consumer: string, options: ServiceBusReceiverOptions): ServiceBusReceiver {
+    return this.#queues ? client.createReceiver(this.entityOf(topic), options) : client.createReceiver(this.entityOf(topic), consumer, options);
+  }
+
+  /** @internal Locks the named session of what `consumer` reads of `topic` (see {@link receiverOf}). */
+  acceptSessionOf(client: ServiceBusClient, topic: string, consumer: string, sessionId: string, options: ServiceBusSessionReceiverOptions): Promise<ServiceBusSessionReceiver> {
+    return this.#queues ? client.acceptSession(this.entityOf(topic), sessionId, options) : client.acceptSession(this.entityOf(topic), consumer, sessionId, options);
+  }
+
+  /** @internal Locks the next free session with messages of what `consumer` reads of `topic` (see {@link receiverOf}). */
+  acceptNextSessionOf(client: ServiceBusClient, topic: string, consumer: string, options: ServiceBusSessionReceiverOptions): Promise<ServiceBusSessionReceiver> {
+    return this.#queues ? client.acceptNextSession(this.entityOf(topic), options) : client.acceptNextSession(this.entityOf(topic), consumer, options);
   }
 
   /** @internal The clients this transport works through (for its subscriptions). */
@@ -369,7 +431,7 @@ export class ServiceBusTransport implements Transport {
 
   async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
     if (this.#closed) throw new ClosedError('ServiceBusTransport');
-    if (endpoint.ordered && !this.#config.sessions) throw new ConfigError(`consumer ${endpoint.consumer}: ordered endpoints need 'sessions: true' and session-enabled subscriptions`);
+    if (endpoint.ordered && !this.#config.sessions) throw new ConfigError(`consumer ${endpoint.consumer}: ordered endpoints need 'sessions: true' and session-enabled ${this.#queues ? 'queues' : 'subscriptions'}`);
     for (const topic of endpoint.topics) this.#topics.add(topic);
     const subscription = new ServiceBusSubscription(this, endpoint, handler, this.#config.maxLockRenewalMs);
     this.#subscriptions.add(subscription);
@@ -432,7 +494,19 @@ export class ServiceBusTransport implements Transport {
   }
 
   #deadReceiver(topic: string, consumer: string): ServiceBusReceiver {
-    return this.#source.current.client.createReceiver(this.entityOf(topic), consumer, { subQueueType: 'deadLetter', skipParsingBodyAsJson: true, maxAutoLockRenewalDurationInMs: 0 });
+    return this.receiverOf(this.#source.current.client, topic, consumer, { subQueueType: 'deadLetter', skipParsingBodyAsJson: true, maxAutoLockRenewalDurationInMs: 0 });
+  }
+
+  /**
+   * Whether a dead letter is `consumer`'s. A subscription's are all its own; a queue's are
+   * shared by every receiver of the queue, so those another group dead-lettered (marked
+   * `courier-dead-for`) are not. Unmarked ones (the broker's own, MaxDeliveryCountExceeded)
+   * count for every group: with one group per queue they are that group's.
+   */
+  #deadFor(message: ServiceBusReceivedMessage, consumer: string): boolean {
+    if (!this.#queues) return true;
+    const owner = message.applicationProperties?.[P.deadFor];
+    return owner === undefined || owner === null || owner === consumer;
   }
 
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
@@ -447,7 +521,7 @@ export class ServiceBusTransport implements Transport {
           const page = await receiver.peekMessages(Math.min(100, limit - letters.length), { fromSequenceNumber: from });
           if (page.length === 0) break;
           for (const message of page) {
-            letters.push(this.#letterOf(topic, consumer, message));
+            if (this.#deadFor(message, consumer) && letters.length < limit) letters.push(this.#letterOf(topic, consumer, message));
             if (message.sequenceNumber) from = message.sequenceNumber.add(1);
           }
         }
@@ -490,7 +564,9 @@ export class ServiceBusTransport implements Transport {
    * peek-lock, the wanted ones completed (after their copy was sent, for a replay), the
    * others abandoned. A replay is published to the topic with `courier-replayed-for` =
    * consumer: every subscription of the topic receives it, only this consumer runs it as a
-   * replay; the others drop it through their inbox as the duplicate it is for them.
+   * replay; the others drop it through their inbox as the duplicate it is for them. In
+   * queue mode the copy goes to the queue, and the ids of another group's dead letters are
+   * left alone.
    */
   async #takeDead(consumer: string, ids: readonly string[], action: 'replay' | 'purge'): Promise<number> {
     const byTopic = new Map<string, Set<string>>();
@@ -513,7 +589,7 @@ export class ServiceBusTransport implements Transport {
           if (got.length === 0) break;
           for (const message of got) {
             const sequence = message.sequenceNumber?.toString() ?? '';
-            if (!wanted.has(sequence)) {
+            if (!wanted.has(sequence) || !this.#deadFor(message, consumer)) {
               others.push(message);
               continue;
             }
@@ -634,7 +710,7 @@ interface ParkedRetry {
 
 /**
  * One subscribed endpoint: a peek-lock receiver per topic (unordered), or session
- * receivers that each hold one key's session at a time (ordered).
+ * receivers that each hold one key's session at a time (ordered; in queue mode with `sessions`, every endpoint).
  */
 class ServiceBusSubscription implements Subscription {
   onClosed: (() => void) | undefined;
@@ -657,14 +733,14 @@ class ServiceBusSubscription implements Subscription {
   }
 
   async start(): Promise<void> {
-    if (this.endpoint.ordered) {
+    if (this.transport.receivesSessions(this.endpoint)) {
       // Lock a session of our own (empty, so nobody else's) on each topic before returning:
       // subscribe then fails while the entity is missing or the broker away, and the
       // subscription is known to the broker before the caller publishes (the next-session
       // accepts below may wait, and tell nothing, until a session has messages).
       const { client, generation } = this.transport.source.current;
       for (const topic of this.endpoint.topics) {
-        const probe = await client.acceptSession(this.transport.entityOf(topic), this.endpoint.consumer, `courier-probe-${randomUUID()}`, { maxAutoLockRenewalDurationInMs: 0 });
+        const probe = await this.transport.acceptSessionOf(client, topic, this.endpoint.consumer, `courier-probe-${randomUUID()}`, { maxAutoLockRenewalDurationInMs: 0 });
         this.transport.source.answered(generation);
         await probe.close().catch(() => undefined);
       }
@@ -692,7 +768,7 @@ class ServiceBusSubscription implements Subscription {
   }
 
   #receiver(client: ServiceBusClient, topic: string): ServiceBusReceiver {
-    return client.createReceiver(this.transport.entityOf(topic), this.endpoint.consumer, {
+    return this.transport.receiverOf(client, topic, this.endpoint.consumer, {
       receiveMode: 'peekLock',
       skipParsingBodyAsJson: true,
       maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
@@ -777,7 +853,10 @@ class ServiceBusSubscription implements Subscription {
     try {
       envelope = this.transport.fromMessage(message);
     } catch (error) {
-      await onLiveClient(receiver.deadLetterMessage(message, { deadLetterReason: 'ENVELOPE_INVALID', deadLetterErrorDescription: describe(error), [P.deadAt]: new Date().toISOString() }), givenUp).catch(() => undefined);
+      await onLiveClient(
+        receiver.deadLetterMessage(message, { deadLetterReason: 'ENVELOPE_INVALID', deadLetterErrorDescription: describe(error), [P.deadAt]: new Date().toISOString(), [P.deadFor]: this.endpoint.consumer }),
+        givenUp,
+      ).catch(() => undefined);
       return undefined;
     }
     const attempt = ServiceBusTransport.attemptOf(message);
@@ -804,7 +883,11 @@ class ServiceBusSubscription implements Subscription {
         }, 'retry'),
       deadLetter: (reason: DeadLetterReason) =>
         once(
-          () => onLiveClient(receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString() }), givenUp),
+          () =>
+            onLiveClient(
+              receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString(), [P.deadFor]: this.endpoint.consumer }),
+              givenUp,
+            ),
           'deadLetter',
         ),
     };
@@ -843,7 +926,7 @@ class ServiceBusSubscription implements Subscription {
         // The broker holds the accept open until a session is free or the client's timeout
         // passes; closing, or a replaced client, must not wait for that.
         receiver = await untilAborted(
-          current.client.acceptNextSession(this.transport.entityOf(topic), this.endpoint.consumer, {
+          this.transport.acceptNextSessionOf(current.client, topic, this.endpoint.consumer, {
             receiveMode: 'peekLock',
             skipParsingBodyAsJson: true,
             maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,

@@ -181,6 +181,11 @@ export class ServiceBusStandIn {
     return [...this.topics.keys()];
   }
 
+  /** Names of the queues that exist (for tests that list what a prefix created). */
+  queueNames(): string[] {
+    return [...this.queues.keys()];
+  }
+
   /** Cuts every client connection without closing AMQP-wise, as a network failure would. */
   dropConnections(): void {
     for (const connection of this.connections) connection.socket?.destroy();

@@ -4,14 +4,16 @@
 // condition: this package does not build or depend on @courier/cli) with a courier.config.ts
 // that builds a ServiceBusTransport. A consumer dead-letters two messages; the binary lists
 // and shows them, replays one — which the consumer then handles exactly once — and purges
-// the other. Against the stand-in, or a real namespace when COURIER_ASB_CONNECTION_STRING is set.
+// the other. In topic mode and in queue mode (the queue's dead-letter sub-queue). Against the
+// stand-in, or a real namespace when COURIER_ASB_CONNECTION_STRING is set.
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Delivery } from '@courier/core';
 import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createServiceBusFixture } from './support/fixture.js';
+import type { ServiceBusTransport } from '../src/index.js';
+import { createServiceBusFixtureIn } from './support/fixture.js';
 import { cleanupNamespace, REAL_CONNECTION_STRING } from './support/namespace.js';
 import { standIn, standInConnectionString } from './support/standin-server.js';
 
@@ -57,15 +59,16 @@ function courier(args: readonly string[], env: Record<string, string>, timeoutMs
 }
 
 describe('courier dead over Service Bus dead-letter sub-queues', () => {
-  it('lists, shows, replays (handled once) and purges dead letters through the binary', async () => {
+  it.each(['topics', 'queues'] as const)('lists, shows, replays (handled once) and purges dead letters through the binary (%s)', async (entities) => {
     const testId = uniqueId();
-    const fixture = await createServiceBusFixture({ testId });
+    const fixture = await createServiceBusFixtureIn({ entities }, { testId });
     closers.push(() => fixture.close());
     const topic = 'orders.placed';
     const consumer = 'cli-payments';
     const env = {
       ASB_CLI_CONNECTION_STRING: REAL_CONNECTION_STRING ?? standInConnectionString((await standIn()).port),
-      ASB_CLI_PREFIX: `${testId}.`,
+      ASB_CLI_ENTITIES: entities,
+      ASB_CLI_PREFIX: (fixture.transport as ServiceBusTransport).entityOf(''),
       ASB_CLI_TOPICS: topic,
       ASB_CLI_CONSUMERS: consumer,
     };

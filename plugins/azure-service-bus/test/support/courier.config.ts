@@ -1,6 +1,6 @@
 // The courier.config.ts the CLI test hands to the `courier` binary: what a Service Bus user
 // writes (a transport on a client factory, the consumers and topics whose dead letters the
-// CLI reads), with the namespace, topic prefix, topics and consumers taken from env vars.
+// CLI reads), with the namespace, entity kind, prefix, topics and consumers taken from env vars.
 // It default-exports a plain function, which is what `defineCourierConfig` types: this
 // package does not depend on @courier/cli.
 import { ServiceBusClient } from '@azure/service-bus';
@@ -17,6 +17,8 @@ export default async () => {
   const list = (name: string) => required(name).split(',').filter(Boolean);
   const transport = new ServiceBusTransport({
     client: () => new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: 10_000 } }),
+    // Topics and subscriptions, or (ASB_CLI_ENTITIES=queues) session-enabled queues.
+    entities: process.env['ASB_CLI_ENTITIES'] === 'queues' ? 'queues' : 'topics',
     sessions: true,
     prefix: required('ASB_CLI_PREFIX'),
     topics: list('ASB_CLI_TOPICS'),

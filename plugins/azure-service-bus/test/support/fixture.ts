@@ -8,42 +8,75 @@ import type { DeliveryHandler, Endpoint, PublishResult, Subscription } from '@co
 import { ServiceBusTransport, type ServiceBusTransportConfig } from '../../src/index.js';
 import { REAL_CONNECTION_STRING, realProvisioner } from './namespace.js';
 import type { Provisioner } from './provisioning.js';
-import { REFUSED_ID_PREFIX, standIn, standInConnectionString } from './standin-server.js';
+import { QUEUE_MARK, REFUSED_ID_PREFIX, SESSION_QUEUE_MARK, standIn, standInConnectionString } from './standin-server.js';
 
 /**
  * On a real namespace, entities must exist before a message is sent or received: the
  * topic before a publish, the subscription (session-enabled for ordered consumers) before
- * a subscribe. The stand-in creates them on first use, so it needs none of this.
+ * a subscribe; in queue mode the queue (session-enabled when the transport uses sessions)
+ * before either. The stand-in creates them on first use, so it needs none of this.
  */
 class ProvisionedServiceBusTransport extends ServiceBusTransport {
   readonly #provisioner: Provisioner;
+  readonly #sessions: boolean;
 
   constructor(config: ServiceBusTransportConfig, provisioner: Provisioner) {
     super(config);
     this.#provisioner = provisioner;
+    this.#sessions = config.sessions ?? false;
   }
 
   override async publish(messages: readonly Envelope[], options?: { signal?: AbortSignal }): Promise<readonly PublishResult[]> {
-    await Promise.all([...new Set(messages.map((message) => message.topic))].map((topic) => this.#provisioner.ensureTopic(this.entityOf(topic))));
+    await Promise.all(
+      [...new Set(messages.map((message) => message.topic))].map((topic) =>
+        this.queueMode ? this.#provisioner.ensureQueue(this.entityOf(topic), this.#sessions, true) : this.#provisioner.ensureTopic(this.entityOf(topic)),
+      ),
+    );
     return super.publish(messages, options);
   }
 
   override async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
-    await Promise.all(endpoint.topics.map((topic) => this.#provisioner.ensureSubscription(this.entityOf(topic), endpoint.consumer, endpoint.ordered)));
+    await Promise.all(
+      endpoint.topics.map((topic) =>
+        this.queueMode
+          ? this.#provisioner.ensureQueue(this.entityOf(topic), this.#sessions, true)
+          : this.#provisioner.ensureSubscription(this.entityOf(topic), endpoint.consumer, endpoint.ordered),
+      ),
+    );
     return super.subscribe(endpoint, handler);
   }
 }
 
-export async function createServiceBusFixture({ testId }: FixtureContext): Promise<TransportFixture> {
+/** How a fixture maps Courier topics: topics and subscriptions (default), or queues, session-enabled or not. */
+export interface ServiceBusFixtureMode {
+  readonly entities?: 'topics' | 'queues';
+  /** Default true. In queue mode: whether the queues are session-enabled. */
+  readonly sessions?: boolean;
+}
+
+/** The transport fixture in topic mode with sessions (what most tests use). */
+export function createServiceBusFixture(context: FixtureContext): Promise<TransportFixture> {
+  return createServiceBusFixtureIn({}, context);
+}
+
+/**
+ * The transport fixture in the given mode. On the stand-in, queue mode marks its names
+ * ({@link QUEUE_MARK}, {@link SESSION_QUEUE_MARK}) so the stand-in makes queues of them,
+ * session-enabled or not, where it would otherwise take a sent-to path for a topic.
+ */
+export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { testId }: FixtureContext): Promise<TransportFixture> {
+  const queues = mode.entities === 'queues';
+  const sessions = mode.sessions ?? true;
   const provisioner = realProvisioner();
   const { host, port, server } = provisioner ? { host: '', port: 0, server: undefined } : await standIn();
   const target = { host, port };
-  const prefix = `${testId}.`;
-  // Dead letters are per subscription: the checks (in the process that runs the stand-in)
-  // read those of every topic this test created, whichever process published or subscribed.
-  // On a real namespace: the topics this process's transports used.
+  const prefix = queues ? `${testId}${sessions ? SESSION_QUEUE_MARK : QUEUE_MARK}` : `${testId}.`;
+  // Dead letters are per subscription (per queue): the checks (in the process that runs the
+  // stand-in) read those of every topic this test created, whichever process published or
+  // subscribed. On a real namespace: the topics this process's transports used.
   const used = new Set<string>();
-  const topics = () => (server ? server.topicNames().filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length)) : [...used]);
+  const topics = () =>
+    server ? (queues ? server.queueNames() : server.topicNames()).filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length)) : [...used];
   const entries = new Map<Transport, { proxy: TcpProxy | undefined; killed: boolean }>();
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
   let duplicates = 0;
@@ -59,7 +92,8 @@ export async function createServiceBusFixture({ testId }: FixtureContext): Promi
     const client = () => new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: proxy ? 3_000 : 10_000 } });
     const config: ServiceBusTransportConfig = {
       client,
-      sessions: true,
+      entities: queues ? 'queues' : 'topics',
+      sessions,
       prefix,
       topics,
       publishTimeoutMs: 5_000,
