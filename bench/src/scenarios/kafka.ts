@@ -1,7 +1,6 @@
 // 11. Kafka: the relay draining PostgreSQL → Kafka against a raw kafkajs idempotent
 // producer loop (same batch size, same records, same durability: idempotent, acks=all, one
-// produce request in flight; the transport may carry several relay batches in one request,
-// its group commit), and Courier's consumer against a raw kafkajs consume + the same handler
+// batch in flight), and Courier's consumer against a raw kafkajs consume + the same handler
 // transaction + offset commit loop. Needs a broker (scripts/kafka.sh; COURIER_KAFKA_BROKERS).
 import { createConnection } from 'node:net';
 import { newMessageId, type Envelope, type PublishResult, type Transport } from '@courier/core';
@@ -243,7 +242,7 @@ export const kafkaScenario: Scenario = {
       });
       report.note(
         `${PARTITIONS} partitions, single local KRaft broker; producer side: distinct keys, relay batch ${BATCH}, idempotent acks=all on both sides, ` +
-          `one produce request in flight (Courier's transport puts the relay batches that queue behind a request into the next one: group commit), the raw loop's records carry the same headers. Consumer side: unordered, the same one-row handler transaction; Courier adds the inbox row to the handler's transaction ` +
+          `one batch in flight; the raw loop's records carry the relay's headers. Consumer side: unordered, the same one-row handler transaction; Courier adds the inbox row to the handler's transaction ` +
           `(a recordStart commit too only for records flagged redelivered) and commits offsets below unfinished work (ratio ${consumer.ratio?.toFixed(3)}).`,
       );
     } finally {

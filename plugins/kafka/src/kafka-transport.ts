@@ -99,23 +99,6 @@ function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
  */
 const RESTART_BACKOFF = retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 500, multiplier: 2, maxDelayMs: 30_000, jitter: 0.2 }, 'consumer restart');
 
-/** A send waiting for the producer: the records of one `publish` call, one-record resend or copy. */
-interface QueuedSend {
-  readonly records: readonly { topic: string; record: OutgoingRecord }[];
-  /** Rough size (characters of keys, values and headers): caps how much one request carries. */
-  readonly size: number;
-  readonly deadline: number;
-  /** Never shares a request (a one-by-one resend after a refusal must get its own answer). */
-  readonly alone: boolean;
-  /** Gives up waiting at the deadline; cleared once the send is taken. */
-  timer: NodeJS.Timeout | undefined;
-  resolve(): void;
-  reject(error: unknown): void;
-}
-
-const recordSize = ({ record }: { record: OutgoingRecord }): number =>
-  (record.key?.length ?? 0) + (record.value?.length ?? 0) + Object.entries(record.headers).reduce((sum, [name, value]) => sum + name.length + value.length, 0);
-
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -166,9 +149,8 @@ export class KafkaTransport implements Transport {
   readonly #maxRetryWaiting: number;
   readonly #logger: Logger;
   #producer: Promise<Producer> | undefined;
-  /** Sends waiting for the producer, oldest first; `#pump` takes them one request at a time (see `#exclusiveSend`). */
-  readonly #sendQueue: QueuedSend[] = [];
-  #pumping = false;
+  /** Settles when the last send started has finished or been abandoned: see `#exclusiveSend`. */
+  #sendTurn: Promise<void> = Promise.resolve();
   #admin: Promise<Admin> | undefined;
   readonly #knownTopics = new Set<string>();
   readonly #subscriptions = new Set<KafkaSubscription>();
@@ -410,7 +392,7 @@ export class KafkaTransport implements Transport {
   }
 
   /**
-   * Sends records through the producer, one request at a time, and resolves once the broker
+   * Sends records through the producer, one send at a time, and resolves once the broker
    * acknowledged them; rejects with `Timeout` when `deadline` passes first (waiting for the
    * turn included), with a `TransportError` when no producer connects, else with kafkajs's error.
    *
@@ -423,86 +405,28 @@ export class KafkaTransport implements Transport {
    * retries resend the very same records and are safe. So no second send ever waits inside
    * kafkajs behind a first, and a failed or abandoned send takes its producer (its sequence
    * numbers) with it: the next send gets a new producer id.
-   *
-   * Group commit: the sends that queued while a request was out go together in the next one
-   * (oldest first, their records in call order, up to `maxMessageBytes` of records unless a
-   * single send is larger), so several relay loops cost one produce request per round trip
-   * instead of one each. A partition appends a request's records atomically and in order, so
-   * the order of the calls is kept. When a shared request is refused for content, each send
-   * in it is sent again alone: a send only ever sees a refusal of its own records.
    */
-  #exclusiveSend(records: readonly { topic: string; record: OutgoingRecord }[], deadline: number, alone = false): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const send: QueuedSend = { records, size: records.reduce((sum, record) => sum + recordSize(record), 0), deadline, alone, timer: undefined, resolve, reject };
-      send.timer = setTimeout(() => {
-        // Still waiting (a taken send has its timer cleared): it leaves the queue unsent.
-        const at = this.#sendQueue.indexOf(send);
-        if (at >= 0) this.#sendQueue.splice(at, 1);
-        reject(new Timeout(`waiting for the previous send did not finish within ${Math.max(0, deadline - Date.now())} ms`));
-      }, Math.max(0, deadline - Date.now()));
-      this.#sendQueue.push(send);
-      void this.#pump();
+  async #exclusiveSend(records: readonly { topic: string; record: OutgoingRecord }[], deadline: number): Promise<void> {
+    const previous = this.#sendTurn;
+    let release!: () => void;
+    const mine = new Promise<void>((resolve) => {
+      release = resolve;
     });
-  }
-
-  /** Takes queued sends, one request at a time, until the queue is empty; only one pump runs. */
-  async #pump(): Promise<void> {
-    if (this.#pumping) return;
-    this.#pumping = true;
+    // The next send waits for this one and for every one before it, even if this one gives up waiting.
+    this.#sendTurn = Promise.all([previous, mine]).then(() => undefined);
     try {
-      for (let group = this.#takeGroup(); group.length > 0; group = this.#takeGroup()) {
-        try {
-          await this.#sendGroup(group);
-          for (const send of group) send.resolve();
-        } catch (error) {
-          if (group.length > 1 && CONTENT_ERRORS.has(protocolType(error) ?? '')) {
-            // Someone's record was refused: each send again on its own, so each gets its own answer.
-            for (const send of group) {
-              try {
-                await this.#sendGroup([send]);
-                send.resolve();
-              } catch (own) {
-                send.reject(own);
-              }
-            }
-          } else {
-            for (const send of group) send.reject(error);
-          }
-        }
+      await within(previous, Math.max(0, deadline - Date.now()), 'waiting for the previous send');
+      const producer = await this.#connectedProducer();
+      try {
+        await within(this.#send(producer, records), Math.max(0, deadline - Date.now()), 'the broker acknowledgement');
+      } catch (error) {
+        // kafkajs may still be retrying this request (after a Timeout), and this producer's
+        // sequence numbers may now be reused for other records: nothing else uses it.
+        this.#resetProducer();
+        throw error;
       }
     } finally {
-      this.#pumping = false;
-    }
-  }
-
-  /** The oldest queued send and those right behind it that fit in the same request. */
-  #takeGroup(): QueuedSend[] {
-    const group: QueuedSend[] = [];
-    let size = 0;
-    while (this.#sendQueue.length > 0) {
-      const next = this.#sendQueue[0]!;
-      if (group.length > 0 && (next.alone || group[0]!.alone || size + next.size > this.capabilities.maxMessageBytes)) break;
-      this.#sendQueue.shift();
-      clearTimeout(next.timer);
-      group.push(next);
-      size += next.size;
-    }
-    return group;
-  }
-
-  /** One produce request with the group's records, within the earliest deadline among them; a failure drops the producer. */
-  async #sendGroup(group: readonly QueuedSend[]): Promise<void> {
-    const producer = await this.#connectedProducer();
-    const deadline = Math.min(...group.map((send) => send.deadline));
-    // Out of time already (a resend after a shared refusal, a slow connect): not sent at all.
-    if (Date.now() >= deadline) throw new Timeout('the publish deadline passed before the send');
-    try {
-      await within(this.#send(producer, group.length === 1 ? group[0]!.records : group.flatMap((send) => send.records)), Math.max(0, deadline - Date.now()), 'the broker acknowledgement');
-    } catch (error) {
-      // kafkajs may still be retrying this request (after a Timeout), and this producer's
-      // sequence numbers may now be reused for other records: nothing else uses it.
-      this.#resetProducer();
-      throw error;
+      release();
     }
   }
 
@@ -571,7 +495,7 @@ export class KafkaTransport implements Transport {
 
   async #sendOne(envelope: Envelope, deadline: number): Promise<PublishResult> {
     try {
-      await this.#exclusiveSend([{ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }], deadline, true);
+      await this.#exclusiveSend([{ topic: this.topicName(envelope.topic), record: encodeRecord(envelope) }], deadline);
       return { messageId: envelope.messageId, ok: true };
     } catch (error) {
       if (error instanceof Timeout) return { messageId: envelope.messageId, ok: false, error: new TransportError(error.message, { code: 'PUBLISH_TIMEOUT', retriable: true }) };
