@@ -1,10 +1,10 @@
 // 11. Kafka: the relay draining PostgreSQL → Kafka against a raw kafkajs idempotent
-// producer loop (same batch size, same durability: idempotent, acks=all, one batch in
-// flight), and Courier's consumer against a raw kafkajs consume + the same handler
+// producer loop (same batch size, same records, same durability: idempotent, acks=all, one
+// batch in flight), and Courier's consumer against a raw kafkajs consume + the same handler
 // transaction + offset commit loop. Needs a broker (scripts/kafka.sh; COURIER_KAFKA_BROKERS).
 import { createConnection } from 'node:net';
 import { newMessageId, type Envelope, type PublishResult, type Transport } from '@courier/core';
-import { KafkaTransport } from '@courier/kafka';
+import { KAFKA_HEADERS, KafkaTransport } from '@courier/kafka';
 import type { EntityManager } from '@mikro-orm/core';
 import { Kafka, logLevel } from 'kafkajs';
 import { anyPending, benchBus, openDb, OrderPlaced, orderPayload, seedBacklog, TOPIC, until, type BenchDb } from '../setup.js';
@@ -79,7 +79,12 @@ function envelope(index: number): Envelope {
   };
 }
 
-/** The raw ceiling: an idempotent acks=all producer sending `count` records in batches of BATCH, one batch in flight. */
+/**
+ * The raw ceiling: an idempotent acks=all producer sending `count` records in batches of
+ * BATCH, one batch in flight. Its records are the relay's byte for byte in shape: the same
+ * key and value, and the same headers the transport writes for a seeded row (message id,
+ * type, version, topic, occurred-at, correlation id), so it does not win by sending less.
+ */
 async function rawProduceLoop(kafka: Kafka, topic: string, count: number): Promise<number> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
@@ -88,7 +93,16 @@ async function rawProduceLoop(kafka: Kafka, topic: string, count: number): Promi
     for (let from = 0; from < count; from += BATCH) {
       const messages = Array.from({ length: Math.min(BATCH, count - from) }, (_, offset) => {
         const id = `order-${from + offset}`;
-        return { key: id, value: JSON.stringify(orderPayload(id)), headers: { 'courier-message-id': newMessageId(), 'courier-type': OrderPlaced.type } };
+        const messageId = newMessageId();
+        const headers = {
+          [KAFKA_HEADERS.messageId]: messageId,
+          [KAFKA_HEADERS.type]: OrderPlaced.type,
+          [KAFKA_HEADERS.version]: '1',
+          [KAFKA_HEADERS.topic]: TOPIC,
+          [KAFKA_HEADERS.occurredAt]: new Date().toISOString(),
+          [KAFKA_HEADERS.correlationId]: messageId,
+        };
+        return { key: id, value: JSON.stringify(orderPayload(id)), headers };
       });
       await producer.sendBatch({ acks: -1, topicMessages: [{ topic, messages }] });
     }
@@ -228,7 +242,7 @@ export const kafkaScenario: Scenario = {
       });
       report.note(
         `${PARTITIONS} partitions, single local KRaft broker; producer side: distinct keys, relay batch ${BATCH}, idempotent acks=all on both sides, ` +
-          `one batch in flight. Consumer side: unordered, the same one-row handler transaction; Courier adds the inbox row to the handler's transaction ` +
+          `one batch in flight; the raw loop's records carry the relay's headers. Consumer side: unordered, the same one-row handler transaction; Courier adds the inbox row to the handler's transaction ` +
           `(a recordStart commit too only for records flagged redelivered) and commits offsets below unfinished work (ratio ${consumer.ratio?.toFixed(3)}).`,
       );
     } finally {
