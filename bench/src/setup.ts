@@ -304,6 +304,49 @@ export function benchBus(db: BenchDb, transport: Transport, relay: { batchSize?:
   return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { batchSize: relay.batchSize ?? 100, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
 }
 
+/**
+ * One producer transaction of the bench's business: an order row `id` and its OrderPlaced
+ * message (keyed by the order) in one MikroORM transaction. `published` is told the message
+ * id before the commit, so a confirm can never arrive before the caller knows the id.
+ */
+export async function produceOrder(db: BenchDb, bus: Bus<EntityManager>, id: string, published?: (messageId: string) => void): Promise<void> {
+  await db.orm.em.fork().transactional((em) => {
+    em.persist(em.create(db.Order, { id, customerId: 'c-1', totalCents: 12_345, createdAt: new Date() }));
+    const messageId = bus.outbox(em).publish(OrderPlaced, orderPayload(id), { key: id });
+    published?.(messageId);
+    return Promise.resolve();
+  });
+}
+
+/**
+ * `writers` closed loops, each running `transaction` again as soon as the last one
+ * committed, for `seconds` (no warm-up: every commit counts, from the first). Resolves with
+ * the commits and the seconds they took, once every loop's last transaction ended. The first
+ * failure stops every loop and is thrown after they ended.
+ */
+export async function closedLoopProducers(writers: number, seconds: number, transaction: () => Promise<void>): Promise<{ commits: number; seconds: number }> {
+  let running = true;
+  let commits = 0;
+  let failure: { error: unknown } | undefined;
+  const started = performance.now();
+  const loops = Array.from({ length: writers }, async () => {
+    try {
+      while (running) {
+        await transaction();
+        commits += 1;
+      }
+    } catch (error) {
+      failure ??= { error };
+      running = false;
+    }
+  });
+  await sleep(seconds * 1000);
+  running = false;
+  await Promise.all(loops);
+  if (failure) throw failure.error;
+  return { commits, seconds: (performance.now() - started) / 1000 };
+}
+
 /** Resolves when `done()` is true, checking every `everyMs`; throws after `timeoutMs`. */
 export async function until(done: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 5): Promise<void> {
   const deadline = performance.now() + timeoutMs;
