@@ -299,9 +299,10 @@ export function amqpOrder(orderId: string): ReturnType<typeof toAmqpMessage> {
   return toAmqpMessage(envelope);
 }
 
-/** A bus on `db` and `transport` with the relay settings the scenarios share. */
+/** A bus on `db` and `transport`: the relay's default batch size unless `relay.batchSize` says otherwise, polling every second. */
 export function benchBus(db: BenchDb, transport: Transport, relay: { batchSize?: number; pollIntervalMs?: number } = {}): Bus<EntityManager> {
-  return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { batchSize: relay.batchSize ?? 100, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
+  const batch = relay.batchSize === undefined ? {} : { batchSize: relay.batchSize };
+  return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { ...batch, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
 }
 
 /**
