@@ -5,7 +5,7 @@ import { createBus, defineMessage, newMessageId, type Bus, type Envelope, type P
 import { MikroOrmInboxStore, MikroOrmOutboxStore, keyHash, resolveTableNames, type CourierTableNames } from '@courier/mikro-orm';
 import { RabbitMqTransport, toAmqpMessage } from '@courier/rabbitmq';
 import { EntitySchema, type EntityManager, type MikroORM, type Options } from '@mikro-orm/core';
-import { connect, type ChannelModel } from 'amqplib';
+import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { URLS } from './services.js';
 
 export type Dialect = 'postgresql' | 'mariadb';
@@ -257,25 +257,62 @@ export class BenchBroker {
     return connect(URLS.rabbitmq, { noDelay: true });
   }
 
-  /** Deletes every queue and the exchange this run declared. */
+  /**
+   * Deletes every queue and the exchange this run declared, then checks they are gone and
+   * throws naming what is left. On a fresh connection: the admin one may have sat idle for
+   * the whole scenario. Each deletion is tried up to three times (a quorum queue's delete can
+   * fail under load, and a failed one closes its channel); deleting a queue that does not
+   * exist succeeds, so only real failures count.
+   */
   async close(): Promise<void> {
-    const connection = await this.#connection();
+    await this.#admin?.close().catch(() => undefined);
+    this.#admin = undefined;
     const probe = new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix });
     const queues = [this.sinkQueue];
     for (const consumer of this.#consumers) {
       const names = probe.names(consumer);
       queues.push(names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name));
     }
-    for (const queue of queues) {
-      const channel = await connection.createChannel();
-      await channel.deleteQueue(queue).catch(() => undefined);
-      await channel.close().catch(() => undefined);
+    const connection = await connect(URLS.rabbitmq);
+    try {
+      const attempt = async (what: (channel: Channel) => Promise<unknown>): Promise<unknown> => {
+        let failure: unknown;
+        for (let tries = 0; tries < 3; tries += 1) {
+          const channel = await connection.createChannel();
+          channel.on('error', () => undefined);
+          try {
+            await what(channel);
+            return undefined;
+          } catch (error) {
+            failure = error;
+          } finally {
+            await channel.close().catch(() => undefined);
+          }
+        }
+        return failure;
+      };
+      const problems: string[] = [];
+      for (const queue of queues) {
+        const failure = await attempt((channel) => channel.deleteQueue(queue));
+        if (failure) problems.push(`queue ${queue}: ${failure instanceof Error ? failure.message : String(failure)}`);
+      }
+      const failure = await attempt((channel) => channel.deleteExchange(this.exchange));
+      if (failure) problems.push(`exchange ${this.exchange}: ${failure instanceof Error ? failure.message : String(failure)}`);
+      // checkQueue succeeds only for a queue that still exists (404 closes its channel).
+      for (const queue of queues) {
+        const channel = await connection.createChannel();
+        channel.on('error', () => undefined);
+        const left = await channel.checkQueue(queue).then(
+          () => true,
+          () => false,
+        );
+        if (left) problems.push(`queue ${queue} still exists after its delete`);
+        await channel.close().catch(() => undefined);
+      }
+      if (problems.length > 0) throw new Error(`bench cleanup left RabbitMQ objects behind (delete them by hand):\n  ${problems.join('\n  ')}`);
+    } finally {
+      await connection.close().catch(() => undefined);
     }
-    const channel = await connection.createChannel();
-    await channel.deleteExchange(this.exchange).catch(() => undefined);
-    await channel.close().catch(() => undefined);
-    await connection.close();
-    this.#admin = undefined;
   }
 }
 
