@@ -62,7 +62,7 @@ const RENEWALS_PER_LEASE = 3;
  * window ran part-empty whenever two or three loops were between batches. Measured side by
  * side (30,000-row drains PostgreSQL → RabbitMQ, bench/README.md "Relay batch size and
  * loops"): 100 reached a median 0.69 of a plain publish loop with that window, 250 reached
- * 0.84 (keyless 0.65 → 0.87), at ~20% less relay CPU per message (a claim costs the same
+ * 0.83 (keyless 0.65 → 0.87), at ~20% less relay CPU per message (a claim costs the same
  * round trip for 2.5× the rows); 500 was no faster than 250, two loops slower than four.
  * What a larger batch costs: more rows held under one lease (without renewals a batch queued
  * behind the window must still be answered within it: 4 × 250 at 1,000 msg/s is 1 s of the
