@@ -111,13 +111,29 @@ export async function openDb(dialect: Dialect, options: OpenDbOptions): Promise<
     Order,
     table: (name) => quote(name === 'orders' ? ordersTable : name === 'outbox' ? names.outbox : names.inbox),
     sql,
+    /**
+     * Drops every table (and PostgreSQL's token sequence) `ensureSchema` and this function
+     * created under the run's prefix — the inbox halt tables too, which were left behind —
+     * then lists what still carries the prefix and throws naming it.
+     */
     async close() {
       await outbox.close().catch(() => undefined);
       await inbox.close().catch(() => undefined);
-      const tables = [names.outbox, names.inbox, names.inboxStarts, names.meta, ordersTable, ...(dialect === 'mariadb' ? [names.outboxLocks] : [])];
-      for (const table of tables) await sql(`DROP TABLE IF EXISTS ${quote(table)}`).catch(() => undefined);
-      if (dialect === 'postgresql') await sql(`DROP SEQUENCE IF EXISTS ${quote(names.tokenSequence)}`).catch(() => undefined);
-      await orm.close(true);
+      try {
+        // Held and parked rows refer to their halt: dropped before it.
+        const tables = [names.outbox, names.inboxHeld, names.inboxParked, names.inboxHalts, names.inbox, names.inboxStarts, names.meta, ordersTable, ...(dialect === 'mariadb' ? [names.outboxLocks] : [])];
+        for (const table of tables) await sql(`DROP TABLE IF EXISTS ${quote(table)}`).catch(() => undefined);
+        if (dialect === 'postgresql') await sql(`DROP SEQUENCE IF EXISTS ${quote(names.tokenSequence)}`).catch(() => undefined);
+        const left = await sql(
+          dialect === 'postgresql'
+            ? 'SELECT tablename AS name FROM pg_tables WHERE left(tablename, ?) = ?'
+            : 'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, ?) = ?',
+          [tablePrefix.length, tablePrefix],
+        );
+        if (left.length > 0) throw new Error(`bench cleanup left tables behind (drop them by hand): ${left.map((row) => String(row['name'])).join(', ')}`);
+      } finally {
+        await orm.close(true);
+      }
     },
   };
 }
