@@ -5,7 +5,7 @@ import { createBus, defineMessage, newMessageId, type Bus, type Envelope, type P
 import { MikroOrmInboxStore, MikroOrmOutboxStore, keyHash, resolveTableNames, type CourierTableNames } from '@courier/mikro-orm';
 import { RabbitMqTransport, toAmqpMessage } from '@courier/rabbitmq';
 import { EntitySchema, type EntityManager, type MikroORM, type Options } from '@mikro-orm/core';
-import { connect, type ChannelModel } from 'amqplib';
+import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { URLS } from './services.js';
 
 export type Dialect = 'postgresql' | 'mariadb';
@@ -111,13 +111,29 @@ export async function openDb(dialect: Dialect, options: OpenDbOptions): Promise<
     Order,
     table: (name) => quote(name === 'orders' ? ordersTable : name === 'outbox' ? names.outbox : names.inbox),
     sql,
+    /**
+     * Drops every table (and PostgreSQL's token sequence) `ensureSchema` and this function
+     * created under the run's prefix — the inbox halt tables too, which were left behind —
+     * then lists what still carries the prefix and throws naming it.
+     */
     async close() {
       await outbox.close().catch(() => undefined);
       await inbox.close().catch(() => undefined);
-      const tables = [names.outbox, names.inbox, names.inboxStarts, names.meta, ordersTable, ...(dialect === 'mariadb' ? [names.outboxLocks] : [])];
-      for (const table of tables) await sql(`DROP TABLE IF EXISTS ${quote(table)}`).catch(() => undefined);
-      if (dialect === 'postgresql') await sql(`DROP SEQUENCE IF EXISTS ${quote(names.tokenSequence)}`).catch(() => undefined);
-      await orm.close(true);
+      try {
+        // Held and parked rows refer to their halt: dropped before it.
+        const tables = [names.outbox, names.inboxHeld, names.inboxParked, names.inboxHalts, names.inbox, names.inboxStarts, names.meta, ordersTable, ...(dialect === 'mariadb' ? [names.outboxLocks] : [])];
+        for (const table of tables) await sql(`DROP TABLE IF EXISTS ${quote(table)}`).catch(() => undefined);
+        if (dialect === 'postgresql') await sql(`DROP SEQUENCE IF EXISTS ${quote(names.tokenSequence)}`).catch(() => undefined);
+        const left = await sql(
+          dialect === 'postgresql'
+            ? 'SELECT tablename AS name FROM pg_tables WHERE left(tablename, ?) = ?'
+            : 'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, ?) = ?',
+          [tablePrefix.length, tablePrefix],
+        );
+        if (left.length > 0) throw new Error(`bench cleanup left tables behind (drop them by hand): ${left.map((row) => String(row['name'])).join(', ')}`);
+      } finally {
+        await orm.close(true);
+      }
     },
   };
 }
@@ -257,25 +273,62 @@ export class BenchBroker {
     return connect(URLS.rabbitmq, { noDelay: true });
   }
 
-  /** Deletes every queue and the exchange this run declared. */
+  /**
+   * Deletes every queue and the exchange this run declared, then checks they are gone and
+   * throws naming what is left. On a fresh connection: the admin one may have sat idle for
+   * the whole scenario. Each deletion is tried up to three times (a quorum queue's delete can
+   * fail under load, and a failed one closes its channel); deleting a queue that does not
+   * exist succeeds, so only real failures count.
+   */
   async close(): Promise<void> {
-    const connection = await this.#connection();
+    await this.#admin?.close().catch(() => undefined);
+    this.#admin = undefined;
     const probe = new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix });
     const queues = [this.sinkQueue];
     for (const consumer of this.#consumers) {
       const names = probe.names(consumer);
       queues.push(names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name));
     }
-    for (const queue of queues) {
-      const channel = await connection.createChannel();
-      await channel.deleteQueue(queue).catch(() => undefined);
-      await channel.close().catch(() => undefined);
+    const connection = await connect(URLS.rabbitmq);
+    try {
+      const attempt = async (what: (channel: Channel) => Promise<unknown>): Promise<unknown> => {
+        let failure: unknown;
+        for (let tries = 0; tries < 3; tries += 1) {
+          const channel = await connection.createChannel();
+          channel.on('error', () => undefined);
+          try {
+            await what(channel);
+            return undefined;
+          } catch (error) {
+            failure = error;
+          } finally {
+            await channel.close().catch(() => undefined);
+          }
+        }
+        return failure;
+      };
+      const problems: string[] = [];
+      for (const queue of queues) {
+        const failure = await attempt((channel) => channel.deleteQueue(queue));
+        if (failure) problems.push(`queue ${queue}: ${failure instanceof Error ? failure.message : String(failure)}`);
+      }
+      const failure = await attempt((channel) => channel.deleteExchange(this.exchange));
+      if (failure) problems.push(`exchange ${this.exchange}: ${failure instanceof Error ? failure.message : String(failure)}`);
+      // checkQueue succeeds only for a queue that still exists (404 closes its channel).
+      for (const queue of queues) {
+        const channel = await connection.createChannel();
+        channel.on('error', () => undefined);
+        const left = await channel.checkQueue(queue).then(
+          () => true,
+          () => false,
+        );
+        if (left) problems.push(`queue ${queue} still exists after its delete`);
+        await channel.close().catch(() => undefined);
+      }
+      if (problems.length > 0) throw new Error(`bench cleanup left RabbitMQ objects behind (delete them by hand):\n  ${problems.join('\n  ')}`);
+    } finally {
+      await connection.close().catch(() => undefined);
     }
-    const channel = await connection.createChannel();
-    await channel.deleteExchange(this.exchange).catch(() => undefined);
-    await channel.close().catch(() => undefined);
-    await connection.close();
-    this.#admin = undefined;
   }
 }
 
@@ -299,9 +352,53 @@ export function amqpOrder(orderId: string): ReturnType<typeof toAmqpMessage> {
   return toAmqpMessage(envelope);
 }
 
-/** A bus on `db` and `transport` with the relay settings the scenarios share. */
+/** A bus on `db` and `transport`: the relay's default batch size unless `relay.batchSize` says otherwise, polling every second. */
 export function benchBus(db: BenchDb, transport: Transport, relay: { batchSize?: number; pollIntervalMs?: number } = {}): Bus<EntityManager> {
-  return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { batchSize: relay.batchSize ?? 100, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
+  const batch = relay.batchSize === undefined ? {} : { batchSize: relay.batchSize };
+  return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { ...batch, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
+}
+
+/**
+ * One producer transaction of the bench's business: an order row `id` and its OrderPlaced
+ * message (keyed by the order) in one MikroORM transaction. `published` is told the message
+ * id before the commit, so a confirm can never arrive before the caller knows the id.
+ */
+export async function produceOrder(db: BenchDb, bus: Bus<EntityManager>, id: string, published?: (messageId: string) => void): Promise<void> {
+  await db.orm.em.fork().transactional((em) => {
+    em.persist(em.create(db.Order, { id, customerId: 'c-1', totalCents: 12_345, createdAt: new Date() }));
+    const messageId = bus.outbox(em).publish(OrderPlaced, orderPayload(id), { key: id });
+    published?.(messageId);
+    return Promise.resolve();
+  });
+}
+
+/**
+ * `writers` closed loops, each running `transaction` again as soon as the last one
+ * committed, for `seconds` (no warm-up: every commit counts, from the first). Resolves with
+ * the commits and the seconds they took, once every loop's last transaction ended. The first
+ * failure stops every loop and is thrown after they ended.
+ */
+export async function closedLoopProducers(writers: number, seconds: number, transaction: () => Promise<void>): Promise<{ commits: number; seconds: number }> {
+  let running = true;
+  let commits = 0;
+  let failure: { error: unknown } | undefined;
+  const started = performance.now();
+  const loops = Array.from({ length: writers }, async () => {
+    try {
+      while (running) {
+        await transaction();
+        commits += 1;
+      }
+    } catch (error) {
+      failure ??= { error };
+      running = false;
+    }
+  });
+  await sleep(seconds * 1000);
+  running = false;
+  await Promise.all(loops);
+  if (failure) throw failure.error;
+  return { commits, seconds: (performance.now() - started) / 1000 };
 }
 
 /** Resolves when `done()` is true, checking every `everyMs`; throws after `timeoutMs`. */

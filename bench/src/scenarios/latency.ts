@@ -3,7 +3,7 @@
 // handler, per message, with the producer on an open-loop schedule.
 import type { EntityManager } from '@mikro-orm/core';
 import { LatencyHistogram } from '../histogram.js';
-import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, sleep, TimedTransport, until, type BenchDb } from '../setup.js';
+import { BenchBroker, benchBus, closedLoopProducers, openDb, OrderPlaced, produceOrder, sleep, TimedTransport, until, type BenchDb } from '../setup.js';
 import type { Scenario, ScenarioContext } from './context.js';
 import type { Bus } from '@courier/core';
 import { WRITERS } from './producer.js';
@@ -57,15 +57,13 @@ class Pipeline {
     return pipeline;
   }
 
-  /** One producer transaction: an order row and its OrderPlaced message. */
+  /** One producer transaction: an order row and its OrderPlaced message, sampled from its intended start. */
   async produce(intended: number): Promise<void> {
-    const id = `o-${(this.#serial += 1)}`;
     let messageId = '';
-    await this.#db.orm.em.fork().transactional(async (em) => {
-      em.persist(em.create(this.#db.Order, { id, customerId: 'c-1', totalCents: 12_345, createdAt: new Date() }));
-      messageId = this.#bus.outbox(em).publish(OrderPlaced, orderPayload(id), { key: id });
+    await produceOrder(this.#db, this.#bus, `o-${(this.#serial += 1)}`, (id) => {
+      messageId = id;
       // Known before commit, so a confirm can never arrive before its sample exists.
-      this.samples.set(messageId, { intended, committed: 0, confirmed: 0, handled: 0 });
+      this.samples.set(id, { intended, committed: 0, confirmed: 0, handled: 0 });
     });
     this.samples.get(messageId)!.committed = performance.now();
   }
@@ -77,19 +75,8 @@ class Pipeline {
 
   /** Producer transactions on `writers` closed loops for `seconds`; resolves with commits per second. */
   async flatOut(writers: number, seconds: number): Promise<number> {
-    let running = true;
-    let commits = 0;
-    const started = performance.now();
-    const loops = Array.from({ length: writers }, async () => {
-      while (running) {
-        await this.produce(performance.now());
-        commits += 1;
-      }
-    });
-    await sleep(seconds * 1000);
-    running = false;
-    await Promise.all(loops);
-    return commits / ((performance.now() - started) / 1000);
+    const run = await closedLoopProducers(writers, seconds, () => this.produce(performance.now()));
+    return run.commits / run.seconds;
   }
 
   /**

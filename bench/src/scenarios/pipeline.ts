@@ -6,7 +6,7 @@
 // slowest part; the ratio says how much running the parts together costs on top of that.
 import type { Bus } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
-import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, TimedTransport, TOPIC, until, type BenchDb } from '../setup.js';
+import { BenchBroker, benchBus, closedLoopProducers, openDb, OrderPlaced, produceOrder, TimedTransport, TOPIC, until, type BenchDb } from '../setup.js';
 import type { Scenario } from './context.js';
 import { WRITERS } from './producer.js';
 
@@ -43,23 +43,8 @@ class Parts {
 
   /** `WRITERS` closed loops of one producer transaction (an order row and its message) for `seconds`; resolves with how many committed. */
   async produce(bus: Bus<EntityManager>, seconds: number): Promise<number> {
-    let running = true;
-    let commits = 0;
-    const loops = Array.from({ length: WRITERS }, async () => {
-      while (running) {
-        const id = `e2e-${(this.#serial += 1)}`;
-        await this.db.orm.em.fork().transactional((em) => {
-          em.persist(em.create(this.db.Order, { id, customerId: 'c-1', totalCents: 12_345, createdAt: new Date() }));
-          bus.outbox(em).publish(OrderPlaced, orderPayload(id), { key: id });
-          return Promise.resolve();
-        });
-        commits += 1;
-      }
-    });
-    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-    running = false;
-    await Promise.all(loops);
-    return commits;
+    const run = await closedLoopProducers(WRITERS, seconds, () => produceOrder(this.db, bus, `e2e-${(this.#serial += 1)}`));
+    return run.commits;
   }
 }
 
