@@ -85,6 +85,19 @@ type Handle = (delivery: Delivery) => Promise<void>;
 
 const ack: Handle = (delivery) => delivery.ack();
 
+/** Two instances of one consumer group, each on its own connection (`other` is the second's, closed by the caller), acknowledging slowly so both get work. */
+async function competingInstances(env: TransportCaseEnv): Promise<{ first: Collector; second: Collector; other: Transport }> {
+  const group = env.consumer('shared');
+  const slowAck: Handle = async (delivery) => {
+    await sleep(5);
+    await delivery.ack();
+  };
+  const other = await env.fixture.connect();
+  const first = await collect(env, { consumer: group, concurrency: 1 }, slowAck);
+  const second = await collect(env, { consumer: group, concurrency: 1 }, slowAck, other);
+  return { first, second, other };
+}
+
 /** What `DeadLetter.id` must look like: one non-empty token without whitespace or control characters. */
 const DEAD_LETTER_ID = /^[^\s\p{C}]+$/u;
 
@@ -489,14 +502,7 @@ export const transportCases: readonly TransportCase[] = [
   {
     name: 'competing consumers of one group split the work',
     async run(env) {
-      const group = env.consumer('shared');
-      const slowAck: Handle = async (delivery) => {
-        await sleep(5);
-        await delivery.ack();
-      };
-      const other = await env.fixture.connect();
-      const first = await collect(env, { consumer: group, concurrency: 1 }, slowAck);
-      const second = await collect(env, { consumer: group, concurrency: 1 }, slowAck, other);
+      const { first, second, other } = await competingInstances(env);
       const envelopes = Array.from({ length: 20 }, (_, index) => message(env, `k${index}`));
       await publishOk(env.transport, envelopes);
       const expected = sorted(envelopes.map((envelope) => envelope.messageId));
@@ -512,14 +518,7 @@ export const transportCases: readonly TransportCase[] = [
       if (env.transport.capabilities.fanOut === false) {
         return env.skip('transport declares fanOut: false (one queue per topic: every receiver competes, whatever its group; the bus refuses a second group on a topic)');
       }
-      const group = env.consumer('shared');
-      const slowAck: Handle = async (delivery) => {
-        await sleep(5);
-        await delivery.ack();
-      };
-      const other = await env.fixture.connect();
-      const first = await collect(env, { consumer: group, concurrency: 1 }, slowAck);
-      const second = await collect(env, { consumer: group, concurrency: 1 }, slowAck, other);
+      const { first, second, other } = await competingInstances(env);
       const everything = await collect(env, { consumer: env.consumer('all') });
       const envelopes = Array.from({ length: 20 }, (_, index) => message(env, `k${index}`));
       await publishOk(env.transport, envelopes);

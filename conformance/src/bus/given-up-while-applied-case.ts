@@ -1,11 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore, type Transport } from '@courier/core';
+import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext } from '../fixtures.js';
 import { deferred } from '../support/deferred.js';
 import { eventually } from '../support/eventually.js';
 import { makeEnvelope } from '../support/make-envelope.js';
 import { uniqueId } from '../support/unique-id.js';
+import { withSubscribe } from '../support/wrap-transport.js';
 import type { BusFactories } from './run-scenario.js';
 
 /**
@@ -65,45 +66,38 @@ export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>
 
     let copies = 0;
     let bothSettled = false;
-    const transport: Transport = {
-      capabilities: fixture.transport.capabilities,
-      publish: (messages, options) => fixture.transport.publish(messages, options),
-      subscribe: (endpoint, handler) =>
-        fixture.transport.subscribe(endpoint, async (delivery) => {
-          if (delivery.envelope.messageId !== target || delivery.replayed === true || copies > 0) return handler(delivery);
-          copies += 1;
-          // The broker's delivery: its dead-lettering waits for the other copy to commit.
-          const held: Delivery = {
-            envelope: delivery.envelope,
-            attempt: delivery.attempt,
-            replayed: delivery.replayed,
-            redelivered: delivery.redelivered,
-            ack: () => delivery.ack(),
-            retry: (delayMs, reason) => delivery.retry(delayMs, reason),
-            deadLetter: async (reason) => {
-              await Promise.race([appliedCommitted.promise, sleep(10_000)]);
-              return delivery.deadLetter(reason);
-            },
-          };
-          // The second copy (a rebalance's new owner), settled on its own: the broker
-          // forgets the message once either copy settles it.
-          const copy: Delivery = {
-            envelope: delivery.envelope,
-            attempt: delivery.attempt,
-            replayed: delivery.replayed,
-            redelivered: delivery.redelivered,
-            ack: async () => {},
-            retry: async () => {},
-            deadLetter: async () => {},
-          };
-          await Promise.all([handler(held), firstRunStarted.promise.then(() => handler(copy))]);
-          bothSettled = true;
-        }),
-      deadLetters,
-      close: () => fixture.transport.close(),
-      ...(fixture.transport.limits ? { limits: fixture.transport.limits } : {}),
-      ...(fixture.transport.validate ? { validate: fixture.transport.validate.bind(fixture.transport) } : {}),
-    };
+    const transport = withSubscribe(fixture.transport, (endpoint, handler) =>
+      fixture.transport.subscribe(endpoint, async (delivery) => {
+        if (delivery.envelope.messageId !== target || delivery.replayed === true || copies > 0) return handler(delivery);
+        copies += 1;
+        // The broker's delivery: its dead-lettering waits for the other copy to commit.
+        const held: Delivery = {
+          envelope: delivery.envelope,
+          attempt: delivery.attempt,
+          replayed: delivery.replayed,
+          redelivered: delivery.redelivered,
+          ack: () => delivery.ack(),
+          retry: (delayMs, reason) => delivery.retry(delayMs, reason),
+          deadLetter: async (reason) => {
+            await Promise.race([appliedCommitted.promise, sleep(10_000)]);
+            return delivery.deadLetter(reason);
+          },
+        };
+        // The second copy (a rebalance's new owner), settled on its own: the broker
+        // forgets the message once either copy settles it.
+        const copy: Delivery = {
+          envelope: delivery.envelope,
+          attempt: delivery.attempt,
+          replayed: delivery.replayed,
+          redelivered: delivery.redelivered,
+          ack: async () => {},
+          retry: async () => {},
+          deadLetter: async () => {},
+        };
+        await Promise.all([handler(held), firstRunStarted.promise.then(() => handler(copy))]);
+        bothSettled = true;
+      }),
+    );
 
     let runs = 0;
     const bus = createBus({ outbox: store.outbox, inbox, transport, retry: { maxAttempts: 1, initialDelayMs: 20, maxDelayMs: 100 } });

@@ -1,11 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore, type Transport } from '@courier/core';
+import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext } from '../fixtures.js';
 import { deferred } from '../support/deferred.js';
 import { eventually } from '../support/eventually.js';
 import { makeEnvelope } from '../support/make-envelope.js';
 import { uniqueId } from '../support/unique-id.js';
+import { withSubscribe } from '../support/wrap-transport.js';
 import type { BusFactories } from './run-scenario.js';
 
 /**
@@ -65,31 +66,24 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
     };
 
     let duplicated = 0;
-    const transport: Transport = {
-      capabilities: fixture.transport.capabilities,
-      publish: (messages, options) => fixture.transport.publish(messages, options),
-      subscribe: (endpoint, handler) =>
-        fixture.transport.subscribe(endpoint, async (delivery) => {
-          if (!(delivery.replayed === true && delivery.envelope.messageId === target && duplicated === 0)) return handler(delivery);
-          duplicated += 1;
-          // The broker's second copy: the same message, settled on its own (the broker
-          // forgets it once either copy is acknowledged, so its settles change nothing here).
-          const copy: Delivery = {
-            envelope: delivery.envelope,
-            attempt: delivery.attempt,
-            replayed: true,
-            redelivered: delivery.redelivered,
-            ack: async () => {},
-            retry: async () => {},
-            deadLetter: async () => {},
-          };
-          await Promise.all([handler(delivery), handler(copy)]);
-        }),
-      deadLetters,
-      close: () => fixture.transport.close(),
-      ...(fixture.transport.limits ? { limits: fixture.transport.limits } : {}),
-      ...(fixture.transport.validate ? { validate: fixture.transport.validate.bind(fixture.transport) } : {}),
-    };
+    const transport = withSubscribe(fixture.transport, (endpoint, handler) =>
+      fixture.transport.subscribe(endpoint, async (delivery) => {
+        if (!(delivery.replayed === true && delivery.envelope.messageId === target && duplicated === 0)) return handler(delivery);
+        duplicated += 1;
+        // The broker's second copy: the same message, settled on its own (the broker
+        // forgets it once either copy is acknowledged, so its settles change nothing here).
+        const copy: Delivery = {
+          envelope: delivery.envelope,
+          attempt: delivery.attempt,
+          replayed: true,
+          redelivered: delivery.redelivered,
+          ack: async () => {},
+          retry: async () => {},
+          deadLetter: async () => {},
+        };
+        await Promise.all([handler(delivery), handler(copy)]);
+      }),
+    );
 
     let broken = true;
     const bus = createBus({ outbox: store.outbox, inbox, transport, retry: { maxAttempts: 1, initialDelayMs: 20, maxDelayMs: 100 } });
