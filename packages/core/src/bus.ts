@@ -14,7 +14,7 @@ import type { MessageDefinition } from './message-definition.js';
 import type { Transport } from './transport.js';
 import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
-import { Gate } from './internal/async.js';
+import { aborted, Gate } from './internal/async.js';
 import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
 import { retryPolicy } from './retry.js';
 import { Instruments, defaultTracer } from './telemetry.js';
@@ -334,8 +334,9 @@ class CourierBus<Tx> implements Bus<Tx> {
   /** Starts `relay` once every consumer in `waiting` has subscribed, unless the bus stops first; never rejects. */
   async #startRelayLater(relay: Relay<Tx>, waiting: readonly Consumer<Tx>[]): Promise<void> {
     const signal = this.#stopRequested.signal;
-    const stopped = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
-    await Promise.race([Promise.all(waiting.map((consumer) => consumer.subscribed)), stopped]);
+    // A stop requested before this started (while the consumers' first tries were in flight)
+    // must end the wait too: a broker that stays down would otherwise hold stop() forever.
+    await Promise.race([Promise.all(waiting.map((consumer) => consumer.subscribed)), aborted(signal)]);
     if (signal.aborted) return;
     try {
       await relay.start();

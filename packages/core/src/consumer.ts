@@ -211,9 +211,15 @@ export class Consumer<Tx> {
         return;
       } catch (error) {
         this.#lastError = describeError(error);
+        const fields = { consumer, error: this.#lastError };
+        if (error instanceof CourierError && error.code === 'CLOSED') {
+          // The transport was closed under a running bus (shut down in the wrong order): no
+          // try can succeed again, and one a second forever would only fill the logs.
+          this.#deps.logger.error('consumer cannot subscribe: its transport is closed; it stops trying', fields);
+          return;
+        }
         // A non-retriable failure (say, queues declared with other settings) is kept trying
         // too, at the slowest pace: an operator may fix it, and health() shows it meanwhile.
-        const fields = { consumer, error: this.#lastError };
         if (isRetriable(error)) this.#deps.logger.warn('consumer cannot subscribe yet; retrying', fields);
         else {
           delay = pauseMaxMs;

@@ -27,6 +27,8 @@ export type { DecodedOf, MessageDefinition, MessageDefinitionConfig, PayloadOf, 
 export { decodeForConsume, defineMessage, validateForPublish } from './message-definition.js';
 export type { RetryPolicy } from './retry.js';
 export { DEFAULT_RETRY_POLICY, backoffDelay, retryPolicy } from './retry.js';
+export type { LinkedSignal } from './signals.js';
+export { abortableSleep, linkSignals, onAbort, whenAborted } from './signals.js';
 export type { Logger } from './logger.js';
 export { consoleLogger, noopLogger } from './logger.js';
 export type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';

@@ -5,7 +5,8 @@ import type { PoisonPolicy, RelayConfig } from './bus-types.js';
 import type { Envelope } from './envelope.js';
 import { CourierError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
-import { sleep, Waker, withTimeout } from './internal/async.js';
+import { aborted, sleep, Waker, withTimeout } from './internal/async.js';
+import { linkSignals } from './signals.js';
 import type { Logger } from './logger.js';
 import type { ClaimedBatch, ClaimOptions, OutboxFailure, OutboxLease, OutboxRecord, OutboxStore, PendingCompletion } from './outbox-store.js';
 import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
@@ -229,7 +230,9 @@ export class Relay<Tx> {
     const loops = Array.from({ length: RELAY_LOOPS }, (_, index) => this.#run(index === 0));
     this.#loop = Promise.all(loops).then(() => undefined);
     // Stopped before any claim was tried: nothing to report.
-    const stopped = new Promise<undefined>((resolve) => signal.addEventListener('abort', () => resolve(undefined), { once: true }));
+    // `stop` may have come while the wake-up signal was being set up: the loops then end
+    // without a claim, and a listener added after the abort would never fire.
+    const stopped = aborted(signal).then(() => undefined);
     const error = await Promise.race([firstClaim, stopped]);
     this.#firstClaim = undefined;
     if (error !== undefined && (options.failFast || !isRetriable(error))) throw error;
@@ -443,7 +446,7 @@ export class Relay<Tx> {
     }
     await fault('broker-restart', { messageIds });
     const envelopes = records.map((record) => record.envelope);
-    const sending = deadlineSignal(heartbeat ? AbortSignal.any([stopping, heartbeat.lost]) : stopping, sendBy - Date.now());
+    const sending = linkSignals(heartbeat ? [stopping, heartbeat.lost] : [stopping], sendBy - Date.now());
     let results: readonly PublishResult[];
     try {
       results = await inSpan(
@@ -606,22 +609,6 @@ export class Relay<Tx> {
     this.#pauseMs = Math.min(this.#settings.pauseMaxMs, this.#pauseMs === 0 ? this.#settings.pauseInitialMs : this.#pauseMs * 2);
     await sleep(this.#pauseMs, this.#stopping.signal);
   }
-}
-
-/** A signal that aborts with `parent` or after `ms` (never when infinite); `dispose` clears its timer and listener. */
-function deadlineSignal(parent: AbortSignal, ms: number): { readonly signal: AbortSignal; dispose(): void } {
-  const controller = new AbortController();
-  const abort = () => controller.abort();
-  const timer = Number.isFinite(ms) ? setTimeout(abort, Math.max(0, ms)) : undefined;
-  if (parent.aborted) abort();
-  else parent.addEventListener('abort', abort, { once: true });
-  return {
-    signal: controller.signal,
-    dispose() {
-      clearTimeout(timer);
-      parent.removeEventListener('abort', abort);
-    },
-  };
 }
 
 /**

@@ -258,6 +258,9 @@ export interface Transport {
    * is delivered in publish order, one at a time, retries in place included, and only one
    * subscription of the group receives at a time (single active consumer), so order holds
    * across instances. Rejects as described under Lifecycle while the broker is away.
+   * After `close`, or when `close` begins while it is under way, it either resolved before
+   * and that close stops the subscription, or rejects with a `ClosedError`: nothing of it
+   * receives once `close` resolved.
    */
   subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
   readonly deadLetters?: TransportDeadLetters;

@@ -181,4 +181,40 @@ describe('bus.start() during an outage', () => {
     await sleep(FAST.relay.pause.maxDelayMs * 5);
     expect(state.calls).toBe(calls);
   });
+
+  it('a transport closed under the bus ends the background retries: health says why, nothing asks again', async () => {
+    const gates: ReturnType<typeof gatedTransport>[] = [];
+    await using h = harness({ transport: (inner) => gates[gates.push(gatedTransport(inner)) - 1]!.transport });
+    const { state, transport } = gates[0]!;
+    h.bus.subscribe('sink', Placed, async () => {});
+    h.broker.setAvailable(false);
+    await h.bus.start();
+    await eventually(() => expect(state.calls).toBeGreaterThanOrEqual(2));
+    await transport.close();
+    h.broker.setAvailable(true);
+    await eventually(() => expect(h.bus.health().consumers).toMatchObject([{ connected: false, lastError: expect.stringContaining('closed') }]));
+    const calls = state.calls;
+    await sleep(FAST.relay.pause.maxDelayMs * 5);
+    expect(state.calls).toBe(calls);
+  });
+
+  it('stop() requested while start() is still trying the broker for the first time resolves, broker still down', async () => {
+    const gates: ReturnType<typeof gatedTransport>[] = [];
+    await using h = harness({ transport: (inner) => gates[gates.push(gatedTransport(inner)) - 1]!.transport });
+    const { state } = gates[0]!;
+    h.bus.subscribe('sink', Placed, async () => {});
+    h.broker.setAvailable(false);
+    // The consumer's first try is in flight when stop() comes: the relay's start, deferred
+    // until the consumer subscribes, is then set up after the stop was requested.
+    state.hold = true;
+    const starting = h.bus.start();
+    await eventually(() => expect(state.held.length).toBe(1));
+    const stopping = h.bus.stop({ timeoutMs: 100 });
+    state.hold = false;
+    state.held.shift()!(); // that try fails (the broker is down) and the consumer would retry
+    await starting;
+    const stopped = await Promise.race([stopping.then(() => true), sleep(3_000).then(() => false)]);
+    expect(stopped, 'stop() resolved while the broker stayed down').toBe(true);
+    expect(h.bus.health()).toMatchObject({ status: 'stopped', consumers: [] });
+  });
 });

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ConfigError, createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryOutboxStore, type InMemoryTransaction, type Transport } from '@courier/core';
 import { eventually, harness, withoutRenew } from './support/harness.js';
 import { SendLog, slowTransport } from './support/relay-transports.js';
@@ -63,5 +63,33 @@ describe('relay lease and the transport publish timeout', () => {
     await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, dead: 0 }), 10_000);
     expect(log.duplicates).toBe(0);
     expect(h.outbox.failures, 'a message left unsent counts no attempt').toEqual([]);
+  });
+
+  // Node 20 keeps an entry per AbortSignal.any() call in each input signal's dependants for as
+  // long as that input lives (v20.20.2: a million calls on one signal, a million entries after
+  // full GCs). The relay's stop signal lives as long as the relay, and a store that renews
+  // gives every batch a heartbeat: combining the two with AbortSignal.any grew the stop signal
+  // by one entry per batch — millions a day at low rates, where a batch is one message.
+  it('keeps nothing per batch on its long-lived stop signal (no AbortSignal.any of it)', async () => {
+    const spy = vi.spyOn(AbortSignal, 'any');
+    try {
+      // The harness's store renews leases, so every batch runs with a heartbeat.
+      await using h = harness({ bus: { relay: { batchSize: 1 } } });
+      const seen: string[] = [];
+      h.bus.subscribe('sink', Placed, async (message) => {
+        seen.push(message.messageId);
+      });
+      await h.bus.start();
+      for (let index = 0; index < 30; index += 1) {
+        await h.commit((tx) => {
+          h.bus.outbox(tx).publish(Placed, { index });
+        });
+      }
+      await eventually(() => expect(seen).toHaveLength(30), 15_000);
+      expect(h.outbox.calls.completeAndClaim + h.outbox.calls.complete, 'one-message batches').toBeGreaterThanOrEqual(30);
+      expect(spy.mock.calls.length, 'AbortSignal.any calls during 30 one-message batches').toBe(0);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

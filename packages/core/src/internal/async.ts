@@ -1,16 +1,7 @@
-/** Resolves after `ms`, or early (without rejecting) when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
+import { onAbort } from '../signals.js';
+
+// The core's names for the public waits of signals.ts (one listener per signal, whatever waits).
+export { abortableSleep as sleep, whenAborted as aborted } from '../signals.js';
 
 /** A wake-up flag: `wait` resolves on the next `notify`, on timeout, or on abort, whichever is first. */
 export class Waker {
@@ -32,13 +23,13 @@ export class Waker {
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
+        cancel();
         this.#waiters = this.#waiters.filter((waiter) => waiter !== done);
         this.#pending = false;
         resolve();
       };
       const timer = setTimeout(done, ms);
-      signal?.addEventListener('abort', done, { once: true });
+      const cancel = signal ? onAbort(signal, done) : () => undefined;
       this.#waiters.push(done);
     });
   }
@@ -71,7 +62,7 @@ export class Gate {
     if (this.#queue.length === 0 && this.#canGrant(exclusive)) return Promise.resolve(this.#take(exclusive));
     if (signal?.aborted) return Promise.resolve(() => {});
     return new Promise((resolve) => {
-      const onAbort = () => {
+      const abandon = () => {
         const index = this.#queue.indexOf(entry);
         if (index < 0) return;
         this.#queue.splice(index, 1);
@@ -82,7 +73,7 @@ export class Gate {
       const entry = {
         exclusive,
         grant: (release: () => void) => {
-          signal?.removeEventListener('abort', onAbort);
+          cancel();
           resolve(release);
         },
       };
@@ -91,7 +82,7 @@ export class Gate {
         if (firstShared < 0) this.#queue.push(entry);
         else this.#queue.splice(firstShared, 0, entry);
       } else this.#queue.push(entry);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      const cancel = signal ? onAbort(signal, abandon) : () => undefined;
     });
   }
 
