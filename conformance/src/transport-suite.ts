@@ -135,6 +135,18 @@ async function publishOk(transport: Transport, envelopes: readonly Envelope[]): 
   expect(results.map((result) => [result.messageId, result.ok])).toEqual(envelopes.map((envelope) => [envelope.messageId, true]));
 }
 
+/**
+ * Collects Node's MaxListenersExceededWarning messages until `stop()`: the process-wide
+ * 'warning' event is the one place the eleventh listener on any signal shows up, whoever
+ * owns the signal.
+ */
+function watchListenerWarnings(): { readonly seen: string[]; stop(): void } {
+  const seen: string[] = [];
+  const onWarning = (warning: Error) => void (warning.name === 'MaxListenersExceededWarning' && seen.push(warning.message));
+  process.on('warning', onWarning);
+  return { seen, stop: () => void process.off('warning', onWarning) };
+}
+
 /** Every transport case, in the order the suite runs them; a plugin may run one alone. */
 export const transportCases: readonly TransportCase[] = [
   {
@@ -402,6 +414,64 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // A subscription lives for days; anything it adds per retry to a long-lived object (an
+    // 'abort' listener on its stop signal, left behind by a sleep that ended by its timer)
+    // grows without end. Node reports the eleventh listener on one signal as a
+    // MaxListenersExceededWarning, so fifteen retries one after another show a leak.
+    name: 'retries one after another leave nothing behind on the subscription (no listener piles up)',
+    async run(env) {
+      const ordered = env.transport.capabilities.orderingByKey;
+      const warnings = watchListenerWarnings();
+      try {
+        const count = 15;
+        const inbox = await collect(env, { consumer: env.consumer('sequential-retries'), ordered, concurrency: 1 }, async (delivery) => {
+          if (delivery.attempt === 1) await delivery.retry(10, { code: 'CONFORMANCE_RETRY', message: 'again' });
+          else await delivery.ack();
+        });
+        const retried = () => inbox.received.filter((item) => item.delivery.attempt === 2).length;
+        // One message at a time, the next published once the last came back: a transport may
+        // (and should) run a retry's delay outside the handler slot, so messages published
+        // together would have their retries pending at once — that is the next case.
+        for (let index = 0; index < count; index += 1) {
+          await publishOk(env.transport, [message(env, 'one-key')]);
+          await eventually(() => expect(retried()).toBe(index + 1), { timeoutMs: env.options.timeoutMs });
+        }
+        // Node emits the warning on the tick after the listener that crossed the limit.
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(warnings.seen).toEqual([]);
+      } finally {
+        warnings.stop();
+      }
+    },
+  },
+  {
+    // Many retries pending at once is the normal state of a busy consumer whose downstream
+    // is down. Each pending retry may hold something while it waits; what it must not do is
+    // hang a listener per retry on one long-lived signal: past ten, Node prints "Possible
+    // EventTarget memory leak detected" into the user's logs for a consumer that leaks nothing.
+    name: 'many retries pending at once print no listener-leak warning',
+    async run(env) {
+      const warnings = watchListenerWarnings();
+      try {
+        const count = 24;
+        const inbox = await collect(env, { consumer: env.consumer('concurrent-retries'), ordered: false, concurrency: count }, async (delivery) => {
+          if (delivery.attempt === 1) await delivery.retry(500, { code: 'CONFORMANCE_RETRY', message: 'downstream away' });
+          else await delivery.ack();
+        });
+        await publishOk(
+          env.transport,
+          Array.from({ length: count }, () => message(env, null)),
+        );
+        const retried = () => inbox.received.filter((item) => item.delivery.attempt === 2).length;
+        await eventually(() => expect(retried()).toBe(count), { timeoutMs: env.options.timeoutMs * 2 });
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(warnings.seen).toEqual([]);
+      } finally {
+        warnings.stop();
+      }
+    },
+  },
+  {
     name: 'deadLetter keeps the reason and the attempt; dead letters replay and purge',
     async run(env) {
       const deadLetters = env.transport.deadLetters;
@@ -657,6 +727,48 @@ export const transportCases: readonly TransportCase[] = [
       await connection.close();
       await inbox.subscription.close();
       await expect(connection.publish([message(env, null)])).rejects.toThrow();
+    },
+  },
+  {
+    // A service shutting down while a consumer is still being subscribed (the bus retries a
+    // subscribe in the background during an outage) must end with nothing receiving: a
+    // subscription that comes alive after close() resolved would take messages of its group
+    // on a connection nobody settles, or hold an ordered group's single active slot.
+    name: 'a subscribe racing close leaves nothing receiving; publish and subscribe after close reject with ClosedError',
+    async run(env) {
+      const connection = await env.fixture.connect();
+      const consumer = env.consumer('close-race');
+      const zombie: string[] = [];
+      // Its outcome is taken at once: a rejection that waited for the close would be unhandled.
+      const racing = connection
+        .subscribe({ topics: [env.topic], consumer, ordered: false, concurrency: 4 }, async (delivery) => {
+          zombie.push(delivery.envelope.messageId);
+          await delivery.ack();
+        })
+        .then(
+          (subscription) => ({ subscription }),
+          (error: unknown) => ({ error }),
+        );
+      await connection.close();
+      const raced = await racing;
+      if ('error' in raced) {
+        expect(raced.error, 'a subscribe that close overtook rejects with ClosedError').toMatchObject({ code: 'CLOSED' });
+      } else {
+        // Resolved before the close took hold: the close must have ended it.
+        await raced.subscription.close();
+      }
+      await expect(connection.publish([message(env, null)]), 'publish after close').rejects.toMatchObject({ code: 'CLOSED' });
+      await expect(
+        connection.subscribe({ topics: [env.topic], consumer, ordered: false, concurrency: 1 }, async (delivery) => delivery.ack()),
+        'subscribe after close',
+      ).rejects.toMatchObject({ code: 'CLOSED' });
+      // Every message of the group reaches the live subscriber: nothing of the closed
+      // connection is still in the group taking its share.
+      const live = await collect(env, { consumer });
+      const envelopes = Array.from({ length: 10 }, () => message(env, null));
+      await publishOk(env.transport, envelopes);
+      await eventually(() => expect(unique(live.ids())).toEqual(sorted(envelopes.map((envelope) => envelope.messageId))), { timeoutMs: env.options.timeoutMs });
+      expect(zombie).toEqual([]);
     },
   },
   {

@@ -4,7 +4,10 @@ import {
   CourierError,
   SerializationError,
   TransportError,
+  abortableSleep,
   decodeEnvelope,
+  linkSignals,
+  onAbort,
   payloadBytes,
   type DeadLetter,
   type DeadLetterReason,
@@ -123,16 +126,6 @@ const NAME_PATTERN = /^[A-Za-z0-9._-]{0,100}$/;
 
 const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 const codeOf = (error: unknown): string | undefined => (isServiceBusError(error) ? error.code : (error as { code?: string } | undefined)?.code);
-const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
-  new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
-
 /**
  * A ServiceBusError (or any error of a send) as a transport error: `ServiceBusy` and the
  * connection codes are retriable connectivity (`TRANSPORT`: the relay pauses without
@@ -440,8 +433,13 @@ export class ServiceBusTransport implements Transport {
       await subscription.start();
     } catch (error) {
       await subscription.close();
+      // A failure because close() began meanwhile is the close's doing: retrying it is pointless.
+      if (this.#closed) throw new ClosedError('ServiceBusTransport', { cause: error });
       throw toTransportError(error, `cannot subscribe ${endpoint.consumer}`);
     }
+    // close() overtook the start (and stopped this subscription): say so rather than hand
+    // back a subscription that never receives.
+    if (this.#closed) throw new ClosedError('ServiceBusTransport');
     return subscription;
   }
 
@@ -670,20 +668,19 @@ async function untilAborted<T>(promise: Promise<T>, signal: AbortSignal, late: (
     void promise.then(late, () => undefined);
     throw new Error('aborted');
   }
-  let onAbort: (() => void) | undefined;
+  let cancel: (() => void) | undefined;
   try {
     return await Promise.race([
       promise,
       new Promise<never>((_, reject) => {
-        onAbort = () => {
+        cancel = onAbort(signal, () => {
           void promise.then(late, () => undefined);
           reject(new Error('aborted'));
-        };
-        signal.addEventListener('abort', onAbort, { once: true });
+        });
       }),
     ]);
   } finally {
-    if (onAbort) signal.removeEventListener('abort', onAbort);
+    cancel?.();
   }
 }
 
@@ -785,8 +782,15 @@ class ServiceBusSubscription implements Subscription {
     const signal = this.#stop.signal;
     while (!signal.aborted) {
       const current = this.transport.source.current;
-      const both = AbortSignal.any([signal, current.signal]);
-      const receiver = this.#receiver(current.client, topic);
+      const linked = linkSignals([signal, current.signal]);
+      const both = linked.signal;
+      let receiver: ServiceBusReceiver;
+      try {
+        receiver = this.#receiver(current.client, topic);
+      } catch (error) {
+        linked.dispose();
+        throw error;
+      }
       this.#receivers.add(receiver);
       try {
         while (!both.aborted) {
@@ -808,8 +812,9 @@ class ServiceBusSubscription implements Subscription {
       } catch (error) {
         const loss = both.aborted ? undefined : connectionLoss(error);
         if (loss) this.transport.source.lost(current.generation, loss);
-        await sleep(250, signal);
+        await abortableSleep(250, signal);
       } finally {
+        linked.dispose();
         this.#receivers.delete(receiver);
         void receiver.close().catch(() => undefined);
       }
@@ -901,7 +906,12 @@ class ServiceBusSubscription implements Subscription {
 
   /** Waits the retry delay (the lock renewed by the SDK), then abandons with the attempt raised. */
   async #retryLater(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, parked: ParkedRetry, givenUp: AbortSignal): Promise<void> {
-    await sleep(parked.delayMs, AbortSignal.any([this.#stop.signal, givenUp]));
+    const linked = linkSignals([this.#stop.signal, givenUp]);
+    try {
+      await abortableSleep(parked.delayMs, linked.signal);
+    } finally {
+      linked.dispose();
+    }
     await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), givenUp).catch(() => undefined);
   }
 
@@ -920,69 +930,77 @@ class ServiceBusSubscription implements Subscription {
     const signal = this.#stop.signal;
     while (!signal.aborted) {
       const current = this.transport.source.current;
-      const both = AbortSignal.any([signal, current.signal]);
-      let receiver: ServiceBusSessionReceiver;
+      const linked = linkSignals([signal, current.signal]);
+      const both = linked.signal;
       try {
-        // The broker holds the accept open until a session is free or the client's timeout
-        // passes; closing, or a replaced client, must not wait for that.
-        receiver = await untilAborted(
-          this.transport.acceptNextSessionOf(current.client, topic, this.endpoint.consumer, {
-            receiveMode: 'peekLock',
-            skipParsingBodyAsJson: true,
-            maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
-            abortSignal: both,
-          }),
-          both,
-          (late) => void late.close().catch(() => undefined),
-        );
-      } catch (error) {
-        if (both.aborted) continue;
-        // No session free within the timeout (ServiceTimeout), or the one offered was taken: ask again.
-        const code = codeOf(error);
-        if (code === 'ServiceTimeout' || code === 'SessionCannotBeLocked') continue;
-        const loss = connectionLoss(error);
-        if (loss) this.transport.source.lost(current.generation, loss);
-        await sleep(250, signal);
-        continue;
-      }
-      this.transport.source.answered(current.generation);
-      this.#receivers.add(receiver);
-      try {
-        while (!both.aborted) {
-          const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 500, abortSignal: both });
-          if (!message || both.aborted) break;
-          await this.#acquire();
-          let parked: ParkedRetry | undefined;
-          const run = this.#deliver(receiver, message, current.signal).then((value) => {
-            parked = value;
-          });
-          this.#track(run);
-          await run.catch(() => undefined);
-          this.#release();
-          if (parked) {
-            // The key waits in place; another loop keeps the other keys flowing.
-            this.#parked += 1;
-            this.#spawnSessionLoop(topic);
-            await sleep(parked.delayMs, signal);
-            this.#parked -= 1;
-            // Nothing later of the session is in hand: every receive asks for one message, so
-            // the link has no credit left once it arrived and the broker sends nothing more.
-            // (Asking for more here, to hand them back, cost a drain: a drain the SDK sees no
-            // answer to within 200 ms closes the link, the session lock goes with it, and the
-            // retried message came back after its lock at the old attempt, as a crash.)
-            await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), current.signal).catch(() => undefined);
-          }
+        let receiver: ServiceBusSessionReceiver;
+        try {
+          // The broker holds the accept open until a session is free or the client's timeout
+          // passes; closing, or a replaced client, must not wait for that.
+          receiver = await untilAborted(
+            this.transport.acceptNextSessionOf(current.client, topic, this.endpoint.consumer, {
+              receiveMode: 'peekLock',
+              skipParsingBodyAsJson: true,
+              maxAutoLockRenewalDurationInMs: this.maxLockRenewalMs,
+              abortSignal: both,
+            }),
+            both,
+            (late) => void late.close().catch(() => undefined),
+          );
+        } catch (error) {
+          if (both.aborted) continue;
+          // No session free within the timeout (ServiceTimeout), or the one offered was taken: ask again.
+          const code = codeOf(error);
+          if (code === 'ServiceTimeout' || code === 'SessionCannotBeLocked') continue;
+          const loss = connectionLoss(error);
+          if (loss) this.transport.source.lost(current.generation, loss);
+          await abortableSleep(250, signal);
+          continue;
         }
-      } catch (error) {
-        // Session lock lost or connection gone: the broker hands the session on after the lock.
-        const loss = both.aborted ? undefined : connectionLoss(error);
-        if (loss) this.transport.source.lost(current.generation, loss);
+        this.transport.source.answered(current.generation);
+        this.#receivers.add(receiver);
+        try {
+          while (!both.aborted) {
+            const [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 500, abortSignal: both });
+            if (!message || both.aborted) break;
+            await this.#acquire();
+            let parked: ParkedRetry | undefined;
+            const run = this.#deliver(receiver, message, current.signal).then((value) => {
+              parked = value;
+            });
+            this.#track(run);
+            await run.catch(() => undefined);
+            this.#release();
+            if (parked) {
+              // The key waits in place; another loop keeps the other keys flowing — unless as
+              // many loops as slots are receiving already: one spawned per retry piled up loops
+              // waiting for a session (each a receive link and listeners on this subscription's
+              // signals) until a session came to each; the retire check below only runs after one.
+              this.#parked += 1;
+              if (this.#loops.size - this.#parked < this.endpoint.concurrency * this.endpoint.topics.length) this.#spawnSessionLoop(topic);
+              await abortableSleep(parked.delayMs, signal);
+              this.#parked -= 1;
+              // Nothing later of the session is in hand: every receive asks for one message, so
+              // the link has no credit left once it arrived and the broker sends nothing more.
+              // (Asking for more here, to hand them back, cost a drain: a drain the SDK sees no
+              // answer to within 200 ms closes the link, the session lock goes with it, and the
+              // retried message came back after its lock at the old attempt, as a crash.)
+              await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), current.signal).catch(() => undefined);
+            }
+          }
+        } catch (error) {
+          // Session lock lost or connection gone: the broker hands the session on after the lock.
+          const loss = both.aborted ? undefined : connectionLoss(error);
+          if (loss) this.transport.source.lost(current.generation, loss);
+        } finally {
+          this.#receivers.delete(receiver);
+          // A receiver of a given-up client closes with it; on its dead connection the close
+          // can take the SDK's 60 s, which this loop (and the subscription's close) must not wait.
+          const closing = receiver.close().catch(() => undefined);
+          if (!current.signal.aborted) await closing;
+        }
       } finally {
-        this.#receivers.delete(receiver);
-        // A receiver of a given-up client closes with it; on its dead connection the close
-        // can take the SDK's 60 s, which this loop (and the subscription's close) must not wait.
-        const closing = receiver.close().catch(() => undefined);
-        if (!current.signal.aborted) await closing;
+        linked.dispose();
       }
       // More loops than slots (after a parked retry ended): this one retires.
       if (this.#loops.size - this.#parked > this.endpoint.concurrency * this.endpoint.topics.length) return;

@@ -42,6 +42,21 @@ describe('the SDK connection field the disconnect watch reads', () => {
       await client.close();
     }
   });
+
+  it('leads to the socket `close()` destroys when it abandons a client (if this fails, an abandoned close can keep a process alive for the SDK\'s timeouts again)', async () => {
+    const client = new ServiceBusClient(REAL_CONNECTION_STRING ?? standInConnectionString((await standIn()).port));
+    try {
+      expect(sdkConnection.destroySocket(client), 'no socket before the client connected').toBe(false);
+      // Any operation opens the AMQP connection; whether the entity exists does not matter.
+      const sender = client.createSender(`canary-${uniqueId()}`);
+      await sender.createMessageBatch().catch(() => undefined);
+      const disconnected = new Promise<void>((resolve) => sdkConnection.of(client)?.once('disconnected', () => resolve()));
+      expect(sdkConnection.destroySocket(client)).toBe(true);
+      await expect(Promise.race([disconnected.then(() => 'disconnected'), new Promise((resolve) => setTimeout(() => resolve('no disconnect within 10 s'), 10_000))])).resolves.toBe('disconnected');
+    } finally {
+      await client.close().catch(() => undefined);
+    }
+  });
 });
 
 describe.skipIf(skipOnRealNamespace('the outage cuts the fixture\'s proxies'))('without the SDK connection field (no disconnect watch: failed and late operations alone)', () => {

@@ -66,6 +66,23 @@ const DLT_INFIX = 'courier-dlt.';
 /** Protocol errors that refuse a record for its content: retrying the same record never helps. */
 const CONTENT_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE', 'POLICY_VIOLATION', 'INVALID_TIMESTAMP', 'INVALID_TOPIC_EXCEPTION']);
 
+/**
+ * Prefix of the in-hand mark, the metadata of every offset Courier commits:
+ * `courier-in-hand:<N>` says no member of the group handed a record at or past offset N of
+ * the partition to its handler. A member commits a mark past a record before it hands the
+ * record over, so the next member of the group flags exactly the records below the mark it
+ * finds as `redelivered` (they may have been in the hands of a member that died), and the
+ * records past it as first deliveries.
+ */
+const IN_HAND = 'courier-in-hand:';
+
+/** The offset of an in-hand mark; undefined for metadata that is not one (none, or an earlier release's commit). */
+function parseMark(metadata: string | null): number | undefined {
+  if (metadata === null || !metadata.startsWith(IN_HAND)) return undefined;
+  const mark = Number(metadata.slice(IN_HAND.length));
+  return Number.isSafeInteger(mark) && mark >= 0 ? mark : undefined;
+}
+
 const describe = (error: unknown): string => (error instanceof Error ? `${error.name}: ${error.message}` : String(error));
 
 /** The Kafka protocol error type (`MESSAGE_TOO_LARGE`, ...) somewhere in a kafkajs error's causes. */
@@ -117,6 +134,12 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
  *   settled, per partition: a crash or rebalance redelivers every unfinished record and
  *   never skips one. Unordered endpoints run up to `concurrency` records at once, from any
  *   partition; ordered ones run one record per (topic, key) at a time, in offset order.
+ * - A record is delivered flagged `redelivered` when a member of the group may have handed it
+ *   to its handler before: every commit carries an in-hand mark that a member commits past a
+ *   record before handing it over, and a member joining with the partition flags the records
+ *   below the mark it finds (see {@link IN_HAND}; offsets of earlier releases, which carry
+ *   none, fall back to the log end at the join). First deliveries, a new group's backlog
+ *   included, are not flagged.
  * - `retry` on an ordered endpoint waits in place (only that key waits; the handler slot
  *   is free); on an unordered one it publishes a copy to the group's retry topic with the
  *   attempt and due time in headers, and the original is settled. A crash redelivery keeps
@@ -306,8 +329,15 @@ export class KafkaTransport implements Transport {
     if (!NAME_PATTERN.test(endpoint.consumer) || endpoint.consumer.length === 0) problems.push(`consumer '${endpoint.consumer}' must be A-Z a-z 0-9 . _ - only (it names Kafka topics and the group)`);
     if (problems.length > 0) throw new ConfigError(problems);
     const topics = endpoint.topics.map((topic) => this.topicName(topic));
-    await this.#ensureTopics([...topics, this.retryTopic(endpoint.consumer)]);
-    await this.#ensureTopics([this.deadLetterTopic(endpoint.consumer)], { 'cleanup.policy': 'compact' });
+    try {
+      await this.#ensureTopics([...topics, this.retryTopic(endpoint.consumer)]);
+      await this.#ensureTopics([this.deadLetterTopic(endpoint.consumer)], { 'cleanup.policy': 'compact' });
+    } catch (error) {
+      throw this.#closedOr(error);
+    }
+    // close() began while the topics were made: it has stopped every subscription it saw,
+    // and a consumer started now would join the group after it.
+    this.#assertOpen();
     const subscription = new KafkaSubscription(endpoint, handler, {
       consumer: this.#client.consumer({
         groupId: this.groupId(endpoint.consumer),
@@ -333,6 +363,15 @@ export class KafkaTransport implements Transport {
         const ends = await admin.fetchTopicOffsets(topic);
         return new Map(ends.map((end) => [end.partition, Number(end.high)]));
       },
+      committedOffsets: async (topics) => {
+        const admin = await this.#connectedAdmin();
+        const committed = await admin.fetchOffsets({ groupId: this.groupId(endpoint.consumer), topics: [...topics] });
+        const found = new Map<string, { offset: number; metadata: string | null }>();
+        for (const { topic, partitions } of committed) {
+          for (const { partition, offset, metadata } of partitions) found.set(`${topic}\0${partition}`, { offset: Number(offset), metadata });
+        }
+        return found;
+      },
       deadLetterTopic: this.deadLetterTopic(endpoint.consumer),
       forget: (s) => this.#subscriptions.delete(s),
     });
@@ -342,8 +381,11 @@ export class KafkaTransport implements Transport {
     } catch (error) {
       this.#subscriptions.delete(subscription);
       await subscription.close().catch(() => undefined);
-      throw error instanceof CourierError ? error : new TransportError(`could not subscribe '${endpoint.consumer}': ${describe(error)}`, { cause: error, retriable: true });
+      throw this.#closedOr(error instanceof CourierError ? error : new TransportError(`could not subscribe '${endpoint.consumer}': ${describe(error)}`, { cause: error, retriable: true }));
     }
+    // close() overtook the start (and stopped this subscription): say so rather than hand
+    // back a subscription that never receives.
+    this.#assertOpen();
     return subscription;
   }
 
@@ -362,6 +404,11 @@ export class KafkaTransport implements Transport {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  /** `error`, or a `ClosedError` (caused by it) when close() began meanwhile: the failure is the close's doing, and retrying it is pointless. */
+  #closedOr(error: unknown): unknown {
+    return this.#closing ? new ClosedError('KafkaTransport', { cause: error }) : error;
   }
 
   #assertOpen(): void {
@@ -619,6 +666,8 @@ interface SubscriptionParts {
   publishCopy(topic: string, record: OutgoingRecord): Promise<void>;
   /** Each partition's high watermark now (`partition → offset`). */
   highWatermarks(topic: string): Promise<Map<number, number>>;
+  /** The group's committed offset (-1: none) and its metadata for every partition of `topics` (`topic\0partition →`). */
+  committedOffsets(topics: readonly string[]): Promise<Map<string, { offset: number; metadata: string | null }>>;
   forget(subscription: KafkaSubscription): void;
 }
 
@@ -632,12 +681,22 @@ interface PartitionState {
   next: number;
   /** Offset last committed by this member. */
   committed: number;
+  /**
+   * The in-hand mark every commit of this partition carries (see {@link IN_HAND}): no member
+   * of the group has handed over a record at or past it. It only grows, and it starts at
+   * `suspectBelow`, so a member never lowers a mark it inherited.
+   */
+  mark: number;
+  /** The highest mark the broker has acknowledged from this member (0: none yet). */
+  markCommitted: number;
   revoked: boolean;
   commits: Promise<void>;
   /**
-   * The partition's high watermark when this member joined with it. Records below it may have
-   * been in a previous member's hands when it died (a log keeps no per-record delivery
-   * state), so they are delivered flagged `redelivered`; records produced later are not.
+   * Records below it may have been in a previous member's hands when it died (a log keeps
+   * no per-record delivery state), so they are delivered flagged `redelivered`: the in-hand
+   * mark committed by the group's members when this member joined with the partition (0
+   * when nothing was ever committed), or, when the group's offsets carry no mark (an
+   * earlier release committed them) or could not be read, the partition's log end then.
    */
   readonly suspectBelow: number;
 }
@@ -691,7 +750,7 @@ class KafkaSubscription implements Subscription {
     });
     consumer.on(consumer.events.GROUP_JOIN, (event) => {
       this.#restarts = 0;
-      this.#suspects = this.#watermarks(event.payload.memberAssignment);
+      this.#suspects = this.#suspectBounds(event.payload.memberAssignment);
       this.#onAssignment(event.payload.memberAssignment);
       this.#joined?.();
     });
@@ -798,32 +857,61 @@ class KafkaSubscription implements Subscription {
   }
 
   /**
-   * Where each assigned partition's log ended when this member joined: what lies below may
-   * have been in a dead member's hands. A partition whose lookup failed gets no entry: its
-   * first fetched batch's high watermark stands in (see `#onBatch`), which lies at or above
-   * the end at the join, so it still flags every record that may have been in another
-   * member's hands (the safe side of `Delivery.redelivered`), but not the records produced
-   * after that fetch: flagging those too would make the core run them one at a time.
+   * Below which offset each assigned partition's records may have been in another member's
+   * hands when this member joined: the in-hand mark of the group's committed offset (see
+   * {@link IN_HAND}); 0 when the partition has no committed offset and no partition of the
+   * group's topics has one without a mark (no member ever handed a record over). A committed
+   * offset without a mark was written by an earlier release (or a tool): then, for every
+   * partition without a mark, the log end at the join stands in, as it did in those releases.
+   * A partition whose lookups failed gets no entry: its first fetched batch's high watermark
+   * stands in (see `#onBatch`), which lies at or above the end at the join, so it still flags
+   * every record that may have been in another member's hands (the safe side of
+   * `Delivery.redelivered`), but not the records produced after that fetch: flagging those
+   * too would make the core run them one at a time.
    */
-  async #watermarks(assignment: Record<string, number[]>): Promise<Map<string, number>> {
-    const ends = new Map<string, number>();
+  async #suspectBounds(assignment: Record<string, number[]>): Promise<Map<string, number>> {
+    const bounds = new Map<string, number>();
+    const topics = Object.keys(assignment);
+    const failed = (what: string, error: unknown): void => {
+      this.#parts.logger.warn(`kafka ${what} lookup failed; the first fetch bounds the redelivered records instead`, {
+        consumer: this.#endpoint.consumer,
+        topics,
+        error: describeError(error),
+      });
+    };
+    let committed: Map<string, { offset: number; metadata: string | null }>;
+    try {
+      committed = await this.#parts.committedOffsets(topics);
+    } catch (error) {
+      failed('committed-offset', error);
+      return bounds;
+    }
+    const unmarked = [...committed.values()].some((entry) => entry.offset >= 0 && parseMark(entry.metadata) === undefined);
+    const needEnds = new Set<string>();
+    for (const topic of topics) {
+      for (const partition of assignment[topic] ?? []) {
+        const id = `${topic}\0${partition}`;
+        const entry = committed.get(id);
+        const mark = parseMark(entry?.metadata ?? null);
+        if (mark !== undefined) bounds.set(id, mark);
+        else if (unmarked) needEnds.add(topic);
+        else bounds.set(id, 0);
+      }
+    }
     await Promise.all(
-      Object.keys(assignment).map(async (topic) => {
-        const marks = await this.#parts.highWatermarks(topic).catch((error: unknown) => {
-          this.#parts.logger.warn('kafka high-watermark lookup failed; the first fetch bounds the redelivered records instead', {
-            consumer: this.#endpoint.consumer,
-            topic,
-            error: describeError(error),
-          });
+      [...needEnds].map(async (topic) => {
+        const ends = await this.#parts.highWatermarks(topic).catch((error: unknown) => {
+          failed('high-watermark', error);
           return new Map<number, number>();
         });
         for (const partition of assignment[topic] ?? []) {
-          const mark = marks.get(partition);
-          if (mark !== undefined) ends.set(`${topic}\0${partition}`, mark);
+          const id = `${topic}\0${partition}`;
+          const end = ends.get(partition);
+          if (!bounds.has(id) && end !== undefined) bounds.set(id, end);
         }
       }),
     );
-    return ends;
+    return bounds;
   }
 
   #suspects: Promise<Map<string, number>> | undefined;
@@ -890,7 +978,8 @@ class KafkaSubscription implements Subscription {
       if (!state) {
         const suspectBelow = (await this.#suspects)?.get(id) ?? Number(batch.highWatermark);
         if (this.#stopped || !payload.isRunning() || payload.isStale()) return;
-        state = { topic: batch.topic, partition: batch.partition, unfinished: new Set(), next: Number(message.offset), committed: Number(message.offset), revoked: false, commits: Promise.resolve(), suspectBelow };
+        const first = Number(message.offset);
+        state = { topic: batch.topic, partition: batch.partition, unfinished: new Set(), next: first, committed: first, mark: suspectBelow, markCommitted: 0, revoked: false, commits: Promise.resolve(), suspectBelow };
         this.#states.set(id, state);
       }
       const offset = Number(message.offset);
@@ -901,6 +990,7 @@ class KafkaSubscription implements Subscription {
       }
       if (!(await this.#room(payload))) return;
       if (state.revoked || this.#stopped) return;
+      if (offset >= state.markCommitted && !(await this.#markInHand(state, payload, offset))) return;
       state.unfinished.add(offset);
       state.next = Math.max(state.next, offset + 1);
       this.#buffered += 1;
@@ -908,6 +998,27 @@ class KafkaSubscription implements Subscription {
       payload.resolveOffset(message.offset);
     }
     await payload.heartbeat().catch(() => undefined);
+  }
+
+  /**
+   * Commits the partition's in-hand mark past `offset` before the record is handed over, so
+   * that a member joining after this one dies flags it `redelivered`. One commit covers the
+   * rest of the fetched batch, at most `maxBuffered` records (a crash flags at most that many
+   * records this member never took). False when the batch must end: the commit failed, or
+   * the partition or the consumer went away meanwhile (kafkajs resolves a commit of a
+   * consumer that stopped running without sending it); its records are fetched again.
+   */
+  async #markInHand(state: PartitionState, payload: import('kafkajs').EachBatchPayload, offset: number): Promise<boolean> {
+    const { messages } = payload.batch;
+    const batchEnd = Number(messages[messages.length - 1]?.offset ?? offset) + 1;
+    state.mark = Math.max(state.mark, offset + 1, Math.min(batchEnd, offset + this.#parts.maxBuffered));
+    try {
+      await this.#commit(state);
+    } catch (error) {
+      this.#parts.logger.warn('kafka in-hand mark could not be committed; the records are fetched again', { consumer: this.#endpoint.consumer, error: describeError(error) });
+      return false;
+    }
+    return !(this.#stopped || state.revoked || !payload.isRunning() || payload.isStale()) && offset < state.markCommitted;
   }
 
   /** Waits until fewer than `maxBuffered` records are in hand; heartbeats meanwhile. False when the batch must end. */
@@ -1033,15 +1144,21 @@ class KafkaSubscription implements Subscription {
     else this.#keys.delete(item.orderKey);
   }
 
-  /** Commits the partition up to its lowest unfinished record (never past work in hand). */
+  /**
+   * Commits the partition up to its lowest unfinished record (never past work in hand), with
+   * its in-hand mark as the commit's metadata (every commit replaces the metadata, so every
+   * one carries the mark); nothing when neither moved.
+   */
   #commit(state: PartitionState): Promise<void> {
     state.commits = state.commits.then(async () => {
       if (state.revoked) return;
-      const point = state.unfinished.size === 0 ? state.next : Math.min(...state.unfinished);
-      if (point <= state.committed) return;
+      const point = Math.max(state.committed, state.unfinished.size === 0 ? state.next : Math.min(...state.unfinished));
+      const mark = state.mark;
+      if (point === state.committed && mark <= state.markCommitted) return;
       try {
-        await this.#parts.consumer.commitOffsets([{ topic: state.topic, partition: state.partition, offset: String(point) }]);
+        await this.#parts.consumer.commitOffsets([{ topic: state.topic, partition: state.partition, offset: String(point), metadata: `${IN_HAND}${mark}` }]);
         state.committed = point;
+        state.markCommitted = Math.max(state.markCommitted, mark);
       } catch (error) {
         // Lost the partition or the broker: uncommitted work comes again and the inbox drops the copies.
         throw new TransportError(`could not commit ${state.topic}[${state.partition}]@${point}: ${describe(error)}`, { cause: error, retriable: true });

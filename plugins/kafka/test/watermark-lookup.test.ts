@@ -1,8 +1,9 @@
-// A member flags a record `redelivered` when it lay below the partition's log end as the
-// member joined (a dead member may have had it in hand). That end is looked up with the
-// admin client; when the lookup failed, every record of the partition was flagged, also
-// those produced long after the join, until the next rebalance: a false "suspect" on each
-// one makes the core consumer run a backlog one record at a time.
+// A member flags a record `redelivered` when it lay below the in-hand mark the group had
+// committed when the member joined (or, for offsets an earlier release committed without a
+// mark, below the partition's log end then). Both are looked up with the admin client; when
+// a lookup failed, every record of the partition was once flagged, also those produced long
+// after the join, until the next rebalance: a false "suspect" on each one makes the core
+// consumer run a backlog one record at a time.
 import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import type { Delivery } from '@courier/core';
 import type { Admin } from 'kafkajs';
@@ -15,17 +16,21 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
-describe('KafkaTransport suspects after a failed high-watermark lookup', () => {
+describe('KafkaTransport suspects after failed lookups at the join', () => {
   it('records produced after the first fetch are not flagged redelivered when the lookup at join failed', async () => {
     await assertBrokerAnswers();
     const testId = uniqueId();
     cleanups.push(() => deleteTestObjects(testId));
     const client = plainClient(testId);
-    // The transport's admin client answers everything but the log-end lookup.
+    // The transport's admin client answers everything but the committed-offset and log-end lookups.
     let lookups = 0;
     const adminOf = client.admin.bind(client);
     client.admin = (...args: Parameters<typeof client.admin>): Admin => {
       const admin = adminOf(...args);
+      admin.fetchOffsets = async () => {
+        lookups += 1;
+        throw new Error('injected: the committed-offset lookup failed');
+      };
       admin.fetchTopicOffsets = async () => {
         lookups += 1;
         throw new Error('injected: the high-watermark lookup failed');

@@ -5,7 +5,10 @@ import {
   CourierError,
   SerializationError,
   TransportError,
+  abortableSleep,
   decodeEnvelope,
+  linkSignals,
+  onAbort,
   payloadBytes,
   type DeadLetter,
   type DeadLetterReason,
@@ -79,16 +82,6 @@ interface Connection {
 }
 
 const hash = (value: string): string => createHash('sha256').update(value).digest('hex').slice(0, 20);
-const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
-  new Promise((resolve) => {
-    // An 'abort' listener added after the abort never fires: check first.
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
 const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 const isConnectivity = (error: unknown): boolean => {
   const text = `${(error as { code?: unknown })?.code ?? ''} ${describe(error)}`.toLowerCase();
@@ -414,9 +407,19 @@ export class NatsJetStreamTransport implements Transport {
     }
     if (!Number.isSafeInteger(endpoint?.concurrency) || endpoint.concurrency < 1) problems.push("'concurrency' must be a positive integer");
     if (problems.length > 0) throw new ConfigError(problems);
-    const connection = await this.connection();
+    if (this.#closed) throw new ClosedError('nats-jetstream transport is closed');
     const sources = [...endpoint.topics.map((topic) => ({ source: `t:${topic}`, subject: this.#topicSubject(topic) })), { source: 'c', subject: this.#consumerSubject(endpoint.consumer) }];
-    for (const { source, subject } of sources) await this.ensureConsumer(connection, endpoint.consumer, source, subject);
+    try {
+      const connection = await this.connection();
+      for (const { source, subject } of sources) await this.ensureConsumer(connection, endpoint.consumer, source, subject);
+    } catch (error) {
+      // A failure because close() began meanwhile is the close's doing: retrying it is pointless.
+      if (this.#closed) throw new ClosedError('nats-jetstream transport is closed', { cause: error });
+      throw error;
+    }
+    // close() began while the consumers were declared: it has stopped every subscription it
+    // saw, and one started now would pull on after it.
+    if (this.#closed) throw new ClosedError('nats-jetstream transport is closed');
     const subscription = new JetStreamSubscription(
       this,
       endpoint,
@@ -513,7 +516,7 @@ export class NatsJetStreamTransport implements Transport {
       try {
         return await this.connection();
       } catch {
-        await sleep(delay, signal);
+        await abortableSleep(delay, signal);
         delay = Math.min(delay * 2, 2_000);
       }
     }
@@ -633,11 +636,9 @@ class JetStreamSubscription implements Subscription {
         const consumer = await connection.js.consumers.get(stream, durable);
         const messages = await consumer.consume({ max_messages: Math.max(this.#endpoint.concurrency, this.#endpoint.ordered ? 256 : 1), expires: 5_000 });
         this.#iterators.add(messages);
-        const stopper = () => messages.stop();
-        signal.addEventListener('abort', stopper, { once: true });
-        // Closed while `consumers.get`/`consume` were in flight: the listener came too late
-        // and `close` could not see this iterator, which would otherwise pull forever.
-        if (signal.aborted) stopper();
+        // Closed while `consumers.get`/`consume` were in flight: `onAbort` stops at once, so
+        // `close`, which could not see this iterator, does not leave it pulling forever.
+        const cancelStopper = onAbort(signal, () => void messages.stop());
         try {
           for await (const msg of messages) {
             delay = 100;
@@ -645,7 +646,7 @@ class JetStreamSubscription implements Subscription {
             if (signal.aborted) break;
           }
         } finally {
-          signal.removeEventListener('abort', stopper);
+          cancelStopper();
           this.#iterators.delete(messages);
         }
       } catch (error) {
@@ -655,7 +656,7 @@ class JetStreamSubscription implements Subscription {
           await this.#transport.ensureConsumer(connection, this.#endpoint.consumer, source, subject).catch(() => undefined);
         }
       }
-      await sleep(delay, signal);
+      await abortableSleep(delay, signal);
       delay = Math.min(delay * 2, 2_000);
     }
   }
@@ -753,7 +754,7 @@ class JetStreamSubscription implements Subscription {
         once(async () => {
           if (ordered) {
             // In place: the message stays at the head of its key; the slot is freed during the delay.
-            void sleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
+            void abortableSleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
               if (this.#stop.signal.aborted) return;
               this.#ready.unshift({ ...item, attempt: attempt + 1, redelivered: false });
               this.#pump();
@@ -844,7 +845,7 @@ class JetStreamSubscription implements Subscription {
         held = undefined;
       }
       if (!held) {
-        await sleep(Math.max(100, Math.floor(leaseMs / 5)), this.#stop.signal);
+        await abortableSleep(Math.max(100, Math.floor(leaseMs / 5)), this.#stop.signal);
         continue;
       }
       try {
@@ -854,18 +855,15 @@ class JetStreamSubscription implements Subscription {
           this.#handedOutThrough.set(source, Math.max(this.#handedOutThrough.get(source) ?? 0, handedOut));
         }
       } catch {
-        await sleep(200, this.#stop.signal);
+        await abortableSleep(200, this.#stop.signal);
         continue;
       }
       this.#leaseUntil = held.until;
-      const pulls = new AbortController();
-      const stopPulls = () => pulls.abort();
-      this.#stop.signal.addEventListener('abort', stopPulls, { once: true });
-      if (this.#stop.signal.aborted) stopPulls();
+      const pulls = linkSignals([this.#stop.signal]);
       const receiving = this.#runPulls(pulls.signal);
       // Renew until the lease is lost (another holder, or our own deadline passed unrenewed).
       while (!this.#stop.signal.aborted) {
-        await sleep(Math.floor(leaseMs / 4), this.#stop.signal);
+        await abortableSleep(Math.floor(leaseMs / 4), this.#stop.signal);
         if (this.#stop.signal.aborted) break;
         try {
           const renewed = await this.#renew(connection, subject, held.seq, leaseMs);
@@ -878,7 +876,6 @@ class JetStreamSubscription implements Subscription {
       }
       this.#leaseUntil = 0;
       pulls.abort();
-      this.#stop.signal.removeEventListener('abort', stopPulls);
       await receiving;
       await Promise.all([...this.#handlers]);
       this.#giveBack();

@@ -1,5 +1,6 @@
 import {
   describeError,
+  whenAborted,
   TransportError,
   type DeadLetterReason,
   type Delivery,
@@ -130,7 +131,10 @@ export class RabbitMqSubscription implements Subscription {
     );
   }
 
-  /** Stops receiving, waits for handlers in flight, then closes the channel (which requeues the rest). Idempotent. */
+  /**
+   * Stops receiving, waits for handlers in flight (until `signal` aborts, or not at all if it
+   * already has), then closes the channel (which requeues the rest). Idempotent.
+   */
   close(options: { signal?: AbortSignal } = {}): Promise<void> {
     this.#closing ??= this.#close(options.signal);
     return this.#closing;
@@ -394,7 +398,7 @@ export class RabbitMqSubscription implements Subscription {
     this.#waiting.clear();
     const drained = Promise.allSettled([...this.#running]);
     if (signal) {
-      await Promise.race([drained, new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }))]);
+      await Promise.race([drained, whenAborted(signal)]);
     } else {
       await drained;
     }

@@ -497,13 +497,21 @@ export class RabbitMqTransport implements Transport {
    *
    * Resolves once the consumer is registered with the broker; rejects with a `ConfigError`
    * for a bad endpoint or a queue that exists with other settings (ordered vs not), or a
-   * retriable `TransportError` when the broker is unreachable. Afterwards it survives
-   * reconnects until closed.
+   * retriable `TransportError` when the broker is unreachable, and with a `ClosedError`
+   * after `close` or when `close` began while it was under way (nothing of it consumes
+   * then). Afterwards it survives reconnects until closed.
    */
   async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
     if (this.#closing) throw new ClosedError('rabbitmq transport');
     this.#checkEndpoint(endpoint);
-    await this.#requireConnection();
+    try {
+      await this.#requireConnection();
+    } catch (error) {
+      throw this.#closedOr(error);
+    }
+    // close() began while the connection was awaited: it has already stopped every
+    // subscription it saw, and one started now would outlive it.
+    if (this.#closing) throw new ClosedError('rabbitmq transport');
     const frozen: Endpoint = Object.freeze({ ...endpoint, topics: Object.freeze([...endpoint.topics]) });
     const subscription = new RabbitMqSubscription(
       {
@@ -531,15 +539,22 @@ export class RabbitMqTransport implements Transport {
     } catch (error) {
       this.#subscriptions.delete(subscription);
       await subscription.close();
-      throw declarationError(endpoint.consumer, error);
+      throw this.#closedOr(declarationError(endpoint.consumer, error));
     }
     return subscription;
+  }
+
+  /** `error`, or a `ClosedError` (caused by it) when close() began meanwhile: the failure is the close's doing, and retrying it is pointless. */
+  #closedOr(error: unknown): unknown {
+    return this.#closing ? new ClosedError('rabbitmq transport', { cause: error }) : error;
   }
 
   /**
    * Stops every subscription (waiting for handlers in flight), waits for publishes in
    * flight to be answered, then closes the connection. Idempotent. With `signal`, stops
-   * waiting for handlers when it aborts (their deliveries are redelivered).
+   * waiting for handlers when it aborts, or at once if it already has (their deliveries
+   * are redelivered). Once it resolved nothing is declared on the broker any more: every
+   * declaration runs on the connection it closed, and no reconnect or restart outlives it.
    */
   close(options: { signal?: AbortSignal } = {}): Promise<void> {
     this.#closing ??= this.#close(options.signal);

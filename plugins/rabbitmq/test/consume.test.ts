@@ -3,7 +3,7 @@ import type { ChannelModel, GetMessage } from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { COURIER_HEADERS, RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
-import { closeConnectionsNamed, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
+import { closeConnectionsNamed, deleteTopology, eventually, existingQueues, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
 import { envelope } from './support/envelopes.js';
 import { destroySocket } from './support/fixture.js';
 
@@ -296,6 +296,48 @@ describe('RabbitMqTransport surviving the broker', () => {
     const after = envelope('t');
     await eventually(async () => expect(await transport.publish([after])).toMatchObject([{ ok: true }]));
     await eventually(() => expect(got).toContain(after.messageId));
+  });
+
+  /** Subscribes consumer 'c' to 't' with one slot, publishes one message and resolves once its handler runs and holds (released at clean-up). */
+  const holdOneHandler = async (transport: ReturnType<typeof setup>['transport']): Promise<void> => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    cleanups.push(async () => release());
+    const started: string[] = [];
+    await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: false, concurrency: 1 }, async (d) => {
+      started.push(d.envelope.messageId);
+      await held;
+    });
+    await transport.publish([envelope('t')]);
+    await eventually(() => expect(started).toHaveLength(1));
+  };
+
+  it('stops waiting for a handler in flight when close() gets a signal that has already aborted', async () => {
+    const { transport } = setup();
+    await holdOneHandler(transport);
+    const closed = await Promise.race([transport.close({ signal: AbortSignal.abort() }).then(() => true), sleep(5_000).then(() => false)]);
+    expect(closed, 'close() waited for the handler although its signal had aborted').toBe(true);
+    expect(transport.connected).toBe(false);
+  });
+
+  it('declares nothing after close() resolved, though close cut a handler short while a reconnect and a consumer restart were pending', async () => {
+    // A user who deletes the topology after closing must not get queues back from timers
+    // or a reconnect the close left behind. random 0: reconnect after 25 ms, restart after 100 ms.
+    const { prefix, transport, connections, names } = setup({ random: () => 0 });
+    await holdOneHandler(transport);
+    // The channel closing schedules the consumer's restart; the connection closing, the reconnect.
+    destroySocket(connections[0]!);
+    await eventually(() => expect(transport.connected).toBe(false));
+    await transport.close({ signal: AbortSignal.abort() });
+    const opened = connections.length;
+    await deleteTopology(prefix, ['c']);
+    // An absence cannot be polled for: watch for ten times the longest of those delays.
+    await sleep(1_000);
+    expect(connections.length, 'a connection was opened after close() resolved').toBe(opened);
+    const queues = [names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name)];
+    expect(await existingQueues(queues), 'queues declared again after close() resolved').toEqual([]);
   });
 
   it('fails only the unconfirmed messages of a batch cut by a connection loss, as retriable connectivity failures', async () => {

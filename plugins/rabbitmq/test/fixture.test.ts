@@ -2,7 +2,7 @@ import type { TransportFixture } from '@courier/conformance';
 import { TransportError } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RabbitMqTransport } from '../src/index.js';
-import { eventually, testId } from './support/broker.js';
+import { deleteTopology, eventually, existingQueues, testId } from './support/broker.js';
 import { createRabbitMqFixture } from './support/fixture.js';
 
 // The conformance fixture is test support, but the bus suite's broker-restart verdict
@@ -49,5 +49,25 @@ describe('RabbitMQ fixture outage', () => {
     );
     expect(error, 'a killed transport connected').toBeInstanceOf(TransportError);
     expect(transport.connected).toBe(false);
+  });
+});
+
+describe('RabbitMQ fixture close', () => {
+  it('deletes the queues of a consumer the test only provisioned', async () => {
+    // Left behind, they stay on the shared broker for good: durable quorum queues, unbound
+    // once the close deletes the prefix's exchange.
+    const id = testId();
+    const fixture = await createRabbitMqFixture({ testId: id }, { outage: 'network' });
+    const transport = fixture.transport as RabbitMqTransport;
+    const names = transport.names(endpoint.consumer);
+    const queues = [names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name)];
+    try {
+      await transport.provision(endpoint);
+      expect(await existingQueues(queues)).toEqual(queues);
+      await fixture.close();
+      expect(await existingQueues(queues), 'queues left on the broker after the fixture closed').toEqual([]);
+    } finally {
+      await deleteTopology(`courier-${id}`, [endpoint.consumer]);
+    }
   });
 });

@@ -59,6 +59,31 @@ export async function deleteTopology(
   }
 }
 
+/**
+ * Which of `queues` exist on the broker, in the order given. A passive declare of a missing
+ * queue closes its channel (404), so each name is checked on a channel of its own.
+ */
+export async function existingQueues(queues: readonly string[]): Promise<string[]> {
+  const connection = await openConnection('courier-test-check');
+  try {
+    const found: string[] = [];
+    for (const queue of queues) {
+      const channel = await connection.createChannel();
+      channel.on('error', () => undefined);
+      try {
+        await channel.checkQueue(queue);
+        found.push(queue);
+        await channel.close();
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 404) throw error;
+      }
+    }
+    return found;
+  } finally {
+    await connection.close().catch(() => undefined);
+  }
+}
+
 /** Runs `rabbitmqctl` with `args`; returns stdout. */
 export async function rabbitmqctl(...args: string[]): Promise<string> {
   const { stdout } = await run('rabbitmqctl', args, { timeout: 120_000 });

@@ -65,11 +65,17 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
         return connection;
       },
     });
-    // Remember every consumer so `close` can delete its queues.
+    // Remember every consumer so `close` can delete its queues: a provisioned one has them
+    // too, and durable queues outlive the test otherwise.
     const subscribe = transport.subscribe.bind(transport);
     transport.subscribe = (endpoint, handler) => {
       consumers.add(endpoint.consumer);
       return subscribe(endpoint, handler);
+    };
+    const provision = transport.provision.bind(transport);
+    transport.provision = (endpoint) => {
+      consumers.add(endpoint.consumer);
+      return provision(endpoint);
     };
     handles.set(transport, handle);
     transports.push(transport);
