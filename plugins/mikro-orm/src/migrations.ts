@@ -28,14 +28,17 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * so two Courier schemas (two prefixes) can live in one migrator. v1 creates the tables at
  * the current version, v2 upgrades tables created by an older release (MySQL/MariaDB: the
  * id columns become binary, compared byte for byte), v3 adds the inbox halt tables
- * (`poison: 'halt'`). `down` of v1 drops the tables; `down` of v3 drops the halt tables.
+ * (`poison: 'halt'`), v4 lets MySQL/MariaDB complete outbox rows in place (`state` an ENUM,
+ * `published_at` never NULL; it rebuilds the outbox table there, a no-op elsewhere). `down`
+ * of v1 drops the tables; `down` of v3 drops the halt tables; `down` of v4 only sets the
+ * version back (v3 code works on the v4 columns).
  */
 export function courierMigrations(config: CourierMigrationsConfig = {}): CourierMigration[] {
   const names = resolveTableNames(config);
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), names, config.dialect);
   // Every upgrade migration brings the tables from the version they record to the latest,
-  // so v2 and v3 are both no-ops once an earlier one ran.
+  // so v2, v3 and v4 are no-ops once an earlier one ran.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {
     const dialect = dialectFor(migration);
     const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
@@ -83,10 +86,25 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     }
   }
 
+  // MySQL/MariaDB: rebuilds the outbox with the v4 column types (see MySqlDialect); a
+  // version bump elsewhere.
+  class CourierSchemaV4 extends Migration {
+    override async up(): Promise<void> {
+      await upgradeToLatest(this);
+    }
+
+    override down(): void {
+      // The v4 columns stay: v3 code reads and writes them alike (it never reads
+      // published_at, and compares state to the same strings). Only the version goes back.
+      this.addSql(`UPDATE ${dialectFor(this).table('meta')} SET value = 3 WHERE name = 'schema_version' AND value > 3`);
+    }
+  }
+
   return [
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
     { name: `Courier_${names.prefix}v3`, class: CourierSchemaV3 },
+    { name: `Courier_${names.prefix}v4`, class: CourierSchemaV4 },
   ];
 }
 

@@ -3,6 +3,7 @@
 // for claim and prune is EXPLAINed, and none may scan a Courier table sequentially
 // (PostgreSQL) or scan it fully / sort it with a filesort (MariaDB).
 import { afterEach, describe, expect, it } from 'vitest';
+import { NOT_PUBLISHED_AT } from '../src/dialects/mysql-dialect.js';
 import { createMikroOrmFixture, type FixtureDialect, type MikroOrmFixture } from './support/fixture.js';
 import { testId } from './support/helpers.js';
 
@@ -53,7 +54,7 @@ async function seeded(dialect: FixtureDialect): Promise<{ fixture: MikroOrmFixtu
         `INSERT INTO ${outbox} (message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, headers, payload, state, available_at, attempts, created_at, published_at) ` +
           `SELECT CONCAT('seed-', seq + ${offset}), 'seed.Type', 1, 'seed', CONCAT('k', seq % 5000), MD5(CONCAT('seed', seq % 5000)), '2024-01-01T00:00:00.000Z', CONCAT('seed-', seq + ${offset}), '{}', '{}', ` +
           `CASE WHEN seq % 100 < 97 THEN 'published' WHEN seq % 100 < 99 THEN 'pending' ELSE 'dead' END, UTC_TIMESTAMP(3) - INTERVAL 1 HOUR, 0, UTC_TIMESTAMP(3) - INTERVAL 1 HOUR, ` +
-          `CASE WHEN seq % 100 < 97 THEN UTC_TIMESTAMP(3) - INTERVAL 1 HOUR END FROM seq_1_to_${ROWS}`,
+          `CASE WHEN seq % 100 < 97 THEN UTC_TIMESTAMP(3) - INTERVAL 1 HOUR ELSE '${NOT_PUBLISHED_AT}' END FROM seq_1_to_${ROWS}`,
       );
       await fixture.sql(`INSERT INTO ${inbox} (message_id, consumer, processed_at) SELECT CONCAT('m-', seq + ${offset}), 'c', UTC_TIMESTAMP(3) - INTERVAL (seq % 2) DAY FROM seq_1_to_${ROWS}`);
       await fixture.sql(`INSERT INTO ${starts} (message_id, consumer, starts, updated_at) SELECT CONCAT('m-', seq + ${offset}), 'c', 1, UTC_TIMESTAMP(3) - INTERVAL (seq % 2) DAY FROM seq_1_to_${ROWS}`);

@@ -43,10 +43,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const table of [names.inboxHalts, names.inboxHeld, names.inboxParked]) await f.sql(`DROP TABLE ${f.table(table.slice(f.tablePrefix.length))}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 2 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 2, target: 3 });
+    expect(await admin.status()).toEqual({ current: 2, target: 4 });
     const pending = await admin.pendingSql();
     expect(pending.some((sql) => sql.includes(names.inboxHalts))).toBe(true);
-    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 3/);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 4/);
     await admin.apply();
     expect(await admin.pendingSql()).toEqual([]);
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
@@ -59,7 +59,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 3/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 4/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -89,7 +89,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
@@ -132,6 +132,17 @@ describe('names', () => {
     await outbox.close();
     await inbox.close();
     await f.sql(`DROP SCHEMA "${id}" CASCADE`);
+  });
+
+  it('PostgreSQL: the outbox is created to be autovacuumed after a fixed number of dead rows, not a share of the table', async () => {
+    const f = await fixtureFor('postgresql');
+    const rows = await f.sql(`SELECT reloptions FROM pg_class WHERE oid = ?::regclass`, [`"${f.tablePrefix}outbox"`]);
+    expect(rows[0]?.['reloptions']).toEqual(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=10000']);
+    // Set at creation only: ensureSchema on an existing table keeps what a DBA chose.
+    await f.sql(`ALTER TABLE "${f.tablePrefix}outbox" SET (autovacuum_vacuum_threshold = 500)`);
+    await f.outbox.ensureSchema();
+    const after = await f.sql(`SELECT reloptions FROM pg_class WHERE oid = ?::regclass`, [`"${f.tablePrefix}outbox"`]);
+    expect(after[0]?.['reloptions']).toEqual(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=500']);
   });
 
   it('SQLite refuses a schema', async () => {

@@ -11,10 +11,23 @@ import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type C
  *   transaction's end, taken just before the insert that draws the `bigserial`; so rows of
  *   one key get sequences in commit order and none is visible before an earlier one.
  * - Claim: one statement per batch (token from a sequence, head-of-key candidates locked
- *   `FOR UPDATE SKIP LOCKED`, the lease written, the rows returned).
+ *   `FOR UPDATE SKIP LOCKED`, the lease written, the rows returned). The heads are found by
+ *   one of two scans, chosen from what the previous claim saw: the due rows in claim order,
+ *   each probed for an earlier row of its key (many keys), or one key-index descent per key
+ *   (the due rows belong to few keys); both take exactly the same heads.
  * - Partial indexes keep every hot query on pending / failed / published rows only, so
  *   the size of the published history does not slow the claim.
  */
+/**
+ * Autovacuum by a fixed number of dead rows instead of PostgreSQL's default share of the
+ * table (20% + 50 rows): every message leaves two dead versions (lease, then published) and
+ * their entries at the front of the due index, which each claim walks until a vacuum removes
+ * them — on a large outbox the default waits for hundreds of thousands (docs/operations.md,
+ * "keep it vacuumed"; bench scenario 3). Set only when the table is created, so a DBA's own
+ * tuning of an existing table is never overwritten.
+ */
+const OUTBOX_STORAGE_PARAMETERS = 'autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000';
+
 export class PostgresDialect implements SqlDialect {
   readonly name = 'postgresql' as const;
   readonly now = 'now()';
@@ -24,6 +37,14 @@ export class PostgresDialect implements SqlDialect {
   readonly lockSkipLocked = ' FOR UPDATE OF o SKIP LOCKED';
   readonly readCommitted = false;
   readonly #names: CourierTableNames;
+  /**
+   * Which head scan the next claim runs: false, the due rows in claim order, each probed for
+   * an earlier row of its key (cheap while heads are dense among the due rows, as with many
+   * keys); true, one index descent per key (cheap while the due rows belong to few keys).
+   * Only the cost differs, never the rows a claim may take; each claim's statement says
+   * whether the other scan would have been cheaper. Shared by the relay loops of this store.
+   */
+  #sparseHeads = false;
 
   constructor(names: CourierTableNames) {
     this.#names = names;
@@ -80,7 +101,7 @@ export class PostgresDialect implements SqlDialect {
         created_at timestamptz NOT NULL DEFAULT now(),
         published_at timestamptz,
         CONSTRAINT ${ix('message_id_uq')} UNIQUE (message_id)
-      )`,
+      ) WITH (${OUTBOX_STORAGE_PARAMETERS})`,
       // The claim's range scan: due pending rows in claim order; in-flight rows (lease in
       // the future) and scheduled rows sit past now() and are not visited.
       `CREATE INDEX IF NOT EXISTS ${ix('due_ix')} ON ${outbox} (available_at, seq) WHERE state = 'pending'`,
@@ -127,9 +148,7 @@ export class PostgresDialect implements SqlDialect {
   }
 
   async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {
-    // Two-int advisory locks live in a key space of their own (apart from the one-bigint
-    // form applications tend to use); the namespace keeps outboxes apart.
-    const keys = [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) | 0))].sort((a, b) => a - b);
+    const keys = lockKeysOf(keyHashes);
     if (keys.length === 0) return;
     if (keys.length === 1) {
       await runner.all('SELECT pg_advisory_xact_lock(?, ?)', [this.#names.lockNamespace, keys[0]], trx);
@@ -139,26 +158,48 @@ export class PostgresDialect implements SqlDialect {
     await runner.all('SELECT count(pg_advisory_xact_lock(?, k)) FROM (SELECT unnest(ARRAY[?]::int4[]) AS k ORDER BY 1) AS s', [this.#names.lockNamespace, keys], trx);
   }
 
+  keyLockCondition(keyHashes: readonly string[]): { sql: string; params: unknown[] } | undefined {
+    const keys = lockKeysOf(keyHashes);
+    if (keys.length === 0) return undefined;
+    // An uncorrelated scalar subquery: PostgreSQL runs it once, as an InitPlan, when the
+    // WHERE is first tested — before the statement's first row is projected, and with it
+    // the row's nextval() default. count() >= 0 is always true; the count only forces
+    // every lock to be taken (in sorted order) before the subquery returns.
+    return {
+      sql: '(SELECT count(pg_advisory_xact_lock(?, k)) FROM (SELECT unnest(ARRAY[?]::int4[]) AS k ORDER BY 1) AS s) >= 0',
+      params: [this.#names.lockNamespace, keys],
+    };
+  }
+
   async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
     const outbox = this.table('outbox');
     const completing = done !== undefined && done.sequences.length > 0;
+    const sparse = this.#sparseHeads;
+    const limit = query.limit;
     // With a completion: one statement still. A data-modifying CTE runs whether or not it
-    // is referenced; the claim's snapshot predates it, so a key whose head it completes
-    // waits for the next claim (never earlier than allowed). The completed rows hold a
-    // live lease (available_at in the future), so they are never candidates here.
+    // is referenced; the claim's snapshot predates it, so the head test counts the rows it
+    // completes as published: a key whose last in-flight rows it completes has its next row
+    // claimed at once (on a backlog of few keys, no empty claim in between). The completed
+    // rows hold a live lease (available_at in the future), so they are never candidates.
+    const completed = completing ? 'SELECT seq FROM done' : undefined;
     const sql =
-      'WITH ' +
-      (completing ? `done AS (${completeSql(this)} RETURNING message_id), ` : '') +
+      (sparse ? 'WITH RECURSIVE ' : 'WITH ') +
+      (completing ? `done AS (${completeSql(this)} RETURNING seq, message_id), ` : '') +
       `token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
       // The age is read in the candidates, before the UPDATE moves available_at.
-      `candidates AS (${headsSql(this, `o.seq, ${ageSql(this, 'o')}`, this.lockSkipLocked)}), ` +
+      (sparse
+        ? `${sparseHeadsSql(outbox, limit, completed)}, candidates AS (SELECT o.seq, ${ageSql(this, 'o')} FROM ${outbox} o ` +
+          `WHERE o.seq = ANY (ARRAY(SELECT seq FROM keyed UNION ALL SELECT seq FROM keyless)) AND o.state = 'pending' AND o.available_at <= now() ` +
+          `ORDER BY o.available_at, o.seq LIMIT ?${this.lockSkipLocked}), `
+        : `candidates AS (${headsSql(this, `o.seq, ${ageSql(this, 'o')}`, this.lockSkipLocked, completed)}), `) +
       `claimed AS (UPDATE ${outbox} u SET lease_owner = ?, lease_token = token.value, available_at = ${this.plusMs('now()')} ` +
       `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}, candidates.age_ms) ` +
       // The LEFT JOIN returns the token even when nothing was due.
       `SELECT token.value AS claim_token, ${completing ? '(SELECT count(*) FROM done)' : '0'} AS completed_count, ` +
+      `${sparse ? sparseOverflowSql(limit) : denseShortSql(outbox, limit)} AS switch_scan, ` +
       // With the fault hook, the ids the completion changed (what the hook is told).
       `${completing && done.beforeCommit ? "(SELECT coalesce(array_agg(message_id), '{}') FROM done) AS completed_ids, " : ''}claimed.* FROM token LEFT JOIN claimed ON true`;
-    const params = [query.limit, query.owner, query.leaseMs];
+    const params = [limit, query.owner, query.leaseMs];
     const values = completing ? [[...done.sequences], done.token, ...params] : params;
     const hook = done?.beforeCommit;
     const rows = hook
@@ -171,6 +212,7 @@ export class PostgresDialect implements SqlDialect {
       : await runner.all(sql, values);
     const first = rows[0];
     if (!first) throw new Error('the claim statement returned no token row');
+    if (first['switch_scan'] === true) this.#sparseHeads = !sparse;
     return {
       token: toBigInt(first['claim_token']),
       rows: rows.filter((row) => row['seq'] !== null && row['seq'] !== undefined),
@@ -213,4 +255,67 @@ export class PostgresDialect implements SqlDialect {
       `ORDER BY ${column} LIMIT ? FOR UPDATE SKIP LOCKED))`
     );
   }
+}
+
+/**
+ * Keys (and keyless rows) the sparse head scan visits per claim, as a multiple of the claim's
+ * limit. Past it the scan may have missed heads (it still returns only true heads), and says
+ * so: the next claim goes back to the dense scan, which is complete.
+ */
+const SPARSE_REACH = 4;
+
+/**
+ * Due rows, as a multiple of the limit, that a dense claim must have passed over while coming
+ * back short before the next claim tries the sparse scan: the dense scan then probed every
+ * one of them for an earlier row of its key.
+ */
+const DENSE_WINDOW = 2;
+
+/**
+ * The sparse head scan's CTEs (inside `WITH RECURSIVE`): `keyed`, the first row still pending
+ * or halted of each key (one descent of the key index per key, a loose index scan; a halted
+ * or not-yet-due first row makes the caller's filter drop the key, as the dense scan's probe
+ * does), and `keyless`, the oldest keyless rows still pending (each is its own head). Rows of
+ * `completed` (the statement's own completion) count as published, as in `headsSql`. Each is
+ * cut at `SPARSE_REACH` × limit; {@link sparseOverflowSql} says when a cut may have hidden a head.
+ */
+function sparseHeadsSql(outbox: string, limit: number, completed: string | undefined): string {
+  const reach = SPARSE_REACH * limit;
+  const notCompleted = completed === undefined ? '' : ` AND k.seq NOT IN (${completed})`;
+  const firstRow = (after: string) =>
+    `SELECT k.key_hash, k.seq FROM ${outbox} k WHERE ${after} AND k.state IN ('pending', 'halted')${notCompleted} ORDER BY k.key_hash, k.seq LIMIT 1`;
+  return (
+    `keys AS ((${firstRow('k.key_hash IS NOT NULL')}) UNION ALL ` +
+    `SELECT n.key_hash, n.seq FROM keys p CROSS JOIN LATERAL (${firstRow('k.key_hash > p.key_hash')}) n), ` +
+    `keyed AS MATERIALIZED (SELECT seq FROM keys LIMIT ${reach}), ` +
+    `keyless AS MATERIALIZED (SELECT k.seq FROM ${outbox} k WHERE k.key_hash IS NULL AND k.state IN ('pending', 'halted')${notCompleted} ` +
+    `ORDER BY k.key_hash, k.seq LIMIT ${reach})`
+  );
+}
+
+/** True when a cut of the sparse scan may have hidden heads: the next claim scans densely. */
+function sparseOverflowSql(limit: number): string {
+  const reach = SPARSE_REACH * limit;
+  return `((SELECT count(*) FROM keyed) >= ${reach} OR (SELECT count(*) FROM keyless) >= ${reach})`;
+}
+
+/**
+ * True when the dense scan came back short with at least `DENSE_WINDOW` × limit rows due (it
+ * probed them all and found few heads: the due rows belong to few keys); counted only then.
+ */
+function denseShortSql(outbox: string, limit: number): string {
+  const window = DENSE_WINDOW * limit;
+  return (
+    `CASE WHEN (SELECT count(*) FROM claimed) < ${limit} THEN (SELECT count(*) FROM (SELECT 1 FROM ${outbox} w ` +
+    `WHERE w.state = 'pending' AND w.available_at <= now() ORDER BY w.available_at, w.seq LIMIT ${window}) AS due) >= ${window} ELSE false END`
+  );
+}
+
+/**
+ * The second int of each key's two-int advisory lock, deduplicated and sorted. Two-int
+ * advisory locks live in a key space of their own (apart from the one-bigint form
+ * applications tend to use); the namespace (first int) keeps outboxes apart.
+ */
+function lockKeysOf(keyHashes: readonly string[]): number[] {
+  return [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) | 0))].sort((a, b) => a - b);
 }

@@ -9,8 +9,10 @@ export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
  * The schema version this release writes and expects in the meta table.
  * 2: MySQL/MariaDB id columns compare byte for byte (no PAD SPACE); elsewhere unchanged.
  * 3: the inbox halt tables (`inbox_halts`, `inbox_held`, `inbox_parked`; see `inbox-halts-sql.ts`).
+ * 4: MySQL/MariaDB outbox `state` is an ENUM and `published_at` is never NULL, so the
+ *    completion rewrites its rows in place (see `mysql-dialect.ts`); elsewhere unchanged.
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -115,6 +117,14 @@ export interface SqlDialect {
    */
   lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void>;
   /**
+   * The same locks as {@link lockKeys}, as a condition an `INSERT … SELECT … WHERE` can
+   * carry, so the append takes them in its insert's own round trip. The condition is
+   * always true and must be evaluated in full before the statement produces its first row
+   * (so before any sequence value is drawn). Absent where the locks need a statement of
+   * their own.
+   */
+  keyLockCondition?(keyHashes: readonly string[]): { readonly sql: string; readonly params: readonly unknown[] } | undefined;
+  /**
    * Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way; with `done`,
    * first completes those rows ({@link completeSql}) in the same transaction.
    */
@@ -137,15 +147,20 @@ export interface DialectContext {
   readonly names: CourierTableNames;
 }
 
-/** The claim's head-of-key candidate query, shared by every dialect (differences are parameters). */
-export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: string, lockSuffix: string): string {
+/**
+ * The claim's head-of-key candidate query, shared by every dialect (differences are
+ * parameters). `completing`: a query of the sequences the same statement marks published
+ * (PostgreSQL's completion CTE), which count as published although its snapshot predates them.
+ */
+export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: string, lockSuffix: string, completing?: string): string {
   const outbox = dialect.table('outbox');
   return (
     `SELECT ${columns} FROM ${outbox} o ` +
     `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
     // Head of key: no earlier row of the same (topic, key) still pending (due, in flight or
     // scheduled) or halted. Keyless rows have a NULL hash, which equals nothing.
-    `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
+    `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq` +
+    `${completing === undefined ? '' : ` AND e.seq NOT IN (${completing})`}) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
 }
