@@ -4,6 +4,7 @@
 import { pathToFileURL } from 'node:url';
 import type { FaultHook, FaultPoint } from '@courier/core';
 import type { ProcessFixtureModule } from '../fixtures.js';
+import { BUNDLED_FIXTURE } from './bundled-fixture.js';
 import { crashWindowWatch, createWorkerBus, createWorld, envLogger, parkedAlready, type ScenarioTuning } from './world.js';
 
 /** Configuration passed to a worker process in `COURIER_CONFORMANCE_WORKER` (JSON). */
@@ -21,7 +22,10 @@ if (!raw) {
   process.exit(2);
 }
 const config = JSON.parse(raw) as WorkerConfig;
-const fixtureModule = (await import(pathToFileURL(config.module).href)) as ProcessFixtureModule<unknown>;
+// Run as a bundle (see worker-bundle.ts), the fixture module was evaluated with this script
+// and left where the bundle's entry put it; importing it again would load a second copy.
+const bundled = (globalThis as Record<symbol, unknown>)[BUNDLED_FIXTURE] as ProcessFixtureModule<unknown> | undefined;
+const fixtureModule = bundled ?? ((await import(pathToFileURL(config.module).href)) as ProcessFixtureModule<unknown>);
 const { store, transport } = await fixtureModule.createFixture({ testId: config.testId });
 const world = createWorld(config.testId);
 const fault = config.fault;

@@ -5,6 +5,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { ProcessFixtureModule, TransportFixture } from '../fixtures.js';
 import type { WorkerConfig } from './process-worker.js';
 import { uniqueId } from '../support/unique-id.js';
+import { workerBundle } from './worker-bundle.js';
 import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
 import type { ScenarioSpec } from './scenarios.js';
 import { commitScenarioTraffic, DEFAULT_TUNING, type ScenarioTuning } from './world.js';
@@ -16,9 +17,19 @@ export interface ProcessFixtureOptions {
   /**
    * Extra Node arguments for the child, e.g. `['--conditions=my-source']`. When the module
    * or the worker script is TypeScript, the tsx loader (a dependency of this package) is
-   * added in front, resolved from here so the caller need not depend on it.
+   * added in front, resolved from here so the caller need not depend on it — unless the
+   * worker runs bundled (below).
    */
   readonly execArgv?: readonly string[];
+  /**
+   * Whether a TypeScript worker runs as one bundle (default true): the worker script and
+   * `module` with every source file they import built by esbuild once per test file,
+   * resolved with the `--conditions` of `execArgv`; installed packages are imported from
+   * where they are, as under tsx. A worker then starts in well under half of tsx's CPU time,
+   * which the kill scenarios pay at every restart. `import.meta.url` keeps each file's own
+   * URL; set false for a module that depends on being loaded as its own file in another way.
+   */
+  readonly bundle?: boolean;
 }
 
 interface Child {
@@ -38,10 +49,28 @@ function workerScript(): string {
   return fileURLToPath(candidate);
 }
 
-function startChild(options: ProcessFixtureOptions, config: WorkerConfig, transport: TransportFixture): Child {
+/** The package conditions named in Node arguments (`--conditions=x`, `--conditions x`, `-C x`). */
+function conditionsOf(execArgv: readonly string[]): string[] {
+  const conditions: string[] = [];
+  execArgv.forEach((argument, index) => {
+    if (argument.startsWith('--conditions=')) conditions.push(argument.slice('--conditions='.length));
+    else if ((argument === '--conditions' || argument === '-C') && execArgv[index + 1] !== undefined) conditions.push(execArgv[index + 1]!);
+  });
+  return conditions;
+}
+
+/** How to start a worker: the script to run and the Node arguments in front of it. */
+async function workerLaunch(options: ProcessFixtureOptions): Promise<{ script: string; execArgv: string[] }> {
   const script = workerScript();
+  const execArgv = [...(options.execArgv ?? [])];
   const typescript = options.module.endsWith('.ts') || script.endsWith('.ts');
-  const execArgv = [...(typescript ? ['--import', tsxLoader()] : []), ...(options.execArgv ?? [])];
+  if (!typescript) return { script, execArgv };
+  if (options.bundle === false) return { script, execArgv: ['--import', tsxLoader(), ...execArgv] };
+  return { script: await workerBundle(script, options.module, conditionsOf(execArgv)), execArgv: ['--enable-source-maps', ...execArgv] };
+}
+
+function startChild(launch: { script: string; execArgv: string[] }, config: WorkerConfig, transport: TransportFixture): Child {
+  const { script, execArgv } = launch;
   const child = spawn(process.execPath, [...execArgv, script], {
     env: { ...process.env, ...transport.workerEnv?.(), COURIER_CONFORMANCE_WORKER: JSON.stringify(config) },
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
@@ -122,8 +151,9 @@ export async function runProcessScenario<Tx>(
   let settled = false;
   try {
     const { world, ledger, target } = await commitScenarioTraffic(testId, spec.action, store, transport.transport, options.seed, options.plan);
+    const worker = await workerLaunch(fixtureOptions);
     const launch = (fault: WorkerConfig['fault']): Child => {
-      const child = startChild(fixtureOptions, { module: fixtureOptions.module, testId, tuning, fault }, transport);
+      const child = startChild(worker, { module: fixtureOptions.module, testId, tuning, fault }, transport);
       children.push(child);
       return child;
     };

@@ -112,8 +112,10 @@ export const LATE_KILLS: ScenarioSpec = {
  * left to take it. The runs alone did die young, but the message was applied: a consumer
  * that parks it as a crash loop leaves it applied and dead-lettered at once (and a replay of
  * that dead letter would apply it twice). It must end applied once, nothing dead-lettered.
- * A broker that flags even a first delivery as redelivered (Kafka: records below the high
- * watermark when the member joined) reaches the park with fewer kills.
+ * A broker that flags even a first delivery as redelivered (Kafka, when a member of its
+ * group committed an in-hand mark past the record before it was handed over, or with offsets
+ * of an earlier release: records below the log end when the member joined) reaches the park
+ * with fewer kills.
  */
 export const APPLIED_KILLS: ScenarioSpec = {
   point: 'after-handler-commit-before-ack',
