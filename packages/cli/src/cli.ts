@@ -1,4 +1,5 @@
 import { createInterface } from 'node:readline/promises';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Command, CommanderError, Option } from 'commander';
 import { CourierError, describeError, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
@@ -151,13 +152,10 @@ Examples:
             const text = await render().catch((error: unknown) => `stats failed: ${describeError(error)} (retrying)`);
             // Clear the screen and home the cursor, so the view stays in place.
             io.out(`${options.json ? '' : '\x1b[H\x1b[2J'}${text}\n\n(${new Date().toISOString()}, every ${options.interval}; Ctrl-C to quit)`);
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, interval);
-              stop.signal.addEventListener('abort', () => {
-                clearTimeout(timer);
-                resolve();
-              });
-            });
+            // Node's timer with a signal removes its listener when it ends: a listener added per
+            // refresh and never removed piles up (MaxListenersExceededWarning after ten), and
+            // one added after a Ctrl-C during the render would hold the exit for an interval.
+            await delay(interval, undefined, { signal: stop.signal }).catch(() => undefined);
           }
         } finally {
           process.off('SIGINT', onSignal);
