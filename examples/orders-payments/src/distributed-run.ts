@@ -97,7 +97,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
           { cause: error },
         );
       }
-      queues = consumerLag(kafkaAdmin, transport);
+      queues = consumerLag(kafkaAdmin, transport, write);
     } else {
       throw new Error(`no transport for setup ${setup}`);
     }
@@ -237,15 +237,25 @@ function queueDepth(broker: ChannelModel, transport: RabbitMqTransport): () => P
  * committed past (waiting, in hand, or retry copies not due yet); not the dead letters.
  * A partition the group never committed counts from its first record.
  */
-function consumerLag(admin: Admin, transport: KafkaTransport): () => Promise<number> {
+function consumerLag(admin: Admin, transport: KafkaTransport, write: (line: string) => void): () => Promise<number> {
   return async () => {
-    // A topic just created may not have its leader known everywhere yet (NOT_LEADER_OR_FOLLOWER): ask again.
+    // A topic just created answers ListOffsets with NOT_LEADER_OR_FOLLOWER until the broker has
+    // loaded its partitions, and kafkajs's admin keeps the metadata it read at that moment (CI
+    // saw the 2 s of asking again this did before run out, and the run died on its first poll).
+    // Ask again for up to 30 s, reconnecting from the second failure on: a reconnect drops the
+    // admin's cached metadata, so the next try reads the partitions' leaders afresh.
+    const deadline = Date.now() + 30_000;
     for (let attempt = 1; ; attempt += 1) {
       try {
         return await lag();
       } catch (error) {
-        if (attempt >= 5) throw error;
-        await sleep(200 * attempt);
+        if (Date.now() >= deadline) throw error;
+        write(`  (Kafka consumer lag not readable yet, asking again: ${describeError(error)})`);
+        await sleep(Math.min(250 * attempt, 2_000));
+        if (attempt >= 2) {
+          await admin.disconnect().catch(() => undefined);
+          await admin.connect().catch(() => undefined);
+        }
       }
     }
   };
