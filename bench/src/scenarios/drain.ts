@@ -3,9 +3,8 @@
 // small one; 8. the same drain from MariaDB.
 import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
 import { HAND_RELAY_BATCH, handWrittenRelay, processCost, RAW_CONFIRM_WINDOW, rawClaimLoop, rawPublishLoop } from '../ceilings.js';
-import { URLS } from '../services.js';
-import { anyPending, BenchBroker, benchBus, openDb, OrderPlaced, seedBacklog, TimedTransport, TOPIC, until, type BenchDb, type Dialect } from '../setup.js';
-import { builtPackages, startWorker } from './startup.js';
+import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, type BenchDb, type Dialect } from '../setup.js';
+import { builtPackages, startWorker, workerConfig } from './startup.js';
 import type { Scenario, ScenarioContext } from './context.js';
 
 // Courier's default batch size: the relay runs with it, and the hand-written relay's second
@@ -156,7 +155,7 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
       await truncate(db);
       await seedBacklog(db, count);
       const built = builtPackages();
-      const config = { pgUrl: URLS.postgresql, rabbitMqUrl: URLS.rabbitmq, tablePrefix: `${prefix}_`, ordersTable: `${prefix}_orders`, prefix: broker.prefix, type: OrderPlaced.type, topic: TOPIC, drain: count };
+      const config = workerConfig(prefix, broker.prefix, { drain: count });
       const how = built ? 'built packages, plain node' : 'dist/ not built: sources through tsx (run `pnpm build` for what users see)';
       // The same process twice: node's defaults (target 12), and with V8's heap capped the way
       // a deployment may set it. After a drain only ~18 MB of heap is live whatever the

@@ -62,7 +62,7 @@ export const producerScenario: Scenario = {
       report.target('producer ≥ 0.90 × hand-written MikroORM outbox', `${courier.ratio?.toFixed(3)}`, (courier.ratio ?? 0) >= 0.9);
       report.note(
         `${WRITERS} writers, each a closed loop of one transaction (one order row + one outbox row, keyed by order id); ` +
-          `${quick ? 1 : 3} interleaved rounds of ${seconds} s, medians. Courier adds a per-key advisory lock before its insert and a coalesced NOTIFY after commit.`,
+          `${quick ? 1 : 3} interleaved rounds of ${seconds} s, medians. Courier's PostgreSQL insert takes the per-key advisory lock itself (INSERT … SELECT … WHERE, no statement of its own; session prod), and a coalesced NOTIFY follows commits.`,
       );
       shared.set('producerRate', rates['Courier outbox publish']);
     } finally {

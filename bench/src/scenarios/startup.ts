@@ -46,6 +46,15 @@ const LAUNCHES: Readonly<Record<Mode, WorkerLaunch>> = {
 };
 
 /**
+ * The settings every startup worker takes (databases, its tables under `prefix`, the
+ * broker's prefix, the message), with a mode's own ones in `extra`: one place, so the
+ * relay-only drain, the start-up runs and the pipeline's workers cannot drift apart.
+ */
+export function workerConfig(prefix: string, brokerPrefix: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { pgUrl: URLS.postgresql, rabbitMqUrl: URLS.rabbitmq, tablePrefix: `${prefix}_`, ordersTable: `${prefix}_orders`, prefix: brokerPrefix, type: OrderPlaced.type, topic: TOPIC, ...extra };
+}
+
+/**
  * Spawns one worker and collects its marks (ms since spawn); rejects if it fails or takes
  * over `timeoutMs`. Without built packages every launch runs the sources through tsx.
  */
@@ -136,16 +145,7 @@ export const startupScenario: Scenario = {
       const transport = broker.transport();
       await transport.provision({ consumer: CONSUMER, topics: [TOPIC], ordered: false });
       await transport.close();
-      const config = {
-        pgUrl: URLS.postgresql,
-        rabbitMqUrl: URLS.rabbitmq,
-        tablePrefix: `${prefix}_`,
-        ordersTable: `${prefix}_orders`,
-        prefix: broker.prefix,
-        consumer: CONSUMER,
-        type: OrderPlaced.type,
-        topic: TOPIC,
-      };
+      const config = workerConfig(prefix, broker.prefix, { consumer: CONSUMER });
       const runs = new Map<Mode, Marks[]>(modes.map((mode) => [mode, []]));
       let seeded = 0;
       // Round 0 warms the file cache and the broker's connections; it is not counted (nor run

@@ -1,5 +1,6 @@
 // A relay-only or consumer-only Courier process as a user writes one (MikroORM on
-// PostgreSQL + RabbitMQ), or the bare-driver ceiling, for scenario 9 ("time to ready").
+// PostgreSQL + RabbitMQ), or the bare-driver ceiling, for scenario 9 ("time to ready");
+// with `serve: true` also a producer, and scenario 12's separate processes (see serve()).
 // Plain JavaScript so it runs on plain `node` against the built packages (dist/), the way
 // users run them; the bench may also start it with tsx and the source condition.
 //
@@ -10,6 +11,7 @@
 // and prints {"drain": {seconds, cpuSeconds, maxRssMb}}. The parent measures from its spawn() call.
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
 import v8 from 'node:v8';
 
 const at = () => performance.timeOrigin + performance.now();
@@ -55,7 +57,9 @@ async function courier() {
     tableName: config.ordersTable,
     properties: {
       id: { type: 'string', length: 64, primary: true },
+      customerId: { type: 'string', length: 64, fieldName: 'customer_id' },
       totalCents: { type: 'integer', fieldName: 'total_cents' },
+      createdAt: { type: 'datetime', fieldName: 'created_at' },
     },
   });
   const orm = await MikroORM.init({ clientUrl: config.pgUrl, entities: [OrderEntity], debug: false, pool: { min: 0, max: 8 }, ...(config.ormOptions ?? {}) });
@@ -70,15 +74,40 @@ async function courier() {
   const transport = new RabbitMqTransport({ connection: config.rabbitMqUrl, prefix: config.prefix });
   const bus = core.createBus({ outbox, inbox, transport, relay: { pollIntervalMs: 1_000 } });
   const OrderPlaced = core.defineMessage(config.type, { version: 1, topic: config.topic });
-  if (config.role === 'consumer') bus.subscribe(config.consumer, OrderPlaced, async () => {}, { concurrency: 8 });
+  const handled = { count: 0 };
+  if (config.role === 'consumer') {
+    bus.subscribe(
+      config.consumer,
+      OrderPlaced,
+      () => {
+        handled.count += 1;
+        return Promise.resolve();
+      },
+      { concurrency: 8 },
+    );
+  }
   mark('bus created');
+  if (config.serve) {
+    await serve({ bus, orm, Order, OrderPlaced, handled });
+  } else {
+    await startAndDrain(bus);
+  }
+  mark('ready');
+  await bus.stop({ timeoutMs: 5_000 });
+  await transport.close();
+  await Promise.all([outbox.close(), inbox.close()]);
+  await orm.close();
+}
+
+/** Scenario 9 (and 2's relay-only drain): start the role, wait until it did its first job (and the drain). */
+async function startAndDrain(bus) {
   await bus.start({ relay: config.role === 'relay', consumers: config.role === 'consumer' });
   mark('bus.start');
   if (config.role === 'relay') {
     // Ready = the pending row seeded before the spawn was claimed, published, confirmed and completed.
-    while (bus.health().relay.sinceLastClaimMs < 0) await new Promise((resolve) => setTimeout(resolve, 1));
+    while (bus.health().relay.sinceLastClaimMs < 0) await sleep(1);
     mark('first claim');
-    while (bus.health().counters.published < 1) await new Promise((resolve) => setTimeout(resolve, 1));
+    while (bus.health().counters.published < 1) await sleep(1);
     mark('first message published');
     if (config.drain) {
       // Scenario 2's relay-only process: drain the seeded backlog, then report this process's
@@ -101,7 +130,7 @@ async function courier() {
       }, 100);
       const cpu = process.cpuUsage();
       const started = performance.now();
-      while (bus.health().counters.published < config.drain) await new Promise((resolve) => setTimeout(resolve, 5));
+      while (bus.health().counters.published < config.drain) await sleep(5);
       const used = process.cpuUsage(cpu);
       clearInterval(sampler);
       const drain = {
@@ -130,11 +159,94 @@ async function courier() {
       process.stdout.write(`${JSON.stringify({ drain })}\n`);
     }
   }
-  mark('ready');
-  await bus.stop({ timeoutMs: 5_000 });
-  await transport.close();
-  await Promise.all([outbox.close(), inbox.close()]);
-  await orm.close();
+}
+
+/**
+ * Scenario 12's separate processes: a producer, relay or consumer that stays up and takes one
+ * JSON command per stdin line, answering each (in order) with one `{"reply": {…}}` line that
+ * carries this process's clock (`at`, epoch ms), its CPU seconds so far and its peak RSS (MB):
+ *
+ *   {"cmd":"stats"}               the figures alone (the first answer also means "serving")
+ *   {"cmd":"start"}               starts the relay or the consumer; `before`: figures just before bus.start()
+ *   {"cmd":"await","count":n}     once the relay published / the consumer handled n messages in all
+ *   {"cmd":"produce","seconds":s} `config.writers` closed loops of one order transaction for s seconds:
+ *                                 `count` committed, `before`: figures before the first began
+ *   {"cmd":"stop"}                ends serving (then the bus stops and the process exits)
+ *
+ * The end of stdin ends serving too, and ends a wait in progress: a parent that dies (its pipe
+ * closes) leaves no worker behind.
+ */
+async function serve({ bus, orm, Order, OrderPlaced, handled }) {
+  let parentGone = false;
+  process.stdin.once('end', () => {
+    parentGone = true;
+  });
+  const figures = () => {
+    const cpu = process.cpuUsage();
+    return { at: at(), cpuSeconds: (cpu.user + cpu.system) / 1e6, maxRssMb: process.resourceUsage().maxRSS / 1024 };
+  };
+  const reply = (fields) => process.stdout.write(`${JSON.stringify({ reply: { ...fields, ...figures() } })}\n`);
+  const counter = () => (config.role === 'relay' ? bus.health().counters.published : handled.count);
+  let serial = 0;
+  // The bench's producer transaction (setup.ts produceOrder): an order row and its message, same payload.
+  const produceOrder = () =>
+    orm.em.fork().transactional((em) => {
+      const id = `${config.idPrefix}-${(serial += 1)}`;
+      em.persist(em.create(Order, { id, customerId: 'c-1', totalCents: 12_345, createdAt: new Date() }));
+      bus.outbox(em).publish(OrderPlaced, { orderId: id, customerId: `c-${id.slice(-6)}`, totalCents: 12_345, currency: 'EUR' }, { key: id });
+      return Promise.resolve();
+    });
+  // Closed loops as setup.ts closedLoopProducers runs them: the first failure stops them all.
+  const produce = async (seconds) => {
+    let running = true;
+    let commits = 0;
+    let failure;
+    const loops = Array.from({ length: config.writers }, async () => {
+      while (running && !parentGone) {
+        try {
+          await produceOrder();
+          commits += 1;
+        } catch (error) {
+          failure ??= { error };
+          running = false;
+        }
+      }
+    });
+    await sleep(seconds * 1000);
+    running = false;
+    await Promise.all(loops);
+    if (failure) throw failure.error;
+    return commits;
+  };
+  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  for await (const line of lines) {
+    const command = JSON.parse(line);
+    if (command.cmd === 'stop') break;
+    if (command.cmd === 'stats') {
+      reply({});
+    } else if (command.cmd === 'start') {
+      const before = figures();
+      await bus.start({ relay: config.role === 'relay', consumers: config.role === 'consumer' });
+      reply({ before });
+    } else if (command.cmd === 'await') {
+      while (counter() < command.count) {
+        if (parentGone) throw new Error(`stdin closed while waiting for ${command.count} (at ${counter()})`);
+        await sleep(5);
+      }
+      reply({ count: counter() });
+    } else if (command.cmd === 'produce') {
+      const before = figures();
+      reply({ count: await produce(command.seconds), before });
+    } else {
+      throw new Error(`unknown command: ${line}`);
+    }
+  }
+  lines.close();
+  process.stdin.destroy();
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 try {
@@ -142,5 +254,7 @@ try {
   process.stdout.write(`${JSON.stringify({ done: true })}\n`);
 } catch (error) {
   process.stderr.write(`startup worker failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = 1;
+  // Now, not when the event loop empties: a bus that started keeps it busy (its relay or
+  // consumer would run on with nobody to stop it). Writes to a pipe are synchronous on Linux.
+  process.exit(1);
 }
