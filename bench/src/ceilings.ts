@@ -106,65 +106,79 @@ export async function rawClaimLoop(db: BenchDb, batch = 100): Promise<number> {
 /** Batch size of the hand-written relay (issue 14's baseline). */
 export const HAND_RELAY_BATCH = 500;
 
+/** One claimed outbox row as the hand-written relays read it (column name → driver value). */
+export type OutboxRow = Record<string, unknown>;
+
 /**
- * The relay a user would write by hand instead of Courier: in one transaction, claim
- * `batch` pending rows with `SELECT … FOR UPDATE SKIP LOCKED`, publish them all on one
- * confirm channel (persistent, mandatory, the transport's own AMQP mapping, so the same
- * bytes), wait for every confirm, mark them published, commit. No per-key order, no
- * lease, no fencing; the same durability (synchronous commit, quorum queue, confirms).
- * One loop, until nothing is pending. Resolves with rows per second.
+ * The loop every hand-written relay of the bench shares, as a user would write it: in one
+ * transaction, claim `batch` pending rows with `SELECT … FOR UPDATE SKIP LOCKED`, hand them
+ * to `send` (which resolves once the broker has them durably), mark them published, commit.
+ * No per-key order, no lease, no fencing. One loop, until nothing is pending. Resolves with
+ * rows per second.
  */
-export async function handWrittenRelay(db: BenchDb, broker: BenchBroker, batch = HAND_RELAY_BATCH): Promise<number> {
+export async function handWrittenClaimLoop(db: BenchDb, batch: number, send: (rows: readonly OutboxRow[]) => Promise<void>): Promise<number> {
   const knex = (db.orm.em as unknown as EntityManager).getConnection('write').getKnex() as Knex;
   const outbox = db.table('outbox');
   const now = db.dialect === 'postgresql' ? 'now()' : 'NOW(3)';
+  let done = 0;
+  const started = performance.now();
+  for (;;) {
+    const count = await knex.transaction(async (trx) => {
+      const result = await trx.raw(
+        `SELECT seq, message_id, message_type, message_version, topic, msg_key, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload ` +
+          `FROM ${outbox} WHERE state = 'pending' AND available_at <= ${now} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
+        [batch],
+      );
+      const rows = (db.dialect === 'postgresql' ? result.rows : result[0]) as OutboxRow[];
+      if (rows.length === 0) return 0;
+      await send(rows);
+      const seqs = rows.map((row) => String(row['seq']));
+      await trx.raw(`UPDATE ${outbox} SET state = 'published', published_at = ${now} WHERE seq IN (${seqs.map(() => '?').join(',')})`, seqs);
+      return rows.length;
+    });
+    if (count === 0) break;
+    done += count;
+  }
+  return done / ((performance.now() - started) / 1000);
+}
+
+/**
+ * The relay a user would write by hand instead of Courier, for RabbitMQ: the shared claim
+ * loop, publishing each batch on one confirm channel (persistent, mandatory, the transport's
+ * own AMQP mapping, so the same bytes) and waiting for every confirm before the mark. The
+ * same durability as Courier's (synchronous commit, quorum queue, confirms).
+ */
+export async function handWrittenRelay(db: BenchDb, broker: BenchBroker, batch = HAND_RELAY_BATCH): Promise<number> {
   const connection = await broker.connect();
   try {
     const channel = await connection.createConfirmChannel();
-    let done = 0;
-    const started = performance.now();
-    for (;;) {
-      const count = await knex.transaction(async (trx) => {
-        const result = await trx.raw(
-          `SELECT seq, message_id, message_type, message_version, topic, msg_key, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload ` +
-            `FROM ${outbox} WHERE state = 'pending' AND available_at <= ${now} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
-          [batch],
-        );
-        const rows = (db.dialect === 'postgresql' ? result.rows : result[0]) as Record<string, unknown>[];
-        if (rows.length === 0) return 0;
-        const confirms = rows.map((row) => {
-          const envelope = {
-            messageId: String(row['message_id']),
-            type: String(row['message_type']),
-            version: Number(row['message_version']),
-            topic: String(row['topic']),
-            occurredAt: String(row['occurred_at']),
-            key: row['msg_key'] === null ? null : String(row['msg_key']),
-            correlationId: String(row['correlation_id']),
-            causationId: null,
-            traceparent: null,
-            tracestate: null,
-            headers: JSON.parse(String(row['headers'])) as Record<string, string>,
-            payload: String(row['payload']),
-          } as Envelope;
-          const message = toAmqpMessage(envelope);
-          return new Promise<void>((resolve, reject) => {
-            channel.publish(broker.exchange, envelope.topic, message.content, { ...message.properties, persistent: true, mandatory: true }, (error: unknown) =>
-              error ? reject(new Error(`hand-written relay: message ${envelope.messageId} was nacked`)) : resolve(),
-            );
-          });
+    const rate = await handWrittenClaimLoop(db, batch, async (rows) => {
+      const confirms = rows.map((row) => {
+        const envelope = {
+          messageId: String(row['message_id']),
+          type: String(row['message_type']),
+          version: Number(row['message_version']),
+          topic: String(row['topic']),
+          occurredAt: String(row['occurred_at']),
+          key: row['msg_key'] === null ? null : String(row['msg_key']),
+          correlationId: String(row['correlation_id']),
+          causationId: null,
+          traceparent: null,
+          tracestate: null,
+          headers: JSON.parse(String(row['headers'])) as Record<string, string>,
+          payload: String(row['payload']),
+        } as Envelope;
+        const message = toAmqpMessage(envelope);
+        return new Promise<void>((resolve, reject) => {
+          channel.publish(broker.exchange, envelope.topic, message.content, { ...message.properties, persistent: true, mandatory: true }, (error: unknown) =>
+            error ? reject(new Error(`hand-written relay: message ${envelope.messageId} was nacked`)) : resolve(),
+          );
         });
-        await Promise.all(confirms);
-        const seqs = rows.map((row) => String(row['seq']));
-        await trx.raw(`UPDATE ${outbox} SET state = 'published', published_at = ${now} WHERE seq IN (${seqs.map(() => '?').join(',')})`, seqs);
-        return rows.length;
       });
-      if (count === 0) break;
-      done += count;
-    }
-    const elapsed = (performance.now() - started) / 1000;
+      await Promise.all(confirms);
+    });
     await channel.close();
-    return done / elapsed;
+    return rate;
   } finally {
     await connection.close().catch(() => undefined);
   }

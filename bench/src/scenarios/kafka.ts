@@ -6,8 +6,8 @@ import { createConnection } from 'node:net';
 import { newMessageId, type Envelope, type PublishResult, type Transport } from '@courier/core';
 import { KAFKA_HEADERS, KafkaTransport } from '@courier/kafka';
 import type { EntityManager } from '@mikro-orm/core';
-import type { EntityManager as SqlEntityManager, Knex } from '@mikro-orm/postgresql';
 import { Kafka, logLevel } from 'kafkajs';
+import { handWrittenClaimLoop } from '../ceilings.js';
 import { anyPending, benchBus, openDb, OrderPlaced, orderPayload, seedBacklog, TOPIC, until, type BenchDb } from '../setup.js';
 import type { Scenario } from './context.js';
 
@@ -115,50 +115,30 @@ async function rawProduceLoop(kafka: Kafka, topic: string, count: number): Promi
 
 /**
  * The relay a user would write by hand for Kafka, as scenario 2's hand-written relay is for
- * RabbitMQ: in one transaction, claim BATCH pending rows with `SELECT … FOR UPDATE SKIP
- * LOCKED`, send them as one idempotent acks=all batch (the relay's key, value and headers),
- * mark them published, commit. One batch in flight, as the raw producer loop and Courier's
- * transport have; no per-key order across failures, no lease, no fencing. Drains the seeded
- * backlog; resolves with rows per second.
+ * RabbitMQ: the bench's shared claim loop (`handWrittenClaimLoop`: SKIP LOCKED batch, mark
+ * published, commit), sending each batch as one idempotent acks=all batch (the relay's key,
+ * value and headers). One batch in flight, as the raw producer loop and Courier's transport
+ * have. Drains the seeded backlog; resolves with rows per second.
  */
 async function handWrittenRelay(db: BenchDb, kafka: Kafka, topic: string): Promise<number> {
-  const knex = (db.orm.em as unknown as SqlEntityManager).getConnection('write').getKnex() as Knex;
-  const outbox = db.table('outbox');
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   try {
-    let done = 0;
-    const started = performance.now();
-    for (;;) {
-      const count = await knex.transaction(async (trx) => {
-        const result = await trx.raw(
-          `SELECT seq, message_id, message_type, message_version, topic, msg_key, occurred_at, correlation_id, payload ` +
-            `FROM ${outbox} WHERE state = 'pending' AND available_at <= now() ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
-          [BATCH],
-        );
-        const rows = result.rows as Record<string, unknown>[];
-        if (rows.length === 0) return 0;
-        const messages = rows.map((row) => ({
-          key: row['msg_key'] === null ? null : String(row['msg_key']),
-          value: String(row['payload']),
-          headers: {
-            [KAFKA_HEADERS.messageId]: String(row['message_id']),
-            [KAFKA_HEADERS.type]: String(row['message_type']),
-            [KAFKA_HEADERS.version]: String(row['message_version']),
-            [KAFKA_HEADERS.topic]: String(row['topic']),
-            [KAFKA_HEADERS.occurredAt]: String(row['occurred_at']),
-            [KAFKA_HEADERS.correlationId]: String(row['correlation_id']),
-          },
-        }));
-        await producer.sendBatch({ acks: -1, topicMessages: [{ topic, messages }] });
-        const seqs = rows.map((row) => String(row['seq']));
-        await trx.raw(`UPDATE ${outbox} SET state = 'published', published_at = now() WHERE seq = ANY(?::bigint[])`, [seqs]);
-        return rows.length;
-      });
-      if (count === 0) break;
-      done += count;
-    }
-    return done / ((performance.now() - started) / 1000);
+    return await handWrittenClaimLoop(db, BATCH, async (rows) => {
+      const messages = rows.map((row) => ({
+        key: row['msg_key'] === null ? null : String(row['msg_key']),
+        value: String(row['payload']),
+        headers: {
+          [KAFKA_HEADERS.messageId]: String(row['message_id']),
+          [KAFKA_HEADERS.type]: String(row['message_type']),
+          [KAFKA_HEADERS.version]: String(row['message_version']),
+          [KAFKA_HEADERS.topic]: String(row['topic']),
+          [KAFKA_HEADERS.occurredAt]: String(row['occurred_at']),
+          [KAFKA_HEADERS.correlationId]: String(row['correlation_id']),
+        },
+      }));
+      await producer.sendBatch({ acks: -1, topicMessages: [{ topic, messages }] });
+    });
   } finally {
     await producer.disconnect();
   }
