@@ -747,9 +747,14 @@ function envelopeOf(row: SqlRow): Envelope {
 
 function toRecord(row: SqlRow): OutboxRecord {
   const age = row['age_ms'];
-  const record = { sequence: toBigInt(row['seq']), envelope: envelopeOf(row), attempts: toNumber(row['attempts']) };
-  // A clock step back on the database could make it negative; the port promises not.
-  return age === null || age === undefined ? record : { ...record, ageMs: Math.max(0, toNumber(age)) };
+  const sequence = toBigInt(row['seq']);
+  const envelope = envelopeOf(row);
+  const attempts = toNumber(row['attempts']);
+  if (age === null || age === undefined) return { sequence, envelope, attempts };
+  // One object per claimed record, not a copy with `ageMs` spread in: the relay holds every
+  // record of its in-flight batches, so what each one allocates outlives scavenges.
+  // A clock step back on the database could make the age negative; the port promises not.
+  return { sequence, envelope, attempts, ageMs: Math.max(0, toNumber(age)) };
 }
 
 function toDeadRecord(row: SqlRow): DeadOutboxRecord {

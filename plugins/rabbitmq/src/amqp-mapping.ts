@@ -1,13 +1,21 @@
 import { decodeEnvelope, SerializationError, type Envelope } from '@courier/core';
 
-/** The AMQP message a {@link toAmqpMessage} call produces: body and `basic.publish` properties. */
+/**
+ * The AMQP message a {@link toAmqpMessage} call produces: body, and the options of its
+ * `basic.publish` (method fields and properties) in the one object amqplib takes.
+ */
 export interface AmqpMessage {
   readonly content: Buffer;
   readonly properties: AmqpPublishProperties;
 }
 
-/** The subset of AMQP basic properties Courier sets. */
+/**
+ * The subset of AMQP basic properties Courier sets, with the `mandatory` flag of
+ * `basic.publish`: built once per message so that it is passed to amqplib as it is.
+ */
 export interface AmqpPublishProperties {
+  /** A message no queue takes comes back (`basic.return`) instead of vanishing. */
+  readonly mandatory: true;
   readonly messageId: string;
   readonly correlationId: string;
   readonly type: string;
@@ -119,7 +127,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * occurredAt → `timestamp` (seconds) plus `courier-occurred-at` (the exact ISO string
  * with milliseconds), payload → the body as UTF-8 JSON (`application/json`), user
  * headers as they are, and every other field in a `courier-*` header; `null` fields are
- * left out so that `null` and `""` stay distinct. Messages are persistent.
+ * left out so that `null` and `""` stay distinct. Messages are persistent and mandatory
+ * (the options are ready for amqplib's `publish` as they are: no copy per send).
  *
  * Throws `SerializationError` (`ENVELOPE_INVALID`) naming every user header RabbitMQ
  * reserves ({@link amqpEnvelopeProblems}: `CC`, `BCC`, `x-death`, …): the broker would
@@ -146,6 +155,7 @@ export function toAmqpMessage(envelope: Envelope, extraHeaders?: Readonly<Record
   return {
     content: Buffer.from(envelope.payload, 'utf8'),
     properties: {
+      mandatory: true,
       messageId: envelope.messageId,
       correlationId: envelope.correlationId,
       type: envelope.type,
@@ -228,16 +238,18 @@ function secondsToIso(timestamp: unknown): string | undefined {
 
 /**
  * Publish options for a copy of a received message (retry, dead letter, replay): the same
- * basic properties, persistent, with `headers` replacing the original headers. Internal.
+ * basic properties, persistent and mandatory, with `headers` replacing the original
+ * headers. Internal.
  */
 export function copyProperties(
   properties: Readonly<Record<string, unknown>>,
   headers: Record<string, unknown>,
-): { messageId: string; headers: Record<string, unknown>; deliveryMode: 2; [property: string]: unknown } {
-  const copy: { messageId: string; headers: Record<string, unknown>; deliveryMode: 2; [property: string]: unknown } = {
+): { messageId: string; headers: Record<string, unknown>; deliveryMode: 2; mandatory: true; [property: string]: unknown } {
+  const copy: { messageId: string; headers: Record<string, unknown>; deliveryMode: 2; mandatory: true; [property: string]: unknown } = {
     messageId: String(properties['messageId'] ?? ''),
     headers,
     deliveryMode: 2,
+    mandatory: true,
   };
   for (const name of ['correlationId', 'type', 'timestamp', 'contentType', 'contentEncoding', 'appId']) {
     const value = properties[name];

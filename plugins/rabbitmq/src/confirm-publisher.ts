@@ -17,6 +17,18 @@ export interface ChannelError {
   readonly message: string;
 }
 
+/**
+ * The options {@link ConfirmPublisher.send} takes: amqplib's, for a message that is
+ * mandatory and persistent. The caller builds them once per message (e.g.
+ * `toAmqpMessage`) and they go to amqplib as they are, without a copy per send.
+ */
+export type ConfirmPublishOptions = Options.Publish & {
+  readonly messageId: string;
+  readonly mandatory: true;
+  readonly deliveryMode: 2;
+  readonly persistent?: true;
+};
+
 interface Pending {
   readonly messageId: string;
   readonly sentAt: number;
@@ -115,7 +127,7 @@ export class ConfirmPublisher {
    * synchronously, having sent nothing, when amqplib cannot encode it (e.g. a headers
    * table over 64 KiB); the window is then unchanged.
    */
-  send(exchange: string, routingKey: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<ConfirmOutcome> {
+  send(exchange: string, routingKey: string, content: Buffer, options: ConfirmPublishOptions): Promise<ConfirmOutcome> {
     if (this.#closedBy !== null) return Promise.resolve(this.#closed(this.#closedBy));
     let pending!: Pending;
     const promise = new Promise<ConfirmOutcome>((resolve) => {
@@ -123,7 +135,7 @@ export class ConfirmPublisher {
     });
     let flushed: boolean;
     try {
-      flushed = this.#channel.publish(exchange, routingKey, content, { ...options, mandatory: true, persistent: true }, (error: unknown) =>
+      flushed = this.#channel.publish(exchange, routingKey, content, options, (error: unknown) =>
         this.#answer(pending, error),
       );
     } catch (error) {

@@ -1,5 +1,6 @@
 import { describeError, type DeadLetter, type Logger, type TransportDeadLetters } from '@courier/core';
-import type { Channel, ChannelModel, GetMessage, Options } from 'amqplib';
+import type { Channel, ChannelModel, GetMessage } from 'amqplib';
+import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
 import type { RabbitMqNames } from './topology.js';
 
@@ -10,7 +11,7 @@ export interface DeadLetterLink {
   names(consumer: string): RabbitMqNames;
   /** The open connection; throws a retriable TransportError while disconnected. */
   requireConnection(): Promise<ChannelModel>;
-  publishToQueue(queue: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<void>;
+  publishToQueue(queue: string, content: Buffer, options: ConfirmPublishOptions): Promise<void>;
 }
 
 /**

@@ -10,7 +10,8 @@ import {
   type Logger,
   type Subscription,
 } from '@courier/core';
-import type { Channel, ChannelModel, ConsumeMessage, Options } from 'amqplib';
+import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
+import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
 import { chooseDelayTier, declareConsumer, type RabbitMqNames } from './topology.js';
 
@@ -23,7 +24,7 @@ export interface SubscriptionLink {
   /** The open connection, or null while disconnected. */
   connection(): ChannelModel | null;
   /** Publishes to a queue through the default exchange and waits for the confirm; throws TransportError otherwise. */
-  publishToQueue(queue: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<void>;
+  publishToQueue(queue: string, content: Buffer, options: ConfirmPublishOptions): Promise<void>;
   count(counter: 'deliveries' | 'retried' | 'deadLettered'): void;
   forget(subscription: RabbitMqSubscription): void;
 }

@@ -17,9 +17,9 @@ import {
   type Transport,
   type TransportCapabilities,
 } from '@courier/core';
-import { connect, type ChannelModel, type Options } from 'amqplib';
+import { connect, type ChannelModel } from 'amqplib';
 import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
-import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome } from './confirm-publisher.js';
+import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions } from './confirm-publisher.js';
 import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
 import { DEFAULT_DELAY_TIERS_MS, declareConsumer, declareExchange, rabbitMqNames, type RabbitMqNames } from './topology.js';
@@ -640,7 +640,7 @@ export class RabbitMqTransport implements Transport {
     return new ConfirmPublisher(channel, { window, timeoutMs: this.#publishTimeoutMs });
   }
 
-  async #publishToQueue(queue: string, content: Buffer, options: Options.Publish & { messageId: string }): Promise<void> {
+  async #publishToQueue(queue: string, content: Buffer, options: ConfirmPublishOptions): Promise<void> {
     const publisher = await this.#readyPublisher();
     if (!publisher.hasCapacity()) await publisher.capacity();
     const outcome = await publisher.send('', queue, content, options);
