@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { URLS } from '../services.js';
+import { onJsonLines } from '../startup/json-lines.js';
 import { BenchBroker, openDb, OrderPlaced, seedBacklog, TOPIC } from '../setup.js';
 import { median, type Scenario } from './context.js';
 
@@ -72,22 +73,21 @@ export function startWorker(launch: WorkerLaunch, config: Record<string, unknown
     });
     const marks = new Map<string, number>();
     let done = false;
-    let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk;
-      let newline;
-      while ((newline = stdout.indexOf('\n')) >= 0) {
-        const line = stdout.slice(0, newline);
-        stdout = stdout.slice(newline + 1);
-        const parsed = JSON.parse(line) as { mark?: string; at?: number; done?: boolean; drain?: Record<string, number> };
+    onJsonLines(
+      child.stdout,
+      (message) => {
+        const parsed = message as { mark?: string; at?: number; done?: boolean; drain?: Record<string, number> };
         if (parsed.mark !== undefined && parsed.at !== undefined) marks.set(parsed.mark, parsed.at - spawnedAt);
         // A draining relay's figures (not times since spawn): `drain.seconds`, `drain.cpuSeconds`, `drain.maxRssMb`.
         for (const [name, value] of Object.entries(parsed.drain ?? {})) marks.set(`drain.${name}`, value);
         if (parsed.done) done = true;
-      }
-    });
+      },
+      (line) => {
+        stderr += `${line}\n`;
+      },
+    );
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       stderr += chunk;
     });

@@ -6,6 +6,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { WorkerLaunch } from '../scenarios/startup.js';
+import { onJsonLines } from './json-lines.js';
 
 const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const WORKER = join(BENCH_DIR, 'src', 'startup', 'startup-worker.mjs');
@@ -67,31 +68,21 @@ export class ServingWorker {
     });
     // Writing to a worker that just died: its exit rejects what is pending.
     this.#child.stdin.on('error', () => undefined);
-    let stdout = '';
-    this.#child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      stdout += chunk;
-      let newline;
-      while ((newline = stdout.indexOf('\n')) >= 0) {
-        const line = stdout.slice(0, newline);
-        stdout = stdout.slice(newline + 1);
-        let parsed: { reply?: WorkerReply; done?: boolean };
-        try {
-          parsed = JSON.parse(line) as { reply?: WorkerReply; done?: boolean };
-        } catch {
-          // Not a reply: a library in the worker wrote to stdout (the pg driver's "Connection
-          // Error: …" when the server ended a connection). Kept with stderr, shown if it fails;
-          // parsing it threw out of this listener and took the whole bench down.
-          this.#stderr = (this.#stderr + line + '\n').slice(-4_000);
-          continue;
-        }
+    onJsonLines(
+      this.#child.stdout,
+      (message) => {
+        const parsed = message as { reply?: WorkerReply; done?: boolean };
         if (parsed.done) this.#done = true;
-        if (parsed.reply === undefined) continue;
+        if (parsed.reply === undefined) return;
         const pending = this.#pending.shift();
-        if (pending === undefined) continue;
+        if (pending === undefined) return;
         clearTimeout(pending.timer);
         pending.resolve(parsed.reply);
-      }
-    });
+      },
+      (line) => {
+        this.#stderr = (this.#stderr + line + '\n').slice(-4_000);
+      },
+    );
     this.#child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-4_000);
     });
