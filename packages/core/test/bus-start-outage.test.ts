@@ -47,6 +47,16 @@ function gatedTransport(inner: Transport) {
   return { transport, state };
 }
 
+/**
+ * No subscribe try after this point. An absence cannot be polled for: wait several times
+ * the longest backoff (40 ms) and look.
+ */
+async function expectNoFurtherTries(state: { readonly calls: number }): Promise<void> {
+  const calls = state.calls;
+  await sleep(FAST.relay.pause.maxDelayMs * 5);
+  expect(state.calls, 'a subscribe try came after the bus should have stopped trying').toBe(calls);
+}
+
 describe('bus.start() during an outage', () => {
   it('broker down: start() resolves, the consumer is not ready with the reason, and it subscribes by itself when the broker returns', async () => {
     const gates: ReturnType<typeof gatedTransport>[] = [];
@@ -176,10 +186,7 @@ describe('bus.start() during an outage', () => {
     // The held try now succeeds: its subscription is closed rather than left consuming.
     state.held.shift()!();
     await eventually(() => expect(state.closed).toBe(1));
-    const calls = state.calls;
-    // Absence of further tries: wait several times the longest backoff (40 ms) and look.
-    await sleep(FAST.relay.pause.maxDelayMs * 5);
-    expect(state.calls).toBe(calls);
+    await expectNoFurtherTries(state);
   });
 
   it('a transport closed under the bus ends the background retries: health says why, nothing asks again', async () => {
@@ -193,9 +200,7 @@ describe('bus.start() during an outage', () => {
     await transport.close();
     h.broker.setAvailable(true);
     await eventually(() => expect(h.bus.health().consumers).toMatchObject([{ connected: false, lastError: expect.stringContaining('closed') }]));
-    const calls = state.calls;
-    await sleep(FAST.relay.pause.maxDelayMs * 5);
-    expect(state.calls).toBe(calls);
+    await expectNoFurtherTries(state);
   });
 
   it('stop() requested while start() is still trying the broker for the first time resolves, broker still down', async () => {
