@@ -65,6 +65,11 @@ const RETRY_INFIX = 'courier-retry.';
 const DLT_INFIX = 'courier-dlt.';
 /** Protocol errors that refuse a record for its content: retrying the same record never helps. */
 const CONTENT_ERRORS = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE', 'POLICY_VIOLATION', 'INVALID_TIMESTAMP', 'INVALID_TOPIC_EXCEPTION']);
+/**
+ * Protocol errors a partition answers while its leader is being elected or loaded (a topic
+ * created a moment ago; kafkajs names code 6 NOT_LEADER_FOR_PARTITION, Kafka NOT_LEADER_OR_FOLLOWER).
+ */
+const LEADER_NOT_READY = new Set(['NOT_LEADER_FOR_PARTITION', 'LEADER_NOT_AVAILABLE', 'UNKNOWN_TOPIC_OR_PARTITION', 'REPLICA_NOT_AVAILABLE']);
 
 /**
  * Prefix of the in-hand mark, the metadata of every offset Courier commits:
@@ -359,8 +364,7 @@ export class KafkaTransport implements Transport {
       logger: this.#logger,
       publishCopy: (topic, record) => this.#publishCopy(topic, record),
       highWatermarks: async (topic) => {
-        const admin = await this.#connectedAdmin();
-        const ends = await admin.fetchTopicOffsets(topic);
+        const ends = await this.#topicOffsets(topic);
         return new Map(ends.map((end) => [end.partition, Number(end.high)]));
       },
       committedOffsets: async (topics) => {
@@ -493,6 +497,35 @@ export class KafkaTransport implements Transport {
     }
   }
 
+  /**
+   * A topic's partition ends (low and high offsets), asked again while the broker says a
+   * partition's leader is not ready: a topic created a moment ago — by this transport, or by
+   * another process, when the create here came back TOPIC_ALREADY_EXISTS without waiting for
+   * leaders — answers ListOffsets with NOT_LEADER_OR_FOLLOWER until the broker has loaded its
+   * partitions, and kafkajs's `fetchTopicOffsets` asks again only on UNKNOWN_TOPIC_OR_PARTITION
+   * (it gives up on every other error at once). From the third try on the lookup goes through a
+   * new admin client: the shared one keeps the partition leaders it read first, which on a
+   * cluster of several brokers may be the ones that moved.
+   */
+  async #topicOffsets(topic: string): Promise<Awaited<ReturnType<Admin['fetchTopicOffsets']>>> {
+    const began = Date.now();
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        if (attempt < 3) return await (await this.#connectedAdmin()).fetchTopicOffsets(topic);
+        const fresh = this.#client.admin();
+        try {
+          await within(fresh.connect(), this.#connectTimeoutMs, 'connecting an admin client');
+          return await fresh.fetchTopicOffsets(topic);
+        } finally {
+          await fresh.disconnect().catch(() => undefined);
+        }
+      } catch (error) {
+        if (!LEADER_NOT_READY.has(protocolType(error) ?? '') || Date.now() - began >= this.#connectTimeoutMs || this.#closing) throw error;
+        await sleep(Math.min(100 * attempt, 1_000));
+      }
+    }
+  }
+
   /** Creates the topics that do not exist yet, with `partitions`; remembered once seen. */
   async #ensureTopics(topics: readonly string[], extraConfig: Record<string, string> = {}): Promise<void> {
     const missing = topics.filter((topic) => !this.#knownTopics.has(topic));
@@ -571,8 +604,13 @@ export class KafkaTransport implements Transport {
     this.#assertOpen();
     const topic = this.deadLetterTopic(consumer);
     await this.#ensureTopics([topic], { 'cleanup.policy': 'compact' });
+    let ends: Awaited<ReturnType<Admin['fetchTopicOffsets']>>;
+    try {
+      ends = await this.#topicOffsets(topic);
+    } catch (error) {
+      throw this.#closedOr(new TransportError(`could not read the dead letters of '${consumer}': ${describe(error)}`, { cause: error, retriable: true }));
+    }
     const admin = await this.#connectedAdmin();
-    const ends = await admin.fetchTopicOffsets(topic);
     const remaining = new Map(ends.filter((end) => BigInt(end.high) > BigInt(end.low)).map((end) => [end.partition, BigInt(end.high)]));
     const latest = new Map<string, { record: KafkaMessage; headers: Record<string, string> }>();
     if (remaining.size === 0) return latest;
