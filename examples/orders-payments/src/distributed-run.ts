@@ -12,7 +12,7 @@ import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { ConciseLogger } from './concise-logger.js';
 import { courierTables, dropSchema, prepareDatabase, redact } from './databases.js';
 import { openBackend, type RunBackend } from './distributed-config.js';
-import { sqlInspector } from './inspectors.js';
+import { patientInspector, sqlInspector } from './inspectors.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
 import type { ExampleOptions, WorkerRole } from './options.js';
@@ -101,7 +101,10 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     } else {
       throw new Error(`no transport for setup ${setup}`);
     }
-    const inspector = sqlInspector({ orm, shop: new MikroOrmShop(orm), tables: courierTables(backend.schema), deadLetters: transport.deadLetters, queued: queues });
+    const inspector = patientInspector(
+      sqlInspector({ orm, shop: new MikroOrmShop(orm), tables: courierTables(backend.schema), deadLetters: transport.deadLetters, queued: queues }),
+      write,
+    );
     workers = new WorkerPool(
       {
         setup,

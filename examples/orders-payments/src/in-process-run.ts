@@ -19,7 +19,7 @@ import { ConciseLogger } from './concise-logger.js';
 import { courierTables, openSqliteOrm, prepareDatabase, TABLE_PREFIXES } from './databases.js';
 import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
 import { InMemoryShop } from './in-memory-shop.js';
-import { inMemoryInspector, sqlInspector, type Inspector } from './inspectors.js';
+import { inMemoryInspector, patientInspector, sqlInspector, type Inspector } from './inspectors.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
 import type { ExampleOptions } from './options.js';
 import { placeOrders, subscribeOrders } from './orders-service.js';
@@ -130,11 +130,12 @@ async function run<Tx>(env: InProcessEnvironment<Tx>, options: ExampleOptions, l
         placing = false;
       },
     );
-    let snapshot = await env.inspector.snapshot();
+    const inspector = patientInspector(env.inspector, write);
+    let snapshot = await inspector.snapshot();
     let lastPrint = Date.now();
     const deadline = started + options.timeoutMs;
     while (Date.now() < deadline) {
-      snapshot = await env.inspector.snapshot();
+      snapshot = await inspector.snapshot();
       if (Date.now() - lastPrint >= 1_000) {
         write(progressLine(Date.now() - started, snapshot, options.orders));
         lastPrint = Date.now();
@@ -145,7 +146,7 @@ async function run<Tx>(env: InProcessEnvironment<Tx>, options: ExampleOptions, l
     }
     if (Date.now() >= deadline) write(`the counts did not settle within ${options.timeoutMs / 1000}s; reconciling what there is`);
     await Promise.all([env.orders.stop({ timeoutMs: 5_000 }), env.payments.stop({ timeoutMs: 5_000 })]);
-    snapshot = await env.inspector.snapshot();
+    snapshot = await inspector.snapshot();
     write(progressLine(Date.now() - started, snapshot, options.orders, 'stopped'));
     const counters = { orders: serviceCounters(env.orders.health().counters), payments: serviceCounters(env.payments.health().counters) };
     const report = reconcile(snapshot, options.orders, counters);

@@ -1,14 +1,39 @@
-import type { InMemoryOutboxStore, TransportDeadLetters } from '@courier/core';
+import { describeError, type InMemoryOutboxStore, type TransportDeadLetters } from '@courier/core';
 import type { MikroORM } from '@mikro-orm/core';
 import type { InMemoryShop } from './in-memory-shop.js';
 import type { MikroOrmShop } from './mikro-orm-shop.js';
 import { ORDERS_CONSUMER } from './orders-service.js';
 import { PAYMENTS_CONSUMER } from './payments-service.js';
+import { sleep } from './run-result.js';
 import { readDeadLetters, type OutboxCounts, type OutboxMessage, type ServiceName, type Snapshot } from './snapshot.js';
 
 /** Takes a {@link Snapshot} of a running (or stopped) demo. */
 export interface Inspector {
   snapshot(): Promise<Snapshot>;
+}
+
+/**
+ * An inspector that reads again when a read fails, for the monitor of a run: a read can fail
+ * for a moment while workers are killed and topics created (CI saw Kafka answer a dead-letter
+ * read of a topic created that instant with NOT_LEADER_OR_FOLLOWER), and that is no reason to
+ * end the run. Each failure is written; only reads failing for `patienceMs` in a row (an
+ * outage, not a moment) end it, with the last error.
+ */
+export function patientInspector(inspector: Inspector, write: (line: string) => void, patienceMs = 30_000): Inspector {
+  return {
+    async snapshot() {
+      const since = Date.now();
+      for (;;) {
+        try {
+          return await inspector.snapshot();
+        } catch (error) {
+          if (Date.now() - since >= patienceMs) throw error;
+          write(`  (could not read the counts, reading again: ${describeError(error)})`);
+          await sleep(1_000);
+        }
+      }
+    },
+  };
 }
 
 /**

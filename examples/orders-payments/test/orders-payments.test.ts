@@ -3,8 +3,10 @@
 import { describe, expect, it } from 'vitest';
 import { catalog } from '../src/catalog.js';
 import { runInProcess } from '../src/in-process-run.js';
+import { patientInspector } from '../src/inspectors.js';
 import { parseCommand, type ExampleOptions } from '../src/options.js';
 import { reconcile } from '../src/reconciliation.js';
+import type { Snapshot } from '../src/snapshot.js';
 
 const ORDERS = 60;
 
@@ -37,5 +39,44 @@ describe.each(['in-memory', 'sqlite'])('the %s setup, end to end', (setup) => {
     const report = reconcile(tampered, ORDERS, { orders: counters, payments: counters });
     expect(report.ok).toBe(false);
     expect(report.checks.filter((check) => !check.ok).map((check) => check.text).join('\n')).toContain(first!.orderId);
+  });
+});
+
+describe('the monitor of a run', () => {
+  // CI's PostgreSQL + Kafka run died on one failed read of the counts while a worker was
+  // creating its topics; a read failing for a moment must not end a run.
+  it('reads the counts again when a read fails for a moment, and says so', async () => {
+    const snapshot = {} as Snapshot;
+    let reads = 0;
+    const lines: string[] = [];
+    const inspector = patientInspector(
+      {
+        snapshot: async () => {
+          reads += 1;
+          if (reads <= 2) throw new Error('This server is not the leader for that topic-partition');
+          return snapshot;
+        },
+      },
+      (line) => lines.push(line),
+    );
+    await expect(inspector.snapshot()).resolves.toBe(snapshot);
+    expect(reads).toBe(3);
+    expect(lines).toEqual(Array(2).fill('  (could not read the counts, reading again: Error: This server is not the leader for that topic-partition)'));
+  });
+
+  it('ends the run with the last error once reads have failed for the whole patience', async () => {
+    let reads = 0;
+    const inspector = patientInspector(
+      {
+        snapshot: async () => {
+          reads += 1;
+          throw new Error(`read ${reads} failed`);
+        },
+      },
+      () => undefined,
+      1_500,
+    );
+    await expect(inspector.snapshot()).rejects.toThrow(/read [23] failed/);
+    expect(reads).toBeGreaterThanOrEqual(2);
   });
 });
