@@ -9,7 +9,9 @@
 //   frame on the stack (garbage collection and idle are their own lines); the profile is also
 //   written as a `.cpuprofile` file for Chrome DevTools.
 //
-//   node --conditions=@courier/source --import tsx src/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile]
+//   node --conditions=@courier/source --import tsx src/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile|-] [keyless]
+//
+// `keyless` seeds the measured backlog without keys (scenario 2 / 8's keyless line); `-` for no profile file.
 //
 // A 2,000-row drain first warms the code and the connections up; only the measured drain is
 // profiled and timed.
@@ -41,7 +43,8 @@ interface CpuProfile {
 const dialect: Dialect = process.argv[2] === 'mariadb' ? 'mariadb' : 'postgresql';
 const mode = process.argv[3] === 'timing' ? 'timing' : 'cpu';
 const rows = Number(process.argv[4] ?? 20_000);
-const out = process.argv[5];
+const out = process.argv[5] === '-' ? undefined : process.argv[5];
+const keyless = process.argv[6] === 'keyless';
 const WARM_UP = 2_000;
 
 
@@ -235,7 +238,7 @@ try {
   await bus.start({ relay: true, consumers: false });
   bus.wake();
   await until(() => bus.health().counters.published >= WARM_UP, 600_000, 'the warm-up drain');
-  await seedBacklog(db, rows, { from: WARM_UP + 1 });
+  await seedBacklog(db, rows, { from: WARM_UP + 1, keyless });
   if (mode === 'cpu') {
     session.connect();
     await session.post('Profiler.enable');
@@ -259,7 +262,7 @@ try {
   const loop = performance.eventLoopUtilization(elu);
   const seconds = (ended - started) / 1000;
   console.log(
-    `${dialect}: ${rows} messages in ${seconds.toFixed(2)} s = ${(rows / seconds).toFixed(0)} msg/s; ` +
+    `${dialect}${keyless ? " (keyless)" : ""}: ${rows} messages in ${seconds.toFixed(2)} s = ${(rows / seconds).toFixed(0)} msg/s; ` +
       `CPU ${((used.user + used.system) / 1e6).toFixed(2)} s = ${((used.user + used.system) / rows).toFixed(1)} µs/msg (user ${(used.user / rows).toFixed(1)}, system ${(used.system / rows).toFixed(1)}); ` +
       `event loop busy ${(loop.utilization * 100).toFixed(0)}% of the drain`,
   );
