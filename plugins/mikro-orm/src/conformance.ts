@@ -19,6 +19,9 @@ export interface SqliteStoreFixtureOptions {
   readonly directory?: string;
 }
 
+/** How long a fixture's SQLite connections wait for another process's lock, from when they open. */
+const SQLITE_OPEN_BUSY_TIMEOUT_MS = 30_000;
+
 /**
  * Creates a store fixture over a SQLite file (MikroORM with `@mikro-orm/libsql`, no
  * server): an outbox and an inbox with tables prefixed `<testId>_`, and an effects table
@@ -58,6 +61,11 @@ export async function createSqliteStoreFixture(context: FixtureContext, options:
     entities: [schema],
     debug: false,
     discovery: { warnWhenNoEntities: false },
+    // A busy timeout from the moment libsql opens a connection (milliseconds): MikroORM's
+    // init reads the schema before any store exists to configure the connection, and a
+    // process recovering the journal of one the SIGKILL scenarios killed keeps readers out
+    // for a moment — without it, a worker died at start with "database is locked".
+    driverOptions: { connection: { timeout: SQLITE_OPEN_BUSY_TIMEOUT_MS } },
   } as Options);
   const connection = orm.em.getConnection('write');
   try {

@@ -10,10 +10,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { eventually } from '@courier/conformance';
+import { eventually, type FixtureContext } from '@courier/conformance';
 import type { MikroORM } from '@mikro-orm/core';
 import { MikroORM as LibSqlOrm } from '@mikro-orm/libsql';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createSqliteStoreFixture } from '../src/conformance.js';
 import { MikroOrmOutboxStore } from '../src/index.js';
 
 const HOLD_MS = 1_500;
@@ -29,11 +30,15 @@ function libsqlPath(): string {
   return createRequire(createRequire(knex).resolve('@mikro-orm/knex')).resolve('libsql');
 }
 
-/** Another process takes the file's write lock and holds it for `HOLD_MS`; resolves once it holds it, with its exit. */
-async function holdWriteLock(file: string): Promise<{ exited: Promise<number | null> }> {
+/**
+ * Another process takes the file's write lock (`IMMEDIATE`; `EXCLUSIVE` keeps readers out too,
+ * as a process does while it recovers the journal of one that was killed) and holds it for
+ * `HOLD_MS`; resolves once it holds it, with its exit.
+ */
+async function holdWriteLock(file: string, mode: 'IMMEDIATE' | 'EXCLUSIVE' = 'IMMEDIATE'): Promise<{ exited: Promise<number | null> }> {
   const script =
     `const Database = require(${JSON.stringify(libsqlPath())}); const db = new Database(${JSON.stringify(file)});` +
-    `db.exec('BEGIN IMMEDIATE'); console.log('locked'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, ${HOLD_MS});`;
+    `db.exec('BEGIN ${mode}'); console.log('locked'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, ${HOLD_MS});`;
   const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
   cleanups.push(async () => {
@@ -93,4 +98,29 @@ describe('SQLite: every connection of the ORM waits for the write lock', () => {
     expect(rows.map((row: { v: string }) => row.v)).toEqual(['while another process writes', 'after']);
     console.log(`application write on a fresh connection waited ${waited} ms for a ${HOLD_MS} ms lock held by another process`);
   }, 90_000);
+});
+
+describe('SQLite: the published conformance fixture opens a file another process holds', () => {
+  // CI saw a SIGKILL scenario's worker die at start with "database is locked": MikroORM's
+  // init reads the schema (`ensureDatabase`) before any store exists to give its connection
+  // the busy timeout, and libsql opens connections with none. The fixture now asks libsql
+  // for one at open (driverOptions.connection.timeout), as the README tells users to.
+  it('waits for a lock that keeps readers out instead of failing at the ORM\'s init', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'courier-fixture-open-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const testId = `open_${process.pid}`;
+    const file = join(dir, `${testId}.db`);
+    const seed = (await LibSqlOrm.init({ dbName: file, entities: [], discovery: { warnWhenNoEntities: false }, debug: false })) as unknown as MikroORM;
+    await seed.em.getConnection().execute('CREATE TABLE seeded (id INTEGER PRIMARY KEY)', [], 'run');
+    await seed.close(true);
+
+    const holder = await holdWriteLock(file, 'EXCLUSIVE');
+    const started = Date.now();
+    const fixture = await createSqliteStoreFixture({ testId } as FixtureContext, { directory: dir });
+    cleanups.push(() => fixture.close());
+    const waited = Date.now() - started;
+    expect(await holder.exited).toBe(0);
+    await expect(fixture.outbox.stats()).resolves.toBeDefined();
+    console.log(`the fixture's ORM init waited ${waited} ms for a ${HOLD_MS} ms exclusive lock held by another process`);
+  }, 60_000);
 });
