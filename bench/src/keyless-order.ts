@@ -4,9 +4,10 @@
 // previous drain's changes, a warmer buffer pool) shows as a difference between the two orders.
 //
 //   node --conditions=@courier/source --import tsx src/keyless-order.ts [mariadb|postgresql] [rows] [keyless,keyed,…]
-import { relayDrain } from './scenarios/drain.js';
-import { BenchBroker, openDb } from './setup.js';
-const dialect = (process.argv[2] ?? 'mariadb') as 'mariadb' | 'postgresql';
+import { loadavg } from 'node:os';
+import { relayDrain, truncate } from './scenarios/drain.js';
+import { BenchBroker, openDb, type Dialect } from './setup.js';
+const dialect: Dialect = process.argv[2] === 'postgresql' ? 'postgresql' : 'mariadb';
 const count = Number(process.argv[3] ?? 100_000);
 const order = (process.argv[4] ?? 'keyless,keyed,keyless,keyed').split(',');
 const prefix = `kord${Date.now().toString(36)}`;
@@ -15,12 +16,12 @@ const broker = new BenchBroker(prefix);
 try {
   await broker.declareSink();
   for (const kind of order) {
-    await db.sql(`TRUNCATE TABLE ${db.table('outbox')}`);
+    await truncate(db);
     const run = await relayDrain(db, broker, count, { keyless: kind === 'keyless' });
-    const load = (await import('node:os')).loadavg()[0]!.toFixed(1);
+    const load = loadavg()[0]!.toFixed(1);
     console.log(`${kind}: ${Math.round(run.rate)} msg/s, cpu ${((run.cpuSeconds * 1e6) / count).toFixed(1)} µs/msg, load ${load}`);
   }
 } finally {
-  await broker.close?.();
-  await db.close?.();
+  await broker.close();
+  await db.close();
 }

@@ -13,7 +13,7 @@ import type { Scenario, ScenarioContext } from './context.js';
 const BATCH = DEFAULT_RELAY_BATCH_SIZE;
 
 /** Empties the outbox between phases. */
-async function truncate(db: BenchDb): Promise<void> {
+export async function truncate(db: BenchDb): Promise<void> {
   await db.sql(db.dialect === 'postgresql' ? `TRUNCATE ${db.table('outbox')}` : `TRUNCATE TABLE ${db.table('outbox')}`);
 }
 
