@@ -21,7 +21,7 @@ import { PAYMENTS_CONSUMER } from './payments-service.js';
 import { progressLine } from './progress.js';
 import { formatReport, reconcile } from './reconciliation.js';
 import { sleep, type RunResult } from './run-result.js';
-import { isSettled, type Snapshot } from './snapshot.js';
+import { SettleWatch, type Snapshot } from './snapshot.js';
 import { WorkerPool } from './worker-pool.js';
 
 /** Each consumer, the topic it reads: declared up front so nothing published early is unroutable. */
@@ -97,7 +97,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
           { cause: error },
         );
       }
-      queues = consumerLag(kafkaAdmin, transport, write);
+      queues = consumerLag(kafkaAdmin, transport);
     } else {
       throw new Error(`no transport for setup ${setup}`);
     }
@@ -157,8 +157,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
       : Promise.resolve();
 
     let lastPrint = Date.now();
-    const deadline = started + options.timeoutMs;
-    let settled = false;
+    const watch = new SettleWatch({ started, stallMs: options.stallMs, maxMs: options.timeoutMs });
     // Ctrl-C ends the wait: the workers (which ignore SIGINT) are stopped, the counts
     // reconciled as they are, and the schema and queues removed.
     let interrupted = false;
@@ -169,14 +168,16 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
       process.removeListener('SIGINT', onInterrupt);
     };
     process.on('SIGINT', onInterrupt);
-    while (Date.now() < deadline && !interrupted) {
+    while (!interrupted) {
       snapshot = await inspector.snapshot();
       if (Date.now() - lastPrint >= 1_000) {
         write(progressLine(Date.now() - started, snapshot, options.orders, `workers ${pool.describe()}${options.chaos ? ` · kills ${chaos.kills}` : ''}`));
         lastPrint = Date.now();
       }
-      if (chaos.done && isSettled(snapshot, options.orders)) {
-        settled = true;
+      const verdict = watch.observe(snapshot, options.orders, chaos.done);
+      if (verdict === 'settled') break;
+      if (verdict !== 'moving') {
+        write(watch.describe(verdict));
         break;
       }
       await sleep(500);
@@ -184,7 +185,6 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     chaos.stop = true;
     await monkey;
     process.removeListener('SIGINT', onInterrupt);
-    if (!settled && !interrupted) write(`the counts did not settle within ${options.timeoutMs / 1000}s; reconciling what there is`);
     await pool.stopAll();
     snapshot = await inspector.snapshot();
     write(progressLine(Date.now() - started, snapshot, options.orders, 'workers stopped'));
@@ -240,26 +240,18 @@ function queueDepth(broker: ChannelModel, transport: RabbitMqTransport): () => P
  * committed past (waiting, in hand, or retry copies not due yet); not the dead letters.
  * A partition the group never committed counts from its first record.
  */
-function consumerLag(admin: Admin, transport: KafkaTransport, write: (line: string) => void): () => Promise<number> {
+function consumerLag(admin: Admin, transport: KafkaTransport): () => Promise<number> {
   return async () => {
-    // A topic just created answers ListOffsets with NOT_LEADER_OR_FOLLOWER until the broker has
-    // loaded its partitions, and kafkajs's admin keeps the metadata it read at that moment (CI
-    // saw the 2 s of asking again this did before run out, and the run died on its first poll).
-    // Ask again for up to 30 s, reconnecting from the second failure on: a reconnect drops the
-    // admin's cached metadata, so the next try reads the partitions' leaders afresh.
-    const deadline = Date.now() + 30_000;
-    for (let attempt = 1; ; attempt += 1) {
-      try {
-        return await lag();
-      } catch (error) {
-        if (Date.now() >= deadline) throw error;
-        write(`  (Kafka consumer lag not readable yet, asking again: ${describeError(error)})`);
-        await sleep(Math.min(250 * attempt, 2_000));
-        if (attempt >= 2) {
-          await admin.disconnect().catch(() => undefined);
-          await admin.connect().catch(() => undefined);
-        }
-      }
+    try {
+      return await lag();
+    } catch (error) {
+      // A topic just created answers ListOffsets with NOT_LEADER_OR_FOLLOWER until the broker
+      // has loaded its partitions, and kafkajs's admin keeps the metadata it read at that
+      // moment. Reconnecting drops it, so the next read (the monitor's patientInspector reads
+      // again, and alone decides how long to wait) asks for the partitions' leaders afresh.
+      await admin.disconnect().catch(() => undefined);
+      await admin.connect().catch(() => undefined);
+      throw error;
     }
   };
   async function lag(): Promise<number> {

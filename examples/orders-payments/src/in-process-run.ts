@@ -28,7 +28,7 @@ import { progressLine } from './progress.js';
 import { formatReport, reconcile } from './reconciliation.js';
 import { DEMO_RELAY, serviceCounters, sleep, type RunResult } from './run-result.js';
 import type { ShopStorage } from './shop-storage.js';
-import { isSettled } from './snapshot.js';
+import { SettleWatch } from './snapshot.js';
 
 /** Both services' buses and tables in this process, on one setup. */
 interface InProcessEnvironment<Tx> {
@@ -133,18 +133,22 @@ async function run<Tx>(env: InProcessEnvironment<Tx>, options: ExampleOptions, l
     const inspector = patientInspector(env.inspector, write);
     let snapshot = await inspector.snapshot();
     let lastPrint = Date.now();
-    const deadline = started + options.timeoutMs;
-    while (Date.now() < deadline) {
+    const watch = new SettleWatch({ started, stallMs: options.stallMs, maxMs: options.timeoutMs });
+    for (;;) {
       snapshot = await inspector.snapshot();
       if (Date.now() - lastPrint >= 1_000) {
         write(progressLine(Date.now() - started, snapshot, options.orders));
         lastPrint = Date.now();
       }
       if (placingError !== undefined) throw placingError;
-      if (!placing && isSettled(snapshot, options.orders)) break;
+      const verdict = watch.observe(snapshot, options.orders, !placing);
+      if (verdict === 'settled') break;
+      if (verdict !== 'moving') {
+        write(watch.describe(verdict));
+        break;
+      }
       await sleep(100);
     }
-    if (Date.now() >= deadline) write(`the counts did not settle within ${options.timeoutMs / 1000}s; reconciling what there is`);
     await Promise.all([env.orders.stop({ timeoutMs: 5_000 }), env.payments.stop({ timeoutMs: 5_000 })]);
     snapshot = await inspector.snapshot();
     write(progressLine(Date.now() - started, snapshot, options.orders, 'stopped'));

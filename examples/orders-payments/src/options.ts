@@ -17,8 +17,10 @@ export interface ExampleOptions {
   readonly orders: number;
   /** Kill and restart the worker processes at random while it runs (sqlite-sql, postgres-rabbitmq, postgres-kafka). */
   readonly chaos: boolean;
-  /** How long to wait for the counts to settle before reconciling anyway. */
+  /** The longest the run may take before reconciling anyway; it waits while the counts keep moving. */
   readonly timeoutMs: number;
+  /** Reconcile anyway once the counts have not moved for this long (a stuck run ends soon). */
+  readonly stallMs: number;
   /** Keep the run's database schema / SQLite file and broker queues for inspection. */
   readonly keep: boolean;
   /** Print Courier's info and debug logs and every repeated warning. */
@@ -40,7 +42,8 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
                     and the SQL transport, no server needed)
   --orders <n>      orders to place (default 200)
   --chaos           sqlite-sql, postgres-rabbitmq and postgres-kafka: SIGKILL and restart the worker processes at random while it runs
-  --timeout <s>     seconds to wait for the counts to settle (default 120)
+  --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
+  --stall <s>       give up when the counts have not moved for this many seconds (default 60)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
   --verbose         print Courier's info logs and every repeated warning
   --help
@@ -72,6 +75,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         orders: { type: 'string' },
         chaos: { type: 'boolean', default: false },
         timeout: { type: 'string' },
+        stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
         verbose: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
@@ -95,8 +99,10 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
   if (!(SETUPS as readonly string[]).includes(setup)) problems.push(`setup must be one of ${SETUPS.join(', ')}, got '${setupText}'`);
   const orders = Number(values.orders ?? 200);
   if (!Number.isSafeInteger(orders) || orders < 1 || orders > 100_000) problems.push(`--orders must be an integer from 1 to 100000`);
-  const timeout = Number(values.timeout ?? 120);
+  const timeout = Number(values.timeout ?? 600);
   if (!(timeout > 0) || !Number.isFinite(timeout)) problems.push(`--timeout must be a positive number of seconds`);
+  const stall = Number(values.stall ?? 60);
+  if (!(stall > 0) || !Number.isFinite(stall)) problems.push(`--stall must be a positive number of seconds`);
   if (values.chaos && !(DISTRIBUTED_SETUPS as readonly string[]).includes(setup)) {
     problems.push(`--chaos needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
   }
@@ -108,6 +114,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       orders,
       chaos: values.chaos,
       timeoutMs: Math.round(timeout * 1000),
+      stallMs: Math.round(stall * 1000),
       keep: values.keep,
       verbose: values.verbose,
       pgUrl: env['COURIER_PG_URL'] ?? 'postgres://courier:courier@127.0.0.1:5432/courier_test',

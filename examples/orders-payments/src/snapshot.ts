@@ -84,3 +84,70 @@ export function isSettled(snapshot: Snapshot, expectedOrders: number): boolean {
   const applied = snapshot.orders.reduce((sum, order) => sum + order.paidCount, 0);
   return applied + snapshot.deadLetters.orders.length >= snapshot.payments.length;
 }
+
+/** What {@link SettleWatch.observe} decides after a snapshot. */
+export type SettleVerdict = 'settled' | 'moving' | 'stalled' | 'over-time';
+
+/**
+ * Decides when a run stops waiting for its counts: at once when they settle; otherwise it
+ * waits as long as they keep moving, and gives up when nothing moved for `stallMs` (stuck:
+ * a lost message, a worker that never came back) or the run has taken `maxMs` in all. So a
+ * slow machine is given the time it needs, and a stuck run still ends soon.
+ */
+export class SettleWatch {
+  readonly #stallMs: number;
+  readonly #maxMs: number;
+  readonly #endsAt: number;
+  #lastKey = '';
+  #lastMove: number;
+
+  constructor(options: { readonly started: number; readonly stallMs: number; readonly maxMs: number }) {
+    this.#stallMs = options.stallMs;
+    this.#maxMs = options.maxMs;
+    this.#endsAt = options.started + options.maxMs;
+    this.#lastMove = options.started;
+  }
+
+  /** Takes the latest snapshot; `ready` is false while the run itself is not done (orders still being placed, chaos still killing). */
+  observe(snapshot: Snapshot, expectedOrders: number, ready: boolean, now = Date.now()): SettleVerdict {
+    const key = progressKey(snapshot);
+    if (key !== this.#lastKey) {
+      this.#lastKey = key;
+      this.#lastMove = now;
+    }
+    if (ready && isSettled(snapshot, expectedOrders)) return 'settled';
+    if (now >= this.#endsAt) return 'over-time';
+    return now - this.#lastMove >= this.#stallMs ? 'stalled' : 'moving';
+  }
+
+  /** Why the wait ended without the counts settling, for the run's output. */
+  describe(verdict: 'stalled' | 'over-time'): string {
+    return verdict === 'stalled'
+      ? `the counts did not move for ${this.#stallMs / 1000}s and have not settled; reconciling what there is`
+      : `the counts did not settle within ${this.#maxMs / 1000}s (still moving); reconciling what there is`;
+  }
+}
+
+/** Every count that changes while a run makes progress; equal keys mean nothing moved. */
+function progressKey(snapshot: Snapshot): string {
+  const applied = snapshot.orders.reduce((sum, order) => sum + order.paidCount, 0);
+  const { orders, payments } = snapshot.outbox;
+  return [
+    snapshot.orders.length,
+    snapshot.payments.length,
+    applied,
+    orders.total,
+    orders.pending,
+    orders.dead,
+    payments.total,
+    payments.pending,
+    payments.dead,
+    snapshot.processed.orders,
+    snapshot.processed.payments,
+    snapshot.duplicates.orders,
+    snapshot.duplicates.payments,
+    snapshot.deadLetters.orders.length,
+    snapshot.deadLetters.payments.length,
+    snapshot.queued,
+  ].join(',');
+}

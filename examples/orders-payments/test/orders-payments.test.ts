@@ -6,7 +6,8 @@ import { runInProcess } from '../src/in-process-run.js';
 import { patientInspector } from '../src/inspectors.js';
 import { parseCommand, type ExampleOptions } from '../src/options.js';
 import { reconcile } from '../src/reconciliation.js';
-import type { Snapshot } from '../src/snapshot.js';
+import { SettleWatch, type Snapshot } from '../src/snapshot.js';
+import type { OrderRow } from '../src/shop-storage.js';
 
 const ORDERS = 60;
 
@@ -78,5 +79,49 @@ describe('the monitor of a run', () => {
     );
     await expect(inspector.snapshot()).rejects.toThrow(/read [23] failed/);
     expect(reads).toBeGreaterThanOrEqual(2);
+  });
+});
+
+describe('when a run stops waiting for its counts', () => {
+  // A run on a loaded machine settled steadily but slowly and was cut off by a fixed budget
+  // (NOT RECONCILED for time, nothing lost); a run stops waiting when the counts stop moving.
+  const order = (paid: boolean): OrderRow =>
+    ({ orderId: 'o', customerId: 'c', totalCents: 1, currency: 'EUR', status: paid ? 'paid' : 'placed', placedMessageId: 'm', paidCount: paid ? 1 : 0, paymentId: null }) as OrderRow;
+  const snapshot = (paid: number, of = 3): Snapshot =>
+    ({
+      orders: Array.from({ length: of }, (_, index) => order(index < paid)),
+      payments: Array(paid).fill({}),
+      outbox: { orders: { total: of, pending: 0, published: of, dead: 0 }, payments: { total: paid, pending: 0, published: paid, dead: 0 } },
+      outboxMessages: null,
+      processed: { orders: paid, payments: of },
+      duplicates: { orders: 0, payments: 0 },
+      deadLetters: { orders: [], payments: [] },
+      queued: of - paid,
+    }) as unknown as Snapshot;
+
+  it('keeps waiting past the stall time while the counts move, and settles', () => {
+    const watch = new SettleWatch({ started: 0, stallMs: 10_000, maxMs: 600_000 });
+    expect(watch.observe(snapshot(0), 3, true, 1_000)).toBe('moving');
+    expect(watch.observe(snapshot(1), 3, true, 9_000)).toBe('moving');
+    expect(watch.observe(snapshot(2), 3, true, 18_000)).toBe('moving');
+    expect(watch.observe(snapshot(3), 3, true, 27_000)).toBe('settled');
+  });
+
+  it('gives up once nothing moved for the stall time, and says so', () => {
+    const watch = new SettleWatch({ started: 0, stallMs: 10_000, maxMs: 600_000 });
+    expect(watch.observe(snapshot(1), 3, true, 1_000)).toBe('moving');
+    expect(watch.observe(snapshot(1), 3, true, 10_999)).toBe('moving');
+    expect(watch.observe(snapshot(1), 3, true, 11_000)).toBe('stalled');
+    expect(watch.describe('stalled')).toBe('the counts did not move for 10s and have not settled; reconciling what there is');
+  });
+
+  it('does not settle while the run is not done, and stops at the run limit even while moving', () => {
+    const watch = new SettleWatch({ started: 0, stallMs: 10_000, maxMs: 20_000 });
+    expect(watch.observe(snapshot(3), 3, false, 1_000)).toBe('moving');
+    expect(watch.observe(snapshot(3), 3, true, 2_000)).toBe('settled');
+    const busy = new SettleWatch({ started: 0, stallMs: 10_000, maxMs: 20_000 });
+    expect(busy.observe(snapshot(1), 3, true, 15_000)).toBe('moving');
+    expect(busy.observe(snapshot(2), 3, true, 20_000)).toBe('over-time');
+    expect(busy.describe('over-time')).toBe('the counts did not settle within 20s (still moving); reconciling what there is');
   });
 });
