@@ -148,3 +148,43 @@ describe('claim and prune stay on indexes with a 100k-row backlog', () => {
     expect(problems).toEqual([]);
   });
 });
+
+// A mostly keyless outbox near the end of a drain: InnoDB counts every NULL key hash as one
+// value, so the probe's lookup on key_ix is estimated at the whole table and a range over
+// the few pending rows of a `state` index looked cheaper to the optimizer. That range has no
+// NULL shortcut: each keyless head read every earlier pending row (bench/README.md, "The
+// MariaDB keyless drain at 100k — cause"). The rows are inserted in their final state, so no
+// delete-marked entries inflate the range's estimate, as on a drained table after purge.
+describe('MariaDB: the head scan probes key_ix on a mostly keyless outbox', () => {
+  it.each(['mariadb', 'mysql-driver'] as const)('%s: the NOT EXISTS probe uses key_ix with 20,000 keyless rows, 200 pending', { timeout: 60_000 }, async (dialect) => {
+    const captured: Captured[] = [];
+    const fixture = await createMikroOrmFixture(
+      dialect,
+      { testId: testId() },
+      {
+        orm: {
+          onQuery: (sql: string, params: readonly unknown[]) => {
+            captured.push({ sql, params: [...params] });
+            return sql;
+          },
+        },
+      },
+    );
+    open.push(fixture);
+    const outbox = fixture.table('outbox');
+    await fixture.sql(
+      `INSERT INTO ${outbox} (message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, headers, payload, state, available_at, attempts, created_at, published_at) ` +
+        `SELECT CONCAT('seed-', seq), 'seed.Type', 1, 'seed', NULL, NULL, '2024-01-01T00:00:00.000Z', CONCAT('seed-', seq), '{}', '{}', ` +
+        `CASE WHEN seq <= 19800 THEN 'published' ELSE 'pending' END, UTC_TIMESTAMP(3) - INTERVAL 1 HOUR, 0, UTC_TIMESTAMP(3) - INTERVAL 1 HOUR, ` +
+        `CASE WHEN seq <= 19800 THEN UTC_TIMESTAMP(3) - INTERVAL 1 HOUR ELSE '${NOT_PUBLISHED_AT}' END FROM seq_1_to_20000`,
+    );
+    await fixture.sql(`ANALYZE TABLE ${outbox}`);
+    captured.length = 0;
+    const batch = await fixture.outbox.claim({ owner: 'explain', limit: 50, leaseMs: 60_000, perKey: 1 });
+    expect(batch.records.length).toBe(50);
+    const heads = relevantStatements(fixture, captured).filter((sql) => sql.includes('SKIP LOCKED') && sql.includes('NOT EXISTS'));
+    expect(heads.length).toBe(1);
+    const probe = (await fixture.sql(`EXPLAIN ${heads[0]!}`)).find((row) => row['table'] === 'e');
+    expect(probe?.['key']).toBe(`${fixture.tablePrefix}outbox_key_ix`);
+  });
+});

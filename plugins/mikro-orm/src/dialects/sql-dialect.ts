@@ -88,6 +88,11 @@ export interface SqlDialect {
   epochMs(expression: string): string;
   /** Row-locking suffix of the head-of-key SELECT (`FOR UPDATE SKIP LOCKED` where supported). */
   readonly lockSkipLocked: string;
+  /**
+   * Index hint after the head-of-key probe's alias in {@link headsSql} (MySQL/MariaDB: the
+   * key index, see the MySQL dialect); absent where the planner keeps the probe on it itself.
+   */
+  readonly keyProbeHint?: string;
   /** Whether store transactions should run at READ COMMITTED (MySQL's default is stricter). */
   readonly readCommitted: boolean;
   /**
@@ -152,14 +157,14 @@ export interface DialectContext {
  * parameters). `completing`: a query of the sequences the same statement marks published
  * (PostgreSQL's completion CTE), which count as published although its snapshot predates them.
  */
-export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now'>, columns: string, lockSuffix: string, completing?: string): string {
+export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHint'>, columns: string, lockSuffix: string, completing?: string): string {
   const outbox = dialect.table('outbox');
   return (
     `SELECT ${columns} FROM ${outbox} o ` +
     `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
     // Head of key: no earlier row of the same (topic, key) still pending (due, in flight or
     // scheduled) or halted. Keyless rows have a NULL hash, which equals nothing.
-    `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq` +
+    `AND NOT EXISTS (SELECT 1 FROM ${outbox} e${dialect.keyProbeHint ?? ''} WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq` +
     `${completing === undefined ? '' : ` AND e.seq NOT IN (${completing})`}) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
