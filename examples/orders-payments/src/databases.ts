@@ -1,4 +1,4 @@
-import { MikroOrmOutboxStore } from '@courier/mikro-orm';
+import { MikroOrmOutboxStore, withSqliteBusyTimeout } from '@courier/mikro-orm';
 import type { MikroORM, Options } from '@mikro-orm/core';
 import { quoteTable, type CourierTableRefs } from './inspectors.js';
 import { requireCjs, SHOP_ENTITIES } from './mikro-orm-shop.js';
@@ -25,13 +25,13 @@ const COMMON: Partial<Options> = { entities: SHOP_ENTITIES, debug: false, discov
 /**
  * Opens MikroORM on a SQLite file through `@mikro-orm/libsql` (no server). Several worker
  * processes share the file, and MikroORM's init reads the schema before Courier's store can
- * give the connection its busy timeout: libsql's `timeout` (ms) makes every connection wait
- * for another process's lock from the moment it opens (the plugin README's "SQLite shared by
+ * give the connection its busy timeout: `withSqliteBusyTimeout` makes every connection wait
+ * for another process's lock from the moment libsql opens it (the plugin README's "SQLite shared by
  * several processes").
  */
 export async function openSqliteOrm(file: string): Promise<MikroORM> {
   const { MikroORM: LibSqlOrm } = requireCjs('@mikro-orm/libsql') as typeof import('@mikro-orm/libsql');
-  return LibSqlOrm.init({ ...COMMON, dbName: file, driverOptions: { connection: { timeout: 30_000 } } } as Options) as Promise<MikroORM>;
+  return LibSqlOrm.init(withSqliteBusyTimeout({ ...COMMON, dbName: file } as Options)) as Promise<MikroORM>;
 }
 
 /** Opens MikroORM on PostgreSQL with `schema` as the entities' schema; fails with how to start the server. */

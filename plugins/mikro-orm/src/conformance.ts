@@ -8,6 +8,7 @@ import type { FixtureContext, StoreFixture } from '@courier/conformance';
 import type { EntityManager, MikroORM, Options } from '@mikro-orm/core';
 import { MikroOrmInboxStore } from './mikro-orm-inbox-store.js';
 import { MikroOrmOutboxStore } from './mikro-orm-outbox-store.js';
+import { withSqliteBusyTimeout } from './sqlite-options.js';
 
 /** Options of {@link createSqliteStoreFixture}. */
 export interface SqliteStoreFixtureOptions {
@@ -18,9 +19,6 @@ export interface SqliteStoreFixtureOptions {
    */
   readonly directory?: string;
 }
-
-/** How long a fixture's SQLite connections wait for another process's lock, from when they open. */
-const SQLITE_OPEN_BUSY_TIMEOUT_MS = 30_000;
 
 /**
  * Creates a store fixture over a SQLite file (MikroORM with `@mikro-orm/libsql`, no
@@ -56,17 +54,18 @@ export async function createSqliteStoreFixture(context: FixtureContext, options:
       effectId: { type: 'string', fieldName: 'effect_id' },
     },
   });
-  const orm: MikroORM = await LibSqlOrm.init({
-    dbName: join(directory, `${testId}.db`),
-    entities: [schema],
-    debug: false,
-    discovery: { warnWhenNoEntities: false },
-    // A busy timeout from the moment libsql opens a connection (milliseconds): MikroORM's
-    // init reads the schema before any store exists to configure the connection, and a
-    // process recovering the journal of one the SIGKILL scenarios killed keeps readers out
-    // for a moment — without it, a worker died at start with "database is locked".
-    driverOptions: { connection: { timeout: SQLITE_OPEN_BUSY_TIMEOUT_MS } },
-  } as Options);
+  // A busy timeout from the moment libsql opens a connection: MikroORM's init reads the
+  // schema before any store exists to configure the connection, and a process recovering the
+  // journal of one the SIGKILL scenarios killed keeps readers out for a moment — without it,
+  // a worker died at start with "database is locked".
+  const orm: MikroORM = await LibSqlOrm.init(
+    withSqliteBusyTimeout({
+      dbName: join(directory, `${testId}.db`),
+      entities: [schema],
+      debug: false,
+      discovery: { warnWhenNoEntities: false },
+    } as Options),
+  );
   const connection = orm.em.getConnection('write');
   try {
     await connection.execute(`CREATE TABLE IF NOT EXISTS "${effectsTable}" (seq INTEGER PRIMARY KEY AUTOINCREMENT, effect_id TEXT NOT NULL)`, [], 'run');

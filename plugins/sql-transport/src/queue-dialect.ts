@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ConfigError } from '@courier/core';
 import type { DialectName, SqlRow, SqlRunner, TransactionPrologue } from '@courier/mikro-orm/sql-kit';
+import { SQLITE_BUSY_TIMEOUT_MS } from '@courier/mikro-orm';
 
 /** The names of the transport's tables (unquoted). */
 export interface QueueTableNames {
@@ -281,12 +282,10 @@ class MySqlQueueDialect implements QueueDialect {
   }
 }
 
-// How long a statement waits for another connection's write lock before SQLITE_BUSY. The
-// libsql driver waits synchronously: in one process, give every Courier part one ORM (one
-// connection), so none waits for a lock its own process holds. Generous, because with
-// @mikro-orm/libsql 6.6.16 a statement that failed with SQLITE_BUSY in a transaction leaves
-// the connection unusable for good (see the store's SQLite dialect): wait, never fail.
-const SQLITE_BUSY_TIMEOUT_MS = 30_000;
+// How long a statement waits for another connection's write lock before SQLITE_BUSY is the
+// store's (SQLITE_BUSY_TIMEOUT_MS: wait, never fail). The libsql driver waits synchronously:
+// in one process, give every Courier part one ORM (one connection), so none waits for a lock
+// its own process holds.
 const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /**

@@ -2,16 +2,9 @@ import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
+import { SQLITE_BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS } from '../sqlite-options.js';
 import { haltSql } from './inbox-halts-sql.js';
 import { ageSql, completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
-
-// How long a store statement waits for another connection's write lock before SQLITE_BUSY.
-// Generous: with @mikro-orm/libsql 6.6.16 a statement that fails with SQLITE_BUSY inside a
-// transaction leaves the connection unusable ("cannot commit transaction - SQL statements
-// in progress", then knex's "Transaction query already complete" for good), so a busy
-// file must be waited out, never failed; 5 s ran out on a loaded 2-core machine with three
-// processes on one file.
-const BUSY_TIMEOUT_MS = 30_000;
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";

@@ -1,0 +1,47 @@
+// The one busy timeout of the SQLite store: what its statements set, and what the ORM's own
+// connections should open with when several processes share a file.
+
+/**
+ * How long SQLite connections used by Courier wait for another connection's lock before
+ * `SQLITE_BUSY`, in milliseconds. Generous on purpose: with `@mikro-orm/libsql` 6.6.16 a
+ * statement that fails with `SQLITE_BUSY` inside a transaction leaves the connection
+ * unusable ("cannot commit transaction - SQL statements in progress", then knex's
+ * "Transaction query already complete" for good), so a busy file must be waited out, never
+ * failed; 5 s ran out on a loaded 2-core machine with three processes on one file.
+ */
+export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
+
+/** The part of MikroORM's options {@link withSqliteBusyTimeout} reads and writes. */
+interface DriverOptionsCarrier {
+  readonly driverOptions?: unknown;
+}
+
+/**
+ * Returns a copy of `MikroORM.init` options for `@mikro-orm/libsql` whose connections wait
+ * {@link SQLITE_BUSY_TIMEOUT_MS} for another process's lock from the moment libsql opens
+ * them (`driverOptions.connection.timeout`, milliseconds).
+ *
+ * Why it is needed: MikroORM's init reads the schema before any Courier store exists to
+ * give the connection its busy timeout, and a process recovering the journal of one that
+ * was killed keeps readers out for a moment — without it, a process sharing the file can
+ * die at start with `database is locked`. Guarantees: `options` is not modified; every
+ * other option, and every other `driverOptions` / `driverOptions.connection` entry, is kept;
+ * a `timeout` you set yourself wins. Throws a `TypeError` naming the option when
+ * `driverOptions` or `driverOptions.connection` is present but not an object.
+ */
+export function withSqliteBusyTimeout<O extends DriverOptionsCarrier>(options: O): O {
+  const driverOptions = plainObject(options.driverOptions, 'driverOptions');
+  const connection = plainObject(driverOptions['connection'], 'driverOptions.connection');
+  return {
+    ...options,
+    driverOptions: { ...driverOptions, connection: { timeout: SQLITE_BUSY_TIMEOUT_MS, ...connection } },
+  };
+}
+
+function plainObject(value: unknown, name: string): Record<string, unknown> {
+  if (value === undefined) return {};
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new TypeError(`withSqliteBusyTimeout: ${name} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}`);
+  }
+  return value as Record<string, unknown>;
+}
