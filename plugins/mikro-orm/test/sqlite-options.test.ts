@@ -15,7 +15,8 @@ describe('withSqliteBusyTimeout', () => {
   });
 
   it('works without driver options and does not modify what it was given', () => {
-    const options = { dbName: 'shop.db' };
+    // Typed as MikroORM options are: an object literal with no option it reads is a TS weak-type error.
+    const options: { dbName: string; driverOptions?: unknown } = { dbName: 'shop.db' };
     const frozen = Object.freeze({ ...options, driverOptions: Object.freeze({ connection: Object.freeze({}) }) });
     expect(withSqliteBusyTimeout(options).driverOptions).toEqual({ connection: { timeout: 30_000 } });
     expect(options).toEqual({ dbName: 'shop.db' });
