@@ -38,7 +38,9 @@ function recordingBus(config: { newId?: () => string } = {}) {
     try {
       bus.outbox(tx).publish(definition as never, payload as never, options);
     } finally {
-      tx.rollback();
+      // Nothing here is ever committed: the rollback only ends the unit of work, and a
+      // publish that throws must throw synchronously to the caller, so it is not awaited.
+      void tx.rollback();
     }
     return appended.at(-1)!.envelope;
   };
