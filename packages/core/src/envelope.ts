@@ -180,30 +180,45 @@ export interface NamedLimits {
  */
 export function envelopeLimitProblems(envelope: Envelope, ports: readonly NamedLimits[]): string[] {
   const problems: string[] = [];
-  // `label` builds the value's name only for a problem: every publish checks every field,
-  // and quoting each one up front was most of this function's cost when all fit.
-  const check = (field: Exclude<keyof PortLimits, 'consumer'>, label: () => string, value: string | null) => {
-    if (value === null) return;
-    for (const { holder, limits } of ports) {
-      const limit = limits?.[field];
-      if (limit === undefined || !exceeds(value, limit)) continue;
-      problems.push(lengthProblem(label(), value, limit, holder)!);
-      return;
-    }
-  };
-  check('id', () => `'messageId' ${quoteStart(envelope.messageId)}`, envelope.messageId);
+  if (ports.length === 0) return problems;
+  // A value's name is built only for a problem: every publish checks every field, and
+  // naming each one up front was most of this function's cost when all fit.
+  let port = firstExceeded(ports, 'id', envelope.messageId);
+  if (port) problems.push(limitProblem(`'messageId' ${quoteStart(envelope.messageId)}`, envelope.messageId, port, 'id'));
   // The correlationId defaults to the messageId: the same value is reported once.
-  const another = (id: string | null) => (id === envelope.messageId ? null : id);
-  check('id', () => `'correlationId' ${quoteStart(envelope.correlationId)}`, another(envelope.correlationId));
-  check('id', () => `'causationId' ${quoteStart(envelope.causationId ?? '')}`, another(envelope.causationId));
-  check('type', () => `type '${envelope.type}'`, envelope.type);
-  check('topic', () => `topic '${envelope.topic}'`, envelope.topic);
-  check('key', () => `'key' ${quoteStart(envelope.key ?? '')}`, envelope.key);
-  for (const [name, value] of Object.entries(envelope.headers)) {
-    check('headerName', () => `header name ${quoteStart(name)}`, name);
-    check('headerValue', () => `header ${quoteStart(name)}`, value);
+  if (envelope.correlationId !== envelope.messageId && (port = firstExceeded(ports, 'id', envelope.correlationId))) {
+    problems.push(limitProblem(`'correlationId' ${quoteStart(envelope.correlationId)}`, envelope.correlationId, port, 'id'));
+  }
+  const causationId = envelope.causationId;
+  if (causationId !== null && causationId !== envelope.messageId && (port = firstExceeded(ports, 'id', causationId))) {
+    problems.push(limitProblem(`'causationId' ${quoteStart(causationId)}`, causationId, port, 'id'));
+  }
+  if ((port = firstExceeded(ports, 'type', envelope.type))) problems.push(limitProblem(`type '${envelope.type}'`, envelope.type, port, 'type'));
+  if ((port = firstExceeded(ports, 'topic', envelope.topic))) problems.push(limitProblem(`topic '${envelope.topic}'`, envelope.topic, port, 'topic'));
+  const key = envelope.key;
+  if (key !== null && (port = firstExceeded(ports, 'key', key))) problems.push(limitProblem(`'key' ${quoteStart(key)}`, key, port, 'key'));
+  if (envelope.headers !== NO_HEADERS) {
+    for (const [name, value] of Object.entries(envelope.headers)) {
+      if ((port = firstExceeded(ports, 'headerName', name))) problems.push(limitProblem(`header name ${quoteStart(name)}`, name, port, 'headerName'));
+      if ((port = firstExceeded(ports, 'headerValue', value))) problems.push(limitProblem(`header ${quoteStart(name)}`, value, port, 'headerValue'));
+    }
   }
   return problems;
+}
+
+type EnvelopeLimitField = Exclude<keyof PortLimits, 'consumer'>;
+
+/** The first of `ports` whose limit on `field` `value` exceeds, if any. */
+function firstExceeded(ports: readonly NamedLimits[], field: EnvelopeLimitField, value: string): NamedLimits | undefined {
+  for (let index = 0; index < ports.length; index += 1) {
+    const limit = ports[index]!.limits?.[field];
+    if (limit !== undefined && exceeds(value, limit)) return ports[index];
+  }
+  return undefined;
+}
+
+function limitProblem(label: string, value: string, port: NamedLimits, field: EnvelopeLimitField): string {
+  return lengthProblem(label, value, port.limits?.[field], port.holder)!;
 }
 
 /**
@@ -334,6 +349,74 @@ export function decodeEnvelope(input: unknown): Envelope {
     headers: Object.freeze(headers),
     payload: payload as string,
   });
+}
+
+/**
+ * Envelopes that core's publish path built and {@link sealEnvelope} found to keep every
+ * rule of {@link decodeEnvelope}. Private to this module: the only way in is `sealEnvelope`,
+ * which core's `buildAppend` calls and the package does not export.
+ */
+const sealed = new WeakSet<object>();
+
+/** Headers of an envelope published without any: one frozen object, shared (never written to). */
+export const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+/**
+ * Brands `envelope`, which core's publish path just built, when it is frozen (its headers
+ * too) and keeps every rule {@link decodeEnvelope} applies; returns whether it did. An
+ * envelope it does not brand is validated by {@link acceptEnvelope} like any other, so a
+ * rule checked here only saves work and never lets a bad envelope through. Must accept
+ * nothing `decodeEnvelope` refuses (`test/envelope-seal.test.ts` checks it on envelopes
+ * published with generated options). Its one assumption, which `buildAppend` keeps:
+ * `occurredAt` is `toISOString()` of a valid Date. Internal to core: not exported from the
+ * package.
+ */
+export function sealEnvelope(envelope: Envelope): boolean {
+  const e = envelope;
+  const ok =
+    Object.isFrozen(e) &&
+    Object.isFrozen(e.headers) &&
+    isId(e.messageId) &&
+    typeof e.type === 'string' &&
+    isValidType(e.type) &&
+    Number.isSafeInteger(e.version) &&
+    e.version >= 1 &&
+    typeof e.topic === 'string' &&
+    isValidTopic(e.topic) &&
+    // Date#toISOString() of a valid Date (see above) always parses: the format is what can
+    // still be wrong (a year beyond 9999 is written with six digits and a sign).
+    typeof e.occurredAt === 'string' &&
+    ISO_MILLIS.test(e.occurredAt) &&
+    (e.key === null || (typeof e.key === 'string' && e.key.length <= ENVELOPE_LIMITS.keyLength)) &&
+    isId(e.correlationId) &&
+    (e.causationId === null || (typeof e.causationId === 'string' && e.causationId.length <= ENVELOPE_LIMITS.idLength)) &&
+    (e.traceparent === null || (typeof e.traceparent === 'string' && TRACEPARENT.test(e.traceparent))) &&
+    (e.tracestate === null || (typeof e.tracestate === 'string' && e.tracestate.length <= 512)) &&
+    (e.headers === NO_HEADERS || headerProblems(e.headers).length === 0) &&
+    typeof e.payload === 'string';
+  if (ok) sealed.add(e);
+  return ok;
+}
+
+/**
+ * Returns `value` as a valid {@link Envelope}: as it is when core's publish built it (it
+ * was checked then, by the rules below, and it is frozen, so it cannot have changed), and
+ * otherwise whatever {@link decodeEnvelope} returns for it. Stores call it in `append`, so
+ * that an envelope from `bus.outbox(tx).publish()` is not validated twice while one from
+ * any other caller is validated in full.
+ *
+ * Guarantees: returns only envelopes `decodeEnvelope` accepts, frozen with frozen headers;
+ * throws what `decodeEnvelope` throws (`SerializationError`, code `ENVELOPE_INVALID`,
+ * listing every problem) for anything else — a hand-made object, a copy of a published
+ * envelope (spread or `structuredClone`, changed or not), a proxy of one. Nothing outside
+ * core can mark an object as built by core.
+ */
+export function acceptEnvelope(value: unknown): Envelope {
+  return typeof value === 'object' && value !== null && sealed.has(value) ? (value as Envelope) : decodeEnvelope(value);
+}
+
+function isId(value: unknown): boolean {
+  return typeof value === 'string' && value.length > 0 && value.length <= ENVELOPE_LIMITS.idLength;
 }
 
 /** `record[field]` when it is the record's own property (never an inherited one). */

@@ -15,6 +15,7 @@ export {
   ENVELOPE_FIELDS,
   ENVELOPE_LIMITS,
   RESERVED_HEADER_PREFIX,
+  acceptEnvelope,
   decodeEnvelope,
   headerProblems,
   isValidTopic,

@@ -23,39 +23,49 @@ export function serializePayload(value: unknown, root = 'payload', maxDepth = 25
  */
 export function assertPlainJson(value: unknown, root = 'payload', maxDepth = 256): void {
   const ancestors = new Set<object>();
-  const visit = (node: unknown, path: string, depth: number): void => {
-    if (depth > maxDepth) fail(path, `is nested deeper than ${maxDepth} levels`);
+  // The keys and indexes from the root to the node being checked. Its path is written out
+  // only to report a problem: every publish walks every field, and building a path string
+  // for each one (a regex test and a concatenation per key) was most of the walk's work.
+  const trail: (string | number)[] = [];
+  const fail = (reason: string): never => {
+    const path = pathOf(root, trail);
+    throw new SerializationError('PAYLOAD_NOT_JSON', `'${path}' ${reason}`, { path });
+  };
+  const visit = (node: unknown, depth: number): void => {
+    if (depth > maxDepth) fail(`is nested deeper than ${maxDepth} levels`);
     switch (typeof node) {
       case 'string':
       case 'boolean':
         return;
       case 'number':
-        if (!Number.isFinite(node)) fail(path, `is ${String(node)}, which JSON turns into null`);
-        if (Object.is(node, -0)) fail(path, 'is -0, which JSON turns into 0');
+        if (!Number.isFinite(node)) fail(`is ${String(node)}, which JSON turns into null`);
+        if (Object.is(node, -0)) fail('is -0, which JSON turns into 0');
         return;
       case 'undefined':
-        fail(path, 'is undefined, which JSON drops');
+        fail('is undefined, which JSON drops');
         return;
       case 'bigint':
-        fail(path, 'is a BigInt, which JSON cannot encode (send it as a string)');
+        fail('is a BigInt, which JSON cannot encode (send it as a string)');
         return;
       case 'function':
-        fail(path, 'is a function');
+        fail('is a function');
         return;
       case 'symbol':
-        fail(path, 'is a symbol');
+        fail('is a symbol');
         return;
       default:
         break;
     }
     if (node === null) return;
     const object = node as object;
-    if (ancestors.has(object)) fail(path, 'is a circular reference');
+    if (ancestors.has(object)) fail('is a circular reference');
     if (Array.isArray(object)) {
       ancestors.add(object);
       for (let index = 0; index < object.length; index += 1) {
-        if (!(index in object)) fail(`${path}[${index}]`, 'is a hole in a sparse array, which JSON turns into null');
-        visit(object[index], `${path}[${index}]`, depth + 1);
+        trail.push(index);
+        if (!(index in object)) fail('is a hole in a sparse array, which JSON turns into null');
+        visit(object[index], depth + 1);
+        trail.pop();
       }
       ancestors.delete(object);
       return;
@@ -63,20 +73,20 @@ export function assertPlainJson(value: unknown, root = 'payload', maxDepth = 256
     const prototype = Object.getPrototypeOf(object) as object | null;
     if (prototype !== Object.prototype && prototype !== null) {
       const kind = (object as { constructor?: { name?: string } }).constructor?.name ?? 'an object with a custom prototype';
-      fail(path, `is a ${kind}, not a plain object (convert it to strings, numbers, arrays and plain objects)`);
+      fail(`is a ${kind}, not a plain object (convert it to strings, numbers, arrays and plain objects)`);
     }
-    if (Object.getOwnPropertySymbols(object).length > 0) fail(path, 'has symbol keys, which JSON drops');
+    if (Object.getOwnPropertySymbols(object).length > 0) fail('has symbol keys, which JSON drops');
     ancestors.add(object);
     for (const key of Object.keys(object)) {
+      trail.push(key);
       const descriptor = Object.getOwnPropertyDescriptor(object, key);
-      if (descriptor && (descriptor.get !== undefined || descriptor.set !== undefined)) {
-        fail(childPath(path, key), 'is an accessor property');
-      }
-      visit((object as Record<string, unknown>)[key], childPath(path, key), depth + 1);
+      if (descriptor && (descriptor.get !== undefined || descriptor.set !== undefined)) fail('is an accessor property');
+      visit((object as Record<string, unknown>)[key], depth + 1);
+      trail.pop();
     }
     ancestors.delete(object);
   };
-  visit(value, root, 0);
+  visit(value, 0);
 }
 
 /**
@@ -94,10 +104,12 @@ export function parsePayload(text: string, root = 'payload'): JsonValue {
 
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
-function childPath(path: string, key: string): string {
-  return IDENTIFIER.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
-}
-
-function fail(path: string, reason: string): never {
-  throw new SerializationError('PAYLOAD_NOT_JSON', `'${path}' ${reason}`, { path });
+/** `root` followed by `.key`, `["odd key"]` or `[index]` for each step of `trail`. */
+function pathOf(root: string, trail: readonly (string | number)[]): string {
+  let path = root;
+  for (const step of trail) {
+    if (typeof step === 'number') path += `[${step}]`;
+    else path += IDENTIFIER.test(step) ? `.${step}` : `[${JSON.stringify(step)}]`;
+  }
+  return path;
 }

@@ -1,7 +1,7 @@
 import type { Tracer } from '@opentelemetry/api';
 import { uuidv7 } from 'uuidv7';
 import type { OutboxPublisher, PublishOptions } from './bus-types.js';
-import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, type Envelope, type NamedLimits } from './envelope.js';
+import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, NO_HEADERS, sealEnvelope, type Envelope, type NamedLimits } from './envelope.js';
 import { ConfigError, SerializationError } from './errors.js';
 import { serializePayload } from './json.js';
 import { validateForPublish, type MessageDefinition } from './message-definition.js';
@@ -51,7 +51,10 @@ export const newMessageId = (): string => uuidv7();
  * Guarantees: either returns a complete, valid append or throws (listing every problem
  * with the options, or naming the payload field at fault) — never a half-built row. An
  * envelope the transport's `validate` finds problems with throws a `ConfigError` naming
- * the message type and each problem.
+ * the message type and each problem. Each option is read once, so what was checked is
+ * what the envelope carries; the envelope and its headers are frozen, and when it keeps
+ * every rule of `decodeEnvelope` it is sealed, so a store's `acceptEnvelope` takes it
+ * without checking it again.
  */
 export function buildAppend(
   definition: MessageDefinition<unknown, unknown>,
@@ -63,43 +66,54 @@ export function buildAppend(
   if (definition === null || typeof definition !== 'object' || typeof definition.type !== 'string' || typeof definition.topic !== 'string') {
     throw new ConfigError('publish needs a message definition from defineMessage(...)');
   }
-  const problems = optionProblems(options);
+  if (options === null || typeof options !== 'object') throw new ConfigError(`publish '${definition.type}': options must be an object`);
+  const given = readOptions(options);
+  const problems = optionProblems(given);
   if (problems.length > 0) throw new ConfigError(problems.map((problem) => `publish '${definition.type}': ${problem}`));
   validateForPublish(definition, payload);
   const text = serializePayload(payload);
-  const bytes = Buffer.byteLength(text, 'utf8');
-  if (bytes > settings.maxPayloadBytes) {
-    throw new SerializationError(
-      'PAYLOAD_TOO_LARGE',
-      `payload of '${definition.type}' is ${bytes} bytes; the limit is ${settings.maxPayloadBytes} (min of the configured limit and the transport's)`,
-      { path: 'payload' },
-    );
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: a short payload needs no count.
+  if (text.length * 3 > settings.maxPayloadBytes) {
+    const bytes = Buffer.byteLength(text, 'utf8');
+    if (bytes > settings.maxPayloadBytes) {
+      throw new SerializationError(
+        'PAYLOAD_TOO_LARGE',
+        `payload of '${definition.type}' is ${bytes} bytes; the limit is ${settings.maxPayloadBytes} (min of the configured limit and the transport's)`,
+        { path: 'payload' },
+      );
+    }
   }
-  const messageId = options.messageId ?? settings.newId();
+  const messageId = (given.messageId as string | undefined) ?? settings.newId();
   const trace = captureTrace(settings.tracer, definition.type, definition.topic, messageId);
   const envelope: Envelope = Object.freeze({
     messageId,
     type: definition.type,
     version: definition.version,
     topic: definition.topic,
-    occurredAt: (options.occurredAt ?? new Date()).toISOString(),
-    key: options.key ?? null,
-    correlationId: options.correlationId ?? causation?.correlationId ?? messageId,
-    causationId: options.causationId ?? causation?.causationId ?? null,
+    occurredAt: ((given.occurredAt as Date | undefined) ?? new Date()).toISOString(),
+    key: (given.key as string | undefined) ?? null,
+    correlationId: (given.correlationId as string | undefined) ?? causation?.correlationId ?? messageId,
+    causationId: (given.causationId as string | undefined) ?? causation?.causationId ?? null,
     traceparent: trace.traceparent,
     tracestate: trace.tracestate,
-    headers: Object.freeze({ ...options.headers }),
+    headers: given.headers as Readonly<Record<string, string>>,
     payload: text,
   });
   // One ConfigError with every problem: the declared limits and what the transport refuses.
-  const limitIssues = [...envelopeLimitProblems(envelope, settings.limits ?? []), ...(settings.validate?.(envelope) ?? [])];
+  const limitIssues = envelopeLimitProblems(envelope, settings.limits ?? NO_LIMITS);
+  const refused = settings.validate?.(envelope);
+  if (refused !== undefined && refused.length > 0) limitIssues.push(...refused);
   if (limitIssues.length > 0) throw new ConfigError(limitIssues.map((problem) => `publish '${definition.type}': ${problem}`));
-  return {
-    envelope,
-    ...(options.delay !== undefined ? { delayMs: options.delay } : {}),
-    ...(options.notBefore !== undefined ? { notBefore: options.notBefore } : {}),
-  };
+  // Not sealed (a definition not made by defineMessage, a custom newId's id, a trace field
+  // out of bounds): the store's acceptEnvelope validates it then, as before.
+  sealEnvelope(envelope);
+  const delay = given.delay as number | undefined;
+  const notBefore = given.notBefore as Date | undefined;
+  if (delay === undefined && notBefore === undefined) return { envelope };
+  return delay !== undefined ? { envelope, delayMs: delay } : { envelope, notBefore: notBefore! };
 }
+
+const NO_LIMITS: readonly NamedLimits[] = Object.freeze([]);
 
 /** Creates the publisher `bus.outbox(tx)` and `ctx.publish` use. */
 export function createOutboxPublisher<Tx>(
@@ -117,45 +131,81 @@ export function createOutboxPublisher<Tx>(
   };
 }
 
-function optionProblems(options: PublishOptions): string[] {
-  if (options === null || typeof options !== 'object') return ['options must be an object'];
-  const problems: string[] = [];
-  const id = (field: 'messageId' | 'correlationId' | 'causationId') => {
-    const value: unknown = options[field];
-    if (value === undefined) return;
-    if (typeof value !== 'string' || value.length === 0 || value.length > ENVELOPE_LIMITS.idLength) {
-      problems.push(`'${field}' must be a non-empty string of at most ${ENVELOPE_LIMITS.idLength} characters`);
-    }
+/** The options of one publish call, each read once (a getter answers once). */
+interface GivenOptions {
+  readonly key: unknown;
+  readonly delay: unknown;
+  readonly notBefore: unknown;
+  readonly messageId: unknown;
+  readonly correlationId: unknown;
+  readonly causationId: unknown;
+  readonly occurredAt: unknown;
+  /** A frozen copy of the headers, {@link NO_HEADERS} without any; the value as given when it is not an object (a problem). */
+  readonly headers: unknown;
+}
+
+function readOptions(options: PublishOptions): GivenOptions {
+  const headers: unknown = options.headers;
+  return {
+    key: options.key,
+    delay: options.delay,
+    notBefore: options.notBefore,
+    messageId: options.messageId,
+    correlationId: options.correlationId,
+    causationId: options.causationId,
+    occurredAt: options.occurredAt,
+    // Own enumerable string keys, copied as data (a `__proto__` name stays a header), as
+    // decodeEnvelope copies them: the envelope carries exactly the headers checked.
+    headers:
+      headers === undefined
+        ? NO_HEADERS
+        : headers === null || typeof headers !== 'object' || Array.isArray(headers)
+          ? headers
+          : Object.freeze(Object.fromEntries(Object.entries(headers as Record<string, unknown>))),
   };
-  id('messageId');
-  id('correlationId');
-  id('causationId');
-  const key: unknown = options.key;
+}
+
+function optionProblems(options: GivenOptions): string[] {
+  const problems: string[] = [];
+  idProblem(problems, 'messageId', options.messageId);
+  idProblem(problems, 'correlationId', options.correlationId);
+  idProblem(problems, 'causationId', options.causationId);
+  const key = options.key;
   if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > ENVELOPE_LIMITS.keyLength)) {
     problems.push(`'key' must be a non-empty string of at most ${ENVELOPE_LIMITS.keyLength} characters`);
   }
-  const delay: unknown = options.delay;
+  const delay = options.delay;
   if (delay !== undefined && (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)) {
     problems.push(`'delay' must be a finite number of milliseconds, 0 or more`);
   } else if (delay !== undefined && delay > SCHEDULE_LIMITS.maxDelayMs) {
     problems.push(`'delay' is ${delay} ms; at most ${SCHEDULE_LIMITS.maxDelayMs} (100 years) is allowed: use 'notBefore' for a fixed instant`);
   }
-  const notBefore: unknown = options.notBefore;
+  const notBefore = options.notBefore;
   if (notBefore !== undefined && !(notBefore instanceof Date && !Number.isNaN(notBefore.getTime()))) {
     problems.push(`'notBefore' must be a valid Date`);
   } else if (notBefore !== undefined && !withinRange(notBefore, SCHEDULE_LIMITS.earliestMs)) {
     problems.push(`'notBefore' is ${describeDate(notBefore)}; it must be from ${isoOf(SCHEDULE_LIMITS.earliestMs)} to ${isoOf(SCHEDULE_LIMITS.latestMs)}`);
   }
   if (delay !== undefined && notBefore !== undefined) problems.push(`give 'delay' or 'notBefore', not both`);
-  const occurredAt: unknown = options.occurredAt;
+  const occurredAt = options.occurredAt;
   if (occurredAt !== undefined && !(occurredAt instanceof Date && !Number.isNaN(occurredAt.getTime()))) {
     problems.push(`'occurredAt' must be a valid Date`);
   } else if (occurredAt !== undefined && !withinRange(occurredAt, YEAR_ZERO_MS)) {
     // The envelope carries it as ISO-8601 with a four-digit year.
     problems.push(`'occurredAt' is ${describeDate(occurredAt)}; it must be from ${isoOf(YEAR_ZERO_MS)} to ${isoOf(SCHEDULE_LIMITS.latestMs)}`);
   }
-  problems.push(...headerProblems(options.headers));
+  if (options.headers !== NO_HEADERS) {
+    const headerIssues = headerProblems(options.headers);
+    if (headerIssues.length > 0) problems.push(...headerIssues);
+  }
   return problems;
+}
+
+function idProblem(problems: string[], field: 'messageId' | 'correlationId' | 'causationId', value: unknown): void {
+  if (value === undefined) return;
+  if (typeof value !== 'string' || value.length === 0 || value.length > ENVELOPE_LIMITS.idLength) {
+    problems.push(`'${field}' must be a non-empty string of at most ${ENVELOPE_LIMITS.idLength} characters`);
+  }
 }
 
 /** 0000-01-01T00:00:00.000Z, the earliest instant ISO-8601 writes with four digits. (`Date.UTC` maps years 0-99 to 19xx.) */

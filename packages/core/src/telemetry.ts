@@ -24,6 +24,9 @@ export interface TraceFields {
   readonly tracestate: string | null;
 }
 
+/** The fields of a message written outside any trace: one frozen object, shared. */
+const NO_TRACE: TraceFields = Object.freeze({ traceparent: null, tracestate: null });
+
 /**
  * Creates the producer span of a message being written, as a child of the active
  * context, and returns its W3C fields. With the no-op API (no SDK registered) and no
@@ -31,10 +34,11 @@ export interface TraceFields {
  */
 export function captureTrace(tracer: Tracer, type: string, topic: string, messageId: string): TraceFields {
   const active = context.active();
-  if (!isSpanContextValid(trace.getSpanContext(active) ?? { traceId: '', spanId: '', traceFlags: 0 })) {
+  const parent = trace.getSpanContext(active);
+  if (parent === undefined || !isSpanContextValid(parent)) {
     // No trace to continue: starting a root span for every write would flood tracing
     // backends with one-span traces, so a message without a parent carries none.
-    return { traceparent: null, tracestate: null };
+    return NO_TRACE;
   }
   const span = tracer.startSpan(
     `${topic} create`,
@@ -46,7 +50,7 @@ export function captureTrace(tracer: Tracer, type: string, topic: string, messag
   );
   const spanContext = span.spanContext();
   span.end();
-  if (!isSpanContextValid(spanContext)) return { traceparent: null, tracestate: null };
+  if (!isSpanContextValid(spanContext)) return NO_TRACE;
   const flags = (spanContext.traceFlags & 0xff).toString(16).padStart(2, '0');
   return {
     traceparent: `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`,

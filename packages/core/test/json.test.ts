@@ -23,6 +23,31 @@ describe('serializePayload', () => {
     expect(() => serializePayload(value)).toThrowError(message);
   });
 
+  // The walk writes a path out only when it reports a problem: these check it is the
+  // path of the field at fault, after siblings that were fine were walked and left.
+  it.each([
+    ['after valid siblings', { a: { b: 1 }, c: [1, 2], d: { e: Number.NaN } }, 'payload.d.e', 'is NaN'],
+    ['through arrays and odd keys', { orders: [{ 'line items': [{ qty: 1 }, { qty: undefined }] }] }, 'payload.orders[0]["line items"][1].qty', 'is undefined'],
+    ['an accessor', { a: { get b() { return 1; } } }, 'payload.a.b', 'is an accessor property'],
+    ['a hole after a nested value', [[1], , 3], 'payload[1]', 'is a hole'],
+  ])('names the path %s', (_name, value, path, reason) => {
+    const error = (() => {
+      try {
+        serializePayload(value);
+      } catch (caught) {
+        return caught;
+      }
+      return undefined;
+    })();
+    expect(error).toBeInstanceOf(SerializationError);
+    expect((error as SerializationError).message.startsWith(`'${path}' ${reason}`)).toBe(true);
+    expect((error as SerializationError).path).toBe(path);
+  });
+
+  it('names the depth it gave up at, with the given root', () => {
+    expect(() => serializePayload({ a: { b: { c: 1 } } }, 'body', 2)).toThrowError("'body.a.b.c' is nested deeper than 2 levels");
+  });
+
   it('refuses cycles', () => {
     const a: Record<string, unknown> = { x: 1 };
     a['self'] = a;

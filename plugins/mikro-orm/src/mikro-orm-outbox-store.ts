@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  acceptEnvelope,
   ConfigError,
   decodeEnvelope,
   noopLogger,
@@ -134,11 +135,14 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
    */
   append(tx: EM, messages: readonly OutboxAppend[]): void {
     this.#core.assertOpen();
-    this.#unitOfWork.resolve(tx);
+    const target = this.#unitOfWork.resolve(tx);
     const rows: PendingRow[] = [];
     const problems: string[] = [];
-    for (const [index, message] of messages.entries()) {
-      const envelope = decodeEnvelope(message.envelope);
+    for (let index = 0; index < messages.length; index += 1) {
+      const message = messages[index]!;
+      // An envelope core's publish built and checked is taken as it is; any other is
+      // validated in full (SerializationError listing every problem).
+      const envelope = acceptEnvelope(message.envelope);
       const delayMs = message.delayMs ?? 0;
       if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
         problems.push(`'messages[${index}].delayMs' must be a finite number of 0 or more, got ${String(delayMs)}`);
@@ -151,7 +155,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
       rows.push({ envelope, keyHash: keyHash(envelope.topic, envelope.key), delayMs: Math.round(delayMs), notBeforeMs });
     }
     if (problems.length > 0) throw new ConfigError(problems);
-    this.#unitOfWork.add(tx, rows);
+    this.#unitOfWork.add(target, rows);
   }
 
   /**

@@ -104,12 +104,11 @@ export class OutboxUnitOfWork<Row> {
   }
 
   /**
-   * Remembers `rows` against the unit of work of `em`, in its current transaction. Throws
-   * a `ConfigError` (code `UNIT_OF_WORK_REQUIRED` or `UNIT_OF_WORK_ENDED`), remembering
-   * nothing, when `em` cannot carry them.
+   * Remembers `rows` against the unit of work of `target`, in its current transaction.
+   * `target` is what {@link resolve} returned for the caller's EntityManager (so every
+   * misuse check has run, once); the array is taken over, not copied.
    */
-  add(em: EntityManager, rows: readonly Row[]): void {
-    const target = this.resolve(em);
+  add(target: EntityManager, rows: Row[]): void {
     if (rows.length === 0) return;
     this.#register(target.getEventManager());
     this.#watchClear(target);
@@ -117,11 +116,15 @@ export class OutboxUnitOfWork<Row> {
     const batches = this.#pending.get(target);
     const last = batches?.at(-1);
     if (last !== undefined && last.trx === trx) last.rows.push(...rows);
-    else if (batches) batches.push({ trx, rows: [...rows] });
-    else this.#pending.set(target, [{ trx, rows: [...rows] }]);
+    else if (batches) batches.push({ trx, rows });
+    else this.#pending.set(target, [{ trx, rows }]);
   }
 
-  /** The EntityManager whose flush will carry appends made through `em`, after every misuse check. */
+  /**
+   * The EntityManager whose flush will carry appends made through `em`, after every misuse
+   * check. Throws a `ConfigError` (code `UNIT_OF_WORK_REQUIRED` or `UNIT_OF_WORK_ENDED`)
+   * when `em` cannot carry rows.
+   */
   resolve(em: EntityManager): EntityManager {
     if (!isEntityManager(em)) {
       throw new ConfigError(`'append' needs a MikroORM EntityManager (a fork, or the 'em' of em.transactional()), got ${describe(em)}`, {
@@ -219,7 +222,10 @@ export class OutboxUnitOfWork<Row> {
     const batches = this.#pending.get(em);
     if (!batches) return undefined;
     this.#pending.delete(em);
-    const rows = batches.filter((batch) => batch.trx === undefined || batch.trx === trx).flatMap((batch) => batch.rows);
+    // One batch is the common case (every publish of a transaction): its rows, not a copy.
+    if (batches.length === 1) return batches[0]!.trx === undefined || batches[0]!.trx === trx ? batches[0]!.rows : undefined;
+    const rows: Row[] = [];
+    for (const batch of batches) if (batch.trx === undefined || batch.trx === trx) rows.push(...batch.rows);
     return rows.length === 0 ? undefined : rows;
   }
 
@@ -235,7 +241,7 @@ export class OutboxUnitOfWork<Row> {
       }
       const root = rootOf(trx);
       if (this.#announced.has(root)) {
-        for (const link of chainOf(trx)) if (link !== root) this.#watchSavepoint(link as Transaction);
+        for (let link: object | undefined = trx; link !== root && link !== undefined; link = parentOf(link)) this.#watchSavepoint(link as Transaction);
         const deferred = this.#deferred.get(root);
         if (deferred) deferred.push({ trx, rows });
         else this.#deferred.set(root, [{ trx, rows }]);
@@ -255,9 +261,11 @@ export class OutboxUnitOfWork<Row> {
     // The implicit transaction of a flush carries the EntityManager's rows itself; rows
     // appended after em.commit()'s flush still belong to this transaction.
     const own = this.#take(em, trx);
-    let batches = this.#deferred.get(root) ?? [];
-    if (own) batches = [...batches, { trx, rows: own }];
-    const rows = batches.filter((batch) => !chainOf(batch.trx).some((link) => this.#rolledBack.has(link))).flatMap((batch) => batch.rows);
+    let batches = this.#deferred.get(root);
+    if (own) batches = batches === undefined ? [{ trx, rows: own }] : [...batches, { trx, rows: own }];
+    if (batches === undefined) return;
+    const rows: Row[] = [];
+    for (const batch of batches) if (!chainHas(batch.trx, this.#rolledBack)) rows.push(...batch.rows);
     if (rows.length === 0) {
       this.#deferred.delete(root);
       return;
@@ -309,21 +317,26 @@ function disablesTransactions(em: EntityManager): boolean {
   return (em as unknown as { disableTransactions?: boolean }).disableTransactions === true;
 }
 
-/** The top-level transaction of a (possibly nested, savepoint) knex transaction. */
-function rootOf(trx: Transaction): object {
-  return chainOf(trx).at(-1)!;
+// The chain helpers walk `parentTransaction` links without building an array: every
+// producing transaction passes through them at its flush and at its commit.
+
+/** The enclosing transaction of a savepoint, or undefined for a top-level transaction. */
+function parentOf(trx: object): object | undefined {
+  const parent = (trx as { parentTransaction?: unknown }).parentTransaction;
+  return parent === undefined || parent === null ? undefined : (parent as object);
 }
 
-/** `trx`, then each enclosing transaction up to the top-level one. */
-function chainOf(trx: Transaction): object[] {
-  const chain: object[] = [];
-  let current = trx as { parentTransaction?: unknown };
-  chain.push(current);
-  while (current.parentTransaction !== undefined && current.parentTransaction !== null) {
-    current = current.parentTransaction as { parentTransaction?: unknown };
-    chain.push(current);
-  }
-  return chain;
+/** The top-level transaction of a (possibly nested, savepoint) knex transaction. */
+function rootOf(trx: Transaction): object {
+  let current: object = trx;
+  for (let parent = parentOf(current); parent !== undefined; parent = parentOf(current)) current = parent;
+  return current;
+}
+
+/** True when `trx` or a transaction enclosing it is in `set`. */
+function chainHas(trx: Transaction, set: WeakSet<object>): boolean {
+  for (let link: object | undefined = trx; link !== undefined; link = parentOf(link)) if (set.has(link)) return true;
+  return false;
 }
 
 function describe(value: unknown): string {

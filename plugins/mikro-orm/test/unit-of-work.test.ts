@@ -2,7 +2,7 @@
 // entity changes and outbox rows commit together through every way of flushing, and
 // misuse is refused with an error that says what to do.
 import { deferred } from '@courier/conformance';
-import { ConfigError, CourierError, StorageError } from '@courier/core';
+import { ConfigError, CourierError, createBus, defineMessage, InMemoryBroker, SerializationError, StorageError, type Envelope } from '@courier/core';
 import { RequestContext, type EntityManager } from '@mikro-orm/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMikroOrmFixture, FIXTURE_DIALECTS, type MikroOrmFixture } from './support/fixture.js';
@@ -165,6 +165,37 @@ describe.each(FIXTURE_DIALECTS)('append joins the unit of work (%s)', (dialect) 
     });
     expect(await f.readEffects()).toEqual(['after-clear']);
     expect(idsOf(await claimAll(f))).toEqual([kept.messageId]);
+  });
+
+  it('writes an envelope the bus built as it is, and validates one it did not: a changed copy is refused naming the field', async () => {
+    const f = await fixtureFor(dialect);
+    const received: Envelope[] = [];
+    const append = f.outbox.append.bind(f.outbox);
+    f.outbox.append = (tx, messages) => {
+      append(tx, messages);
+      received.push(...messages.map((message) => message.envelope));
+    };
+    const bus = createBus<EntityManager>({ outbox: f.outbox, transport: new InMemoryBroker().connect() });
+    const Tested = defineMessage('mikroorm.Tested', { version: 1, topic: f.tablePrefix });
+    const em = f.orm.em.fork();
+    const messageId = bus.outbox(em).publish(Tested, { n: 1 }, { key: 'k' });
+    const published = received[0]!;
+    const refusal = (changed: object) => {
+      try {
+        f.outbox.append(em, [{ envelope: changed as Envelope }]);
+      } catch (error) {
+        expect(error).toBeInstanceOf(SerializationError);
+        return (error as SerializationError).message;
+      }
+      return expect.unreachable('expected the store to refuse the envelope');
+    };
+    expect(refusal({ ...published, type: 'bad type' })).toContain("'type' is malformed");
+    expect(refusal({ ...published, messageId: '' })).toContain("'messageId'");
+    expect(refusal({ ...published, headers: { 'courier-seq': '1' } })).toContain('reserved');
+    await em.flush();
+    const batch = await claimAll(f);
+    expect(idsOf(batch)).toEqual([messageId]);
+    expect(batch.records[0]!.envelope).toEqual(published);
   });
 
   it('refuses a publish on an EntityManager whose transactional fork is active, naming the fork', async () => {

@@ -1,4 +1,4 @@
-import { decodeEnvelope, type Envelope } from '../envelope.js';
+import { acceptEnvelope, type Envelope } from '../envelope.js';
 import { ClosedError, ConfigError, StorageError } from '../errors.js';
 import type {
   ClaimOptions,
@@ -87,7 +87,7 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
     const batchIds = new Set<string>();
     const prepared: Staged['messages'] = [];
     for (const [index, message] of messages.entries()) {
-      const envelope = decodeEnvelope(message.envelope);
+      const envelope = acceptEnvelope(message.envelope);
       const id = envelope.messageId;
       if (this.#byMessageId.has(id) || staged?.ids.has(id) || batchIds.has(id)) {
         throw duplicate(id);
