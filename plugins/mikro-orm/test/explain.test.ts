@@ -18,7 +18,8 @@ interface Captured {
   readonly params: readonly unknown[];
 }
 
-async function seeded(dialect: FixtureDialect): Promise<{ fixture: MikroOrmFixture; captured: Captured[]; reseed: () => Promise<void> }> {
+/** A fresh fixture whose ORM records every statement it sends (closed after each test). */
+async function capturing(dialect: FixtureDialect): Promise<{ fixture: MikroOrmFixture; captured: Captured[] }> {
   const captured: Captured[] = [];
   const fixture = await createMikroOrmFixture(
     dialect,
@@ -33,6 +34,11 @@ async function seeded(dialect: FixtureDialect): Promise<{ fixture: MikroOrmFixtu
     },
   );
   open.push(fixture);
+  return { fixture, captured };
+}
+
+async function seeded(dialect: FixtureDialect): Promise<{ fixture: MikroOrmFixture; captured: Captured[]; reseed: () => Promise<void> }> {
+  const { fixture, captured } = await capturing(dialect);
   let offset = 0;
   const seed = async () => {
     const outbox = fixture.table('outbox');
@@ -157,20 +163,7 @@ describe('claim and prune stay on indexes with a 100k-row backlog', () => {
 // delete-marked entries inflate the range's estimate, as on a drained table after purge.
 describe('MariaDB: the head scan probes key_ix on a mostly keyless outbox', () => {
   it.each(['mariadb', 'mysql-driver'] as const)('%s: the NOT EXISTS probe uses key_ix with 20,000 keyless rows, 200 pending', { timeout: 60_000 }, async (dialect) => {
-    const captured: Captured[] = [];
-    const fixture = await createMikroOrmFixture(
-      dialect,
-      { testId: testId() },
-      {
-        orm: {
-          onQuery: (sql: string, params: readonly unknown[]) => {
-            captured.push({ sql, params: [...params] });
-            return sql;
-          },
-        },
-      },
-    );
-    open.push(fixture);
+    const { fixture, captured } = await capturing(dialect);
     const outbox = fixture.table('outbox');
     await fixture.sql(
       `INSERT INTO ${outbox} (message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, headers, payload, state, available_at, attempts, created_at, published_at) ` +
