@@ -8,7 +8,7 @@
 //   node --conditions=@courier/source --import tsx src/keyless-diag.ts [rows] [keyless,keyed,…] [0.5,0.97]
 import { loadavg } from 'node:os';
 import { truncate } from './scenarios/drain.js';
-import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until } from './setup.js';
+import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay } from './setup.js';
 
 const count = Number(process.argv[2] ?? 100_000);
 const order = (process.argv[3] ?? 'keyless,keyed').split(',');
@@ -83,11 +83,7 @@ try {
     const store = db.outbox as unknown as Record<'claim' | 'completeAndClaim', (...args: unknown[]) => Promise<unknown>>;
     const originals = { claim: store.claim, completeAndClaim: store.completeAndClaim };
     try {
-      await bus.start({ relay: true, consumers: false });
-      await seedBacklog(db, 1, { from: 1_000_000_000 });
-      bus.wake();
-      await until(() => transport.confirmed >= 1, 30_000, 'the warm-up message');
-      await until(async () => !(await anyPending(db)), 30_000, 'the warm-up message to complete', 20);
+      await warmRelay(db, bus, () => transport.confirmed >= 1);
       await seedBacklog(db, count, { keyless: kind === 'keyless' });
       // Each claim transaction timed as the relay calls it (with the previous batch's completion).
       for (const name of ['claim', 'completeAndClaim'] as const) {

@@ -401,6 +401,19 @@ export async function closedLoopProducers(writers: number, seconds: number, tran
   return { commits, seconds: (performance.now() - started) / 1000 };
 }
 
+/**
+ * Starts `bus`'s relay and warms it and its connection with one message (sequence 1e9, out of
+ * the way of a backlog seeded after it): resolves once `confirmed()` says the broker took it
+ * and no row is pending, so a drain timed after it measures the relay at speed.
+ */
+export async function warmRelay(db: BenchDb, bus: Bus<EntityManager>, confirmed: () => boolean): Promise<void> {
+  await bus.start({ relay: true, consumers: false });
+  await seedBacklog(db, 1, { from: 1_000_000_000 });
+  bus.wake();
+  await until(confirmed, 30_000, 'the warm-up message');
+  await until(async () => !(await anyPending(db)), 30_000, 'the warm-up message to complete', 20);
+}
+
 /** Resolves when `done()` is true, checking every `everyMs`; throws after `timeoutMs`. */
 export async function until(done: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 5): Promise<void> {
   const deadline = performance.now() + timeoutMs;

@@ -3,7 +3,7 @@
 // small one; 8. the same drain from MariaDB.
 import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
 import { HAND_RELAY_BATCH, handWrittenRelay, processCost, RAW_CONFIRM_WINDOW, rawClaimLoop, rawPublishLoop } from '../ceilings.js';
-import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, type BenchDb, type Dialect } from '../setup.js';
+import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay, type BenchDb, type Dialect } from '../setup.js';
 import { builtPackages, startWorker, workerConfig } from './startup.js';
 import type { Scenario, ScenarioContext } from './context.js';
 
@@ -39,11 +39,7 @@ export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number
   const transport = new TimedTransport(broker.transport());
   const bus = benchBus(db, transport, { ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }), pollIntervalMs: 600_000 });
   try {
-    await bus.start({ relay: true, consumers: false });
-    await seedBacklog(db, 1, { from: 1_000_000_000 });
-    bus.wake();
-    await until(() => transport.confirmed >= 1 && bus.health().relay.sinceLastClaimMs >= 0, 30_000, 'the warm-up message');
-    await until(async () => !(await anyPending(db)), 30_000, 'the warm-up message to complete', 20);
+    await warmRelay(db, bus, () => transport.confirmed >= 1 && bus.health().relay.sinceLastClaimMs >= 0);
     const seedStarted = performance.now();
     await seedBacklog(db, count, { keyless: options.keyless === true });
     const seedSeconds = (performance.now() - seedStarted) / 1000;

@@ -8,7 +8,7 @@ import { KAFKA_HEADERS, KafkaTransport } from '@courier/kafka';
 import type { EntityManager } from '@mikro-orm/core';
 import { Kafka, logLevel } from 'kafkajs';
 import { handWrittenClaimLoop } from '../ceilings.js';
-import { anyPending, benchBus, openDb, OrderPlaced, orderPayload, seedBacklog, TOPIC, until, type BenchDb } from '../setup.js';
+import { anyPending, benchBus, openDb, OrderPlaced, orderPayload, seedBacklog, TOPIC, until, warmRelay, type BenchDb } from '../setup.js';
 import type { Scenario } from './context.js';
 
 process.env['KAFKAJS_NO_PARTITIONER_WARNING'] = '1';
@@ -148,11 +148,7 @@ async function handWrittenRelay(db: BenchDb, kafka: Kafka, topic: string): Promi
 async function relayDrain(db: BenchDb, transport: CountingTransport, count: number): Promise<number> {
   const bus = benchBus(db, transport, { batchSize: BATCH, pollIntervalMs: 600_000 });
   try {
-    await bus.start({ relay: true, consumers: false });
-    await seedBacklog(db, 1, { from: 1_000_000_000 });
-    bus.wake();
-    await until(() => transport.confirmed >= 1, 30_000, 'the warm-up message');
-    await until(async () => !(await anyPending(db)), 30_000, 'the warm-up message to complete', 20);
+    await warmRelay(db, bus, () => transport.confirmed >= 1);
     await seedBacklog(db, count);
     const started = performance.now();
     bus.wake();
