@@ -1,11 +1,11 @@
-// The delay, retry, release and renewal cases must hold on a loaded machine:
+// The delay, retry, release, renewal and drain-claim cases must hold on a loaded machine:
 // when a step of the case takes longer than the short timer it set, the timer may rightly
 // have run out, and a case that then insists "not yet" fails a correct store. Here the
 // step that a loaded machine would stretch is stalled on purpose, on the in-memory
 // reference store (each of these failed before the cases measured their timing).
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { OutboxStore } from '@courier/core';
-import { createInMemoryStoreFixture, outboxStoreCases, type OutboxCaseEnv } from '@courier/conformance';
+import type { InboxStore, OutboxStore } from '@courier/core';
+import { createInMemoryStoreFixture, inboxStoreCases, outboxStoreCases, type InboxCaseEnv, type OutboxCaseEnv } from '@courier/conformance';
 import { describe, it } from 'vitest';
 
 const TIMER_MS = 300;
@@ -91,5 +91,33 @@ describe('outbox cases with a step stalled past the short timer pass against a c
       if (method === 'renew' && Date.now() >= claimedAt + 3 * TIMER_MS - 30) return answerLate(call);
       return call();
     });
+  });
+});
+
+describe('inbox cases with a step stalled past the short timer pass against a correct store', () => {
+  it("'halts: resume marks once; one drainer at a time…' when drainer a's claim answers after its lease", async () => {
+    const name = 'halts: resume marks once; one drainer at a time holds the claim, which another takes after its lease ran out';
+    const testCase = inboxStoreCases.find((candidate) => candidate.name === name);
+    if (!testCase) throw new Error(`no inbox case named '${name}'`);
+    const id = testId('stall');
+    const fixture = await createInMemoryStoreFixture({ testId: id });
+    try {
+      const env: InboxCaseEnv<unknown> = {
+        testId: id,
+        skip: (reason) => {
+          throw new Error(`skipped: ${reason}`);
+        },
+        fixture,
+        inbox: stalled(fixture.inbox as InboxStore<unknown>, (method, args, call) =>
+          method === 'claimResumed' && args[1] === 'a' && args[2] === TIMER_MS ? answerLate(call) : call(),
+        ),
+        outbox: fixture.outbox as OutboxStore<unknown>,
+        consumer: `${id}-consumer`,
+        options: { concurrentRuns: 8, timeoutMs: 10_000 },
+      };
+      await testCase.run(env);
+    } finally {
+      await fixture.close();
+    }
   });
 });
