@@ -2,10 +2,19 @@
 // when a step of the case takes longer than the short timer it set, the timer may rightly
 // have run out, and a case that then insists "not yet" fails a correct store. Here the
 // step that a loaded machine would stretch is stalled on purpose, on the in-memory
-// reference store (each of these failed before the cases measured their timing).
+// reference store and broker (each of these failed before the cases measured their timing).
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { InboxStore, OutboxStore } from '@courier/core';
-import { createInMemoryStoreFixture, inboxStoreCases, outboxStoreCases, type InboxCaseEnv, type OutboxCaseEnv } from '@courier/conformance';
+import type { InboxStore, OutboxStore, Transport } from '@courier/core';
+import {
+  createInMemoryStoreFixture,
+  createInMemoryTransportFixture,
+  inboxStoreCases,
+  outboxStoreCases,
+  transportCases,
+  type InboxCaseEnv,
+  type OutboxCaseEnv,
+  type TransportCaseEnv,
+} from '@courier/conformance';
 import { describe, it } from 'vitest';
 
 const TIMER_MS = 300;
@@ -114,6 +123,37 @@ describe('inbox cases with a step stalled past the short timer pass against a co
         outbox: fixture.outbox as OutboxStore<unknown>,
         consumer: `${id}-consumer`,
         options: { concurrentRuns: 8, timeoutMs: 10_000 },
+      };
+      await testCase.run(env);
+    } finally {
+      await fixture.close();
+    }
+  });
+});
+
+describe('transport cases with a step stalled past the short timer pass against a correct broker', () => {
+  it("'retry(delay) redelivers … without blocking other messages' when the other messages are confirmed after the delay", async () => {
+    const name = 'retry(delay) redelivers with attempt + 1 after about the delay, without blocking other messages';
+    const testCase = transportCases.find((candidate) => candidate.name === name);
+    if (!testCase) throw new Error(`no transport case named '${name}'`);
+    const id = testId('stall');
+    const fixture = await createInMemoryTransportFixture({ testId: id });
+    let publishes = 0;
+    try {
+      const env: TransportCaseEnv = {
+        testId: id,
+        skip: (reason) => {
+          throw new Error(`skipped: ${reason}`);
+        },
+        fixture,
+        // The second publish (the other messages) reaches the broker only after the retry's delay.
+        transport: stalled(fixture.transport, async (method, _args, call) => {
+          if (method === 'publish' && ++publishes === 2) await sleep(TIMER_MS + 200);
+          return call();
+        }) as Transport,
+        topic: `${id}.transport`,
+        consumer: (consumerName) => `${id}-${consumerName}`,
+        options: { timeoutMs: 15_000, retryDelayMs: TIMER_MS, delayToleranceMs: 50, orderedKeys: 4, messagesPerKey: 12, maxOversizeBytes: 1024 * 1024, largePayloadChars: 1024 },
       };
       await testCase.run(env);
     } finally {
