@@ -46,7 +46,7 @@ const testId = (prefix: string) => `${prefix}${Date.now().toString(36)}${Math.ra
 
 const outboxOptions = { shortLeaseMs: TIMER_MS, delayMs: TIMER_MS, clockToleranceMs: 100, timeoutMs: 10_000, claimers: 8, rows: 200, largePayloadChars: 1024 };
 
-async function runOutboxCase(name: string, stall: Stall): Promise<void> {
+async function runOutboxCase(name: string, stall: Stall, options: Partial<OutboxCaseEnv<unknown>['options']> = {}): Promise<void> {
   const testCase = outboxStoreCases.find((candidate) => candidate.name === name);
   if (!testCase) throw new Error(`no outbox case named '${name}'`);
   const id = testId('stall');
@@ -60,7 +60,7 @@ async function runOutboxCase(name: string, stall: Stall): Promise<void> {
       fixture,
       outbox: stalled(fixture.outbox as OutboxStore<unknown>, stall),
       topic: `${id}.outbox`,
-      options: outboxOptions,
+      options: { ...outboxOptions, ...options },
     };
     await testCase.run(env);
   } finally {
@@ -100,6 +100,21 @@ describe('outbox cases with a step stalled past the short timer pass against a c
       if (method === 'renew' && Date.now() >= claimedAt + 3 * TIMER_MS - 30) return answerLate(call);
       return call();
     });
+  });
+});
+
+describe('an outbox case bounded by timeoutMs on a store slower than that in all', () => {
+  it("'never hands one row to two concurrent claimers' when every completion takes 150 ms and all of them more than timeoutMs", async () => {
+    // Each key's rows go one at a time (claim, complete, next head): ten or so rounds of 150 ms
+    // against a 1 s bound. The bound is for a store that stops handing rows out.
+    await runOutboxCase(
+      'never hands one row to two concurrent claimers',
+      async (method, _args, call) => {
+        if (method === 'complete') await sleep(150);
+        return call();
+      },
+      { timeoutMs: 1_000 },
+    );
   });
 });
 
