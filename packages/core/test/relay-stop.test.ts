@@ -11,7 +11,9 @@ const timers = (): number => process.getActiveResourcesInfo().filter((resource) 
 describe('relay stop', () => {
   // The broker confirms slowly and one message at a time (RabbitMQ with confirmWindow 1),
   // so every stop lands with messages sent, confirmed and not yet sent in one batch.
-  it('completes what was confirmed and releases the rest without an attempt, 20 stops in a row under a backlog', async () => {
+  // Its own waits bound each step (15 s a round, 60 s to drain); the test's bound is theirs, not
+  // the default 30 s, which 20 rounds outlasted at load ~25.
+  it('completes what was confirmed and releases the rest without an attempt, 20 stops in a row under a backlog', { timeout: 300_000 }, async () => {
     const log = new SendLog();
     // One attempt: a stop that counted one would dead-letter the message at once.
     const relay = { retry: { maxAttempts: 1 } };

@@ -265,7 +265,8 @@ describe('relay', () => {
       await h.commit((tx) => {
         h.bus.outbox(tx).publish(Placed, { id });
       });
-      await eventually(() => expect(seen).toContain(id), 2_000);
+      // Far under the ten-minute poll, far over what a loaded machine takes (2 s was not).
+      await eventually(() => expect(seen).toContain(id), 15_000);
     }
   });
 

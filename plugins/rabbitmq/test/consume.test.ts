@@ -117,7 +117,9 @@ describe('RabbitMqTransport consuming', () => {
     const { transport } = setup();
     const order: string[] = [];
     await transport.subscribe({ consumer: 'c', topics: ['t'], ordered: true, concurrency: 2 }, async (d) => {
-      if (d.envelope.payload === '"a1"' && d.attempt === 1) return d.retry(300, { code: 'AGAIN', message: 'wait' });
+      // Long enough that key b's two messages, already queued, are surely handled while a1
+      // waits, also on a loaded machine (300 ms was not: b handled 400 ms late came after it).
+      if (d.envelope.payload === '"a1"' && d.attempt === 1) return d.retry(2_000, { code: 'AGAIN', message: 'wait' });
       order.push(`${d.envelope.payload}@${d.attempt}`);
       await d.ack();
     });

@@ -78,11 +78,25 @@ describe.each(['postgresql', 'sqlite'] as const)('sql transport on %s', (dialect
     const old = Array.from({ length: 5 }, () => makeEnvelope({ topic, key: null }));
     await fixture.transport.publish(old);
     await eventually(async () => expect(await fixture.transport.deadLetters.list('dlq')).toHaveLength(5), { timeoutMs: 15_000 });
+    const oldListed = Date.now();
     await new Promise((resolve) => setTimeout(resolve, 600));
     const young = makeEnvelope({ topic, key: null });
+    const youngSent = Date.now();
     await fixture.transport.publish([young]);
     await eventually(async () => expect(await fixture.transport.deadLetters.list('dlq')).toHaveLength(6), { timeoutMs: 15_000 });
-    expect(await fixture.transport.prune({ olderThanMs: 400, batchSize: 2 })).toBe(5);
-    expect((await fixture.transport.deadLetters.list('dlq')).map((letter) => letter.envelope.messageId)).toEqual([young.messageId]);
+    // The cutoff is the old letters' age when the prune is asked for, less a few ms for the
+    // stored timestamps' rounding: they are older than it however late the prune runs. The young one, dead-lettered 600 ms or more
+    // after them, is younger than it unless the prune ran that much late: a fixed cutoff
+    // (400 ms) failed on a loaded machine whose list and prune took longer than that.
+    const cutoff = Date.now() - oldListed - 5;
+    const pruned = await fixture.transport.prune({ olderThanMs: cutoff, batchSize: 2 });
+    const left = (await fixture.transport.deadLetters.list('dlq')).map((letter) => letter.envelope.messageId);
+    if (Date.now() - youngSent < cutoff) {
+      expect(pruned).toBe(5);
+      expect(left).toEqual([young.messageId]);
+    } else {
+      expect(pruned, 'the young letter may have aged past the cutoff while the prune ran').toBe(6 - left.length);
+      expect(left).toEqual(left.length === 0 ? [] : [young.messageId]);
+    }
   }, 30_000);
 });

@@ -12,6 +12,11 @@ export type Dialect = 'postgresql' | 'mariadb' | 'sqlite';
 
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const MARIADB_URL = process.env['COURIER_MARIADB_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+/**
+ * The mariadb connector gives up on a new socket after 1 s by default: a loaded machine
+ * (CPU-starved event loop) can take longer than that to see a local connection open.
+ */
+const MARIADB_DRIVER_OPTIONS = { connection: { connectTimeout: 10_000 } };
 export const AMQP_URL = process.env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 export const SQLITE_DIR = process.env['COURIER_SQLITE_DIR'] ?? join(tmpdir(), 'courier-cli-sqlite');
 
@@ -31,7 +36,7 @@ export async function openOrm(dialect: Dialect, name: string, url?: string): Pro
       orm = await Orm.init({ clientUrl: url ?? PG_URL, pool: { min: 0, max: 6 }, ...common } as Options);
     } else if (dialect === 'mariadb') {
       const { MikroORM: Orm } = await import('@mikro-orm/mariadb');
-      orm = await Orm.init({ clientUrl: url ?? MARIADB_URL, pool: { min: 0, max: 6 }, ...common } as Options);
+      orm = await Orm.init({ clientUrl: url ?? MARIADB_URL, pool: { min: 0, max: 6 }, driverOptions: MARIADB_DRIVER_OPTIONS, ...common } as Options);
     } else {
       mkdirSync(SQLITE_DIR, { recursive: true });
       const { MikroORM: Orm } = await import('@mikro-orm/libsql');

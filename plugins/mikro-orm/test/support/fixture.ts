@@ -21,6 +21,11 @@ export const FIXTURE_DIALECTS: readonly FixtureDialect[] = ['postgresql', 'maria
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** Connection URL of the MariaDB (or MySQL 8) test database (`COURIER_MARIADB_URL`). */
 export const MARIADB_URL = process.env['COURIER_MARIADB_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+/**
+ * The mariadb connector gives up on a new socket after 1 s by default: a loaded machine
+ * (CPU-starved event loop) can take longer than that to see a local connection open.
+ */
+const MARIADB_DRIVER_OPTIONS = { connection: { connectTimeout: 10_000 } };
 /** Folder of the SQLite test files (`COURIER_SQLITE_DIR`). */
 export const SQLITE_DIR = process.env['COURIER_SQLITE_DIR'] ?? join(tmpdir(), 'courier-mikro-orm-sqlite');
 
@@ -161,7 +166,7 @@ async function openOrm(dialect: FixtureDialect, testId: string, entities: Entity
       }
       case 'mariadb': {
         const { MikroORM: MariaDbOrm } = await import('@mikro-orm/mariadb');
-        orm = await MariaDbOrm.init({ clientUrl: MARIADB_URL, pool: { min: 0, max: 10 }, ...common } as Options);
+        orm = await MariaDbOrm.init({ clientUrl: MARIADB_URL, pool: { min: 0, max: 10 }, driverOptions: MARIADB_DRIVER_OPTIONS, ...common } as Options);
         break;
       }
       case 'mysql-driver': {

@@ -14,7 +14,10 @@ export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222
 /** Short ack wait: redelivery after a crash is AckWait-driven. */
 export const ACK_WAIT_MS = 2_000;
 
-export async function createJetStreamFixture({ testId }: FixtureContext): Promise<TransportFixture> {
+/** Transport settings every connection of one fixture shares (tests that need other timers than the defaults). */
+export type JetStreamFixtureSettings = Partial<Pick<ConstructorParameters<typeof NatsJetStreamTransport>[0], 'orderedLeaseMs'>>;
+
+export async function createJetStreamFixture({ testId }: FixtureContext, settings: JetStreamFixtureSettings = {}): Promise<TransportFixture> {
   const proxies = new Map<Transport, { proxy: TcpProxy; connections: NatsConnection[]; killed: boolean }>();
   let down = false;
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
@@ -39,6 +42,7 @@ export async function createJetStreamFixture({ testId }: FixtureContext): Promis
       publishHeaders: (envelope) => (rejecting?.(envelope) ? { 'Nats-Expected-Stream': `${testId}_NOT_THIS_STREAM` } : undefined),
       // A payload over the stream's max_msg_size is refused by the server for its content.
       stream: { max_msg_size: 256 * 1024 },
+      ...settings,
       ...extra,
     });
     proxies.set(transport, entry);

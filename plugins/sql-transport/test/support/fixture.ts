@@ -20,6 +20,11 @@ export type QueueDialectName = 'postgresql' | 'mariadb' | 'sqlite';
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** Connection URL of the MariaDB test database (`COURIER_MARIADB_URL`). */
 export const MARIADB_URL = process.env['COURIER_MARIADB_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+/**
+ * The mariadb connector gives up on a new socket after 1 s by default: a loaded machine
+ * (CPU-starved event loop) can take longer than that to see a local connection open.
+ */
+const MARIADB_DRIVER_OPTIONS = { connection: { connectTimeout: 10_000 } };
 /** Folder of the SQLite files; the same default as `@courier/mikro-orm/conformance`, so store and queue share one file. */
 export const SQLITE_DIR = process.env['COURIER_SQLITE_DIR'] ?? join(tmpdir(), 'courier-conformance-sqlite');
 
@@ -50,7 +55,7 @@ export async function openOrm(dialect: QueueDialectName, testId: string, proxy?:
       }
       case 'mariadb': {
         const { MikroORM: MariaDbOrm } = await import('@mikro-orm/mariadb');
-        orm = await MariaDbOrm.init({ clientUrl: proxy ? throughProxy(MARIADB_URL, proxy) : MARIADB_URL, ...pooled, ...common } as Options);
+        orm = await MariaDbOrm.init({ clientUrl: proxy ? throughProxy(MARIADB_URL, proxy) : MARIADB_URL, ...pooled, driverOptions: { ...pooled.driverOptions, ...MARIADB_DRIVER_OPTIONS }, ...common } as Options);
         break;
       }
       case 'sqlite': {
