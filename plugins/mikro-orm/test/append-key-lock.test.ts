@@ -13,13 +13,14 @@ afterEach(async () => {
 });
 
 describe('append key locks on PostgreSQL', () => {
-  it.each([1, 3])('a producer waiting for a key draws its sequence after the wait (%i rows)', async (count) => {
+  // One row with one key, and two rows of one key, take the one-key lock (and one row a
+  // SELECT of the row, no VALUES list); three keys take the sorted array of locks.
+  it.each([[['k']], [['k', 'k']], [['k', 'j', 'i']]])('a producer waiting for a key draws its sequence after the wait (keys %j)', async (keys) => {
     const f = await createMikroOrmFixture('postgresql', { testId: testId() });
     open.push(f);
     const topic = f.tablePrefix;
     const namespace = resolveTableNames({ tablePrefix: f.tablePrefix }).lockNamespace;
     const lockOf = (key: string) => Number.parseInt(keyHash(topic, key)!.slice(0, 8), 16) | 0;
-    const keys = ['k', 'j', 'i'].slice(0, count);
     // Another producer of key 'k' holds its lock (as an append does from its lock to COMMIT).
     const held = deferred();
     const release = deferred();
@@ -55,6 +56,24 @@ describe('append key locks on PostgreSQL', () => {
     expect(rows.map((row) => row['message_id'])).toEqual([meanwhile.messageId, ...waiting.map((env) => env.messageId)]);
     expect(rows.every((row) => row['state'] === 'pending')).toBe(true);
     expect([...(await f.readEffects())]).toEqual(['waiter']);
+  });
+
+  it('keeps the delay and the schedule of a single row inserted with its lock', async () => {
+    const f = await createMikroOrmFixture('postgresql', { testId: testId() });
+    open.push(f);
+    const rows = [envelope(f.tablePrefix, 'a'), envelope(f.tablePrefix, 'b'), envelope(f.tablePrefix, 'c')];
+    const options = [{}, { delayMs: 3_600_000 }, { notBefore: new Date(Date.UTC(2999, 0, 1)) }];
+    for (const [index, row] of rows.entries()) {
+      await f.orm.em.fork().transactional(async (em) => {
+        f.outbox.append(em, [{ envelope: row, ...options[index] }]);
+      });
+    }
+    const stored = await f.sql(
+      `SELECT message_id, msg_key, extract(epoch FROM available_at - created_at)::bigint AS wait_s, extract(year FROM available_at AT TIME ZONE 'UTC')::int AS year FROM ${f.table('outbox')} ORDER BY seq`,
+    );
+    expect(stored.map((row) => [row['message_id'], row['msg_key']])).toEqual(rows.map((env) => [env.messageId, env.key]));
+    expect(stored.map((row) => Number(row['wait_s']))).toEqual([0, 3_600, Number(stored[2]!['wait_s'])]);
+    expect(Number(stored[2]!['year'])).toBe(2999);
   });
 
   it('keeps delays and schedules of rows inserted with their locks', async () => {

@@ -165,6 +165,10 @@ export class PostgresDialect implements SqlDialect {
     // WHERE is first tested — before the statement's first row is projected, and with it
     // the row's nextval() default. count() >= 0 is always true; the count only forces
     // every lock to be taken (in sorted order) before the subquery returns.
+    // One key (most producing transactions): no array, unnest or sort to plan and run —
+    // the server's work for a keyed append's INSERT was about twice a plain INSERT's
+    // (bench/README.md, session prod3).
+    if (keys.length === 1) return { sql: '(SELECT count(pg_advisory_xact_lock(?, ?))) >= 0', params: [this.#names.lockNamespace, keys[0]] };
     return {
       sql: '(SELECT count(pg_advisory_xact_lock(?, k)) FROM (SELECT unnest(ARRAY[?]::int4[]) AS k ORDER BY 1) AS s) >= 0',
       params: [this.#names.lockNamespace, keys],
