@@ -120,6 +120,31 @@ function sequenceOf(batch: ClaimedBatch, envelope: Envelope): bigint {
   return record.sequence;
 }
 
+/**
+ * Claims for `owner` until `row` comes back, and returns that batch (`row` alone). The
+ * first claim is also the check that `row` is not claimable before its time: it must find
+ * nothing — asserted only when it ended less than `heldForMs` after `since`, because on a
+ * loaded machine the step before it and the claim itself can outlast a short lease or
+ * delay, and then the row is rightly claimable at once.
+ */
+async function claimWhenBack<Tx>(env: OutboxCaseEnv<Tx>, owner: string, row: Envelope, since: number, heldForMs: number): Promise<ClaimedBatch> {
+  const early = await claim(env, owner);
+  if (Date.now() - since < heldForMs) expect(ids(early)).toEqual([]);
+  const batch =
+    early.records.length > 0
+      ? early
+      : await eventually(
+          async () => {
+            const next = await claim(env, owner);
+            expect(ids(next)).toEqual([row.messageId]);
+            return next;
+          },
+          { timeoutMs: env.options.timeoutMs },
+        );
+  expect(ids(batch)).toEqual([row.messageId]);
+  return batch;
+}
+
 /** Claims and completes until nothing is claimable; returns the messageIds in claim order. */
 async function drain<Tx>(env: OutboxCaseEnv<Tx>, owner: string): Promise<string[]> {
   const drained: string[] = [];
@@ -532,29 +557,14 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
   {
     name: 'an expired lease is claimed again with a greater fencing token',
     async run(env) {
-      const { shortLeaseMs, timeoutMs } = env.options;
+      const { shortLeaseMs } = env.options;
       const row = message(env, 'k');
       await commit(env, [row]);
       const leasing = Date.now();
       const first = await claim(env, 'relay-a', { leaseMs: shortLeaseMs });
       expect(ids(first)).toEqual([row.messageId]);
-      // Within the lease nobody else gets the row. Only a claim that ended before the lease
-      // could have run out proves that: on a loaded machine the two claims can take longer
-      // than the short lease, and then relay-b may rightly take the row at once.
-      const early = await claim(env, 'relay-b');
-      if (Date.now() - leasing < shortLeaseMs) expect(ids(early)).toEqual([]);
-      const second =
-        early.records.length > 0
-          ? early
-          : await eventually(
-              async () => {
-                const batch = await claim(env, 'relay-b');
-                expect(ids(batch)).toEqual([row.messageId]);
-                return batch;
-              },
-              { timeoutMs },
-            );
-      expect(ids(second)).toEqual([row.messageId]);
+      // Within the lease nobody else gets the row.
+      const second = await claimWhenBack(env, 'relay-b', row, leasing, shortLeaseMs);
       expect(second.lease.token > first.lease.token).toBe(true);
       expect(second.lease.owner).toBe('relay-b');
       expect(second.records[0]!.attempts).toBe(0);
@@ -759,29 +769,14 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
   {
     name: 'a retry is claimable again only after its delay',
     async run(env) {
-      const { delayMs, clockToleranceMs, timeoutMs } = env.options;
+      const { delayMs, clockToleranceMs } = env.options;
       const row = message(env, 'k');
       await commit(env, [row]);
       const batch = await claim(env, 'relay-a');
       const failedAt = Date.now();
       expect(await env.outbox.fail(batch.lease, [{ sequence: sequences(batch)[0]!, error: 'later', outcome: 'retry', delayMs }])).toBe(1);
-      // Within the delay nobody gets the row. Only a claim that ended before the delay could
-      // have run out proves that: on a loaded machine the fail and the claim can take longer
-      // than the delay, and then relay-b may rightly take the row at once.
-      const early = await claim(env, 'relay-b');
-      if (Date.now() - failedAt < delayMs - clockToleranceMs) expect(ids(early)).toEqual([]);
-      const again =
-        early.records.length > 0
-          ? early
-          : await eventually(
-              async () => {
-                const next = await claim(env, 'relay-b');
-                expect(ids(next)).toEqual([row.messageId]);
-                return next;
-              },
-              { timeoutMs },
-            );
-      expect(ids(again)).toEqual([row.messageId]);
+      // Within the delay nobody gets the row.
+      const again = await claimWhenBack(env, 'relay-b', row, failedAt, delayMs - clockToleranceMs);
       expect(Date.now() - failedAt).toBeGreaterThanOrEqual(delayMs - clockToleranceMs);
       expect(again.records[0]!.attempts).toBe(1);
     },
@@ -814,22 +809,8 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       expect(second.lease.token > first.lease.token).toBe(true);
       const releasing = Date.now();
       expect(await env.outbox.release(second.lease, sequences(second), delayMs)).toBe(1);
-      // Not before the delay: asserted only for a claim that ended before the delay could
-      // have run out (a loaded machine can take longer over the release and the claim).
-      const early = await claim(env, 'relay-c');
-      if (Date.now() - releasing < delayMs - clockToleranceMs) expect(ids(early)).toEqual([]);
-      const third =
-        early.records.length > 0
-          ? early
-          : await eventually(
-              async () => {
-                const batch = await claim(env, 'relay-c');
-                expect(ids(batch)).toEqual([row.messageId]);
-                return batch;
-              },
-              { timeoutMs: env.options.timeoutMs },
-            );
-      expect(ids(third)).toEqual([row.messageId]);
+      // Not before the delay.
+      const third = await claimWhenBack(env, 'relay-c', row, releasing, delayMs - clockToleranceMs);
       expect(Date.now() - releasing).toBeGreaterThanOrEqual(delayMs - clockToleranceMs);
       expect(third.records[0]!.attempts).toBe(0);
     },
