@@ -128,6 +128,16 @@ async function stopChild(child: Child): Promise<void> {
 
 /** How long a worker may take to start and reach its fault point: a tsx start-up on a loaded 2-core machine takes tens of seconds. */
 const REACH_FAULT_MS = 90_000;
+/**
+ * How long the survivors may go without settling one more message before the run is
+ * judged: it covers a worker's start on a loaded machine (tens of seconds) and any lease
+ * or retry delay a crash leaves behind. Every message that settles restarts the clock, so
+ * a slow but moving machine is waited for, up to {@link SETTLE_MAX_MS}; a message that
+ * never settles still fails the run, named with where it is.
+ */
+const SETTLE_IDLE_MS = 120_000;
+/** The longest the survivors may take to settle everything, progress or not (within the case's own timeout). */
+const SETTLE_MAX_MS = 240_000;
 /** Armed workers started after the `maxCrashes` counted deaths, while each dies at the point. */
 const EXTRA_CRASH_LOOP_WORKERS = 3;
 
@@ -223,7 +233,7 @@ export async function runProcessScenario<Tx>(
       launch(null);
     }
 
-    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? 120_000)
+    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? SETTLE_IDLE_MS, { transport, maxMs: Math.max(options.timeoutMs ?? 0, SETTLE_MAX_MS) })
       .catch((error: unknown) => {
         throw new Error(`${String(error)}\n${describeChildren()}`);
       })
