@@ -49,6 +49,13 @@ export interface StoreFixture<Tx> {
    * scenario). Optional: in-memory fixtures simulate it, real ones may restart a server.
    */
   readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
+  /**
+   * Says where each of `messageIds` is in the store (its outbox row's state, attempts,
+   * due time, lease; its inbox record), one line per message found, so a scenario that
+   * did not settle can name where an unsettled message is instead of only calling it
+   * lost. Diagnostics only, read-only. Optional.
+   */
+  locate?(messageIds: readonly string[]): Promise<ReadonlyMap<string, string>>;
   /** Releases connections. Must not delete what a later `createFixture` with the same testId needs. */
   close(): Promise<void>;
 }
@@ -103,6 +110,12 @@ export interface TransportFixture {
    * or with the broker's de-duplication turned off for the test.
    */
   injectDuplicate?(envelope: Envelope): Promise<void>;
+  /**
+   * Says where each of `messageIds` is in the broker (queued, in flight under a lease,
+   * waiting for a retry, dead), one line per message found, for the diagnosis of a
+   * scenario that did not settle (see `StoreFixture.locate`). Read-only. Optional.
+   */
+  locate?(messageIds: readonly string[]): Promise<ReadonlyMap<string, string>>;
   close(): Promise<void>;
 }
 

@@ -1,6 +1,8 @@
 import type { TransportFixture } from '../src/fixtures.js';
 import { describe, expect, it } from 'vitest';
-import { runInProcessScenario } from '../src/bus/run-scenario.js';
+import { Ledger } from '../src/bus/invariants.js';
+import { runInProcessScenario, settle } from '../src/bus/run-scenario.js';
+import { createWorld } from '../src/bus/world.js';
 import { SCENARIOS } from '../src/bus/scenarios.js';
 import { createInMemoryStoreFixture, createInMemoryTransportFixture } from '../src/in-memory-fixtures.js';
 
@@ -43,7 +45,7 @@ describe('runInProcessScenario outages', () => {
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).name).toBe('FixtureFault');
     expect((error as Error).message).toMatch(/the transport fixture's outage\.begin\(\) failed: .*a transport still believes it is connected/);
-    expect((error as Error).message).not.toMatch(/was lost/);
+    expect((error as Error).message).not.toMatch(/has no end state|was lost/);
     expect(calls).toEqual(['begin', 'end']);
   }, 30_000);
 
@@ -60,4 +62,68 @@ describe('runInProcessScenario outages', () => {
     expect(result.applied).toBe(result.committed);
     expect(calls).toEqual(['begin', 'end']);
   }, 30_000);
+});
+
+describe('settle', () => {
+  /** A world of `count` committed messages whose effects the test writes itself, one every `everyMs`, leaving out `skip`. */
+  async function slowWorld(count: number, everyMs: number, skip: ReadonlySet<number> = new Set()) {
+    const store = await createInMemoryStoreFixture();
+    const transport = await createInMemoryTransportFixture();
+    const world = createWorld('tsettle');
+    const ledger = new Ledger();
+    const ids = Array.from({ length: count }, (_, index) => `m${index}`);
+    ids.forEach((id, index) => ledger.commit(id, null, index));
+    let next = 0;
+    const timer = setInterval(() => {
+      const index = next;
+      next += 1;
+      if (index >= count) return clearInterval(timer);
+      if (!skip.has(index)) void store.transaction((tx) => store.recordEffect(tx, ids[index]!));
+    }, everyMs);
+    return { store, transport, world, ledger, ids, stop: () => clearInterval(timer) };
+  }
+
+  it('waits for a run that is slow but moving: each settled message restarts the clock', async () => {
+    const { store, transport, world, ledger, stop } = await slowWorld(6, 300);
+    try {
+      const startedAt = Date.now();
+      const { report } = await settle(world, ledger, store, transport.transport, false, 800, { maxMs: 10_000 });
+      expect(Date.now() - startedAt).toBeGreaterThan(800);
+      expect(report.problems).toEqual([]);
+      expect(report.applied).toBe(6);
+    } finally {
+      stop();
+    }
+  }, 15_000);
+
+  it('still fails a message that never settles, and names it lost when no fixture finds it', async () => {
+    const { store, transport, world, ledger, ids, stop } = await slowWorld(6, 100, new Set([2]));
+    try {
+      const located = { ...transport, locate: async () => new Map<string, string>() };
+      const error = await settle(world, ledger, store, transport.transport, false, 800, { maxMs: 10_000, transport: located }).then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect(error).toBeInstanceOf(Error);
+      expect((error as Error).message).toMatch(/1 of 6 committed messages have no end state/);
+      expect((error as Error).message).toContain(`message ${ids[2]} has no end state: LOST, found nowhere`);
+    } finally {
+      stop();
+    }
+  }, 15_000);
+
+  it('says where an unsettled message is when a fixture finds it', async () => {
+    const { store, transport, world, ledger, ids, stop } = await slowWorld(3, 50, new Set([1]));
+    try {
+      const locating = { ...store, locate: async (wanted: readonly string[]) => new Map(wanted.map((id) => [id, `outbox seq 2 pending, attempts 0, due in 90000 ms`] as const)) };
+      const error = await settle(world, ledger, locating, transport.transport, false, 500, { transport }).then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect((error as Error).message).toContain(`message ${ids[1]} has no end state: outbox seq 2 pending, attempts 0, due in 90000 ms`);
+      expect((error as Error).message).not.toMatch(/LOST/);
+    } finally {
+      stop();
+    }
+  }, 15_000);
 });

@@ -36,6 +36,9 @@ interface Child {
   readonly process: ChildProcess;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   readonly output: string[];
+  /** When each line of `output` came, in ms after the launch. */
+  readonly outputAt: number[];
+  readonly launchedAt: number;
   readonly sawLine: (line: string) => Promise<void>;
 }
 
@@ -76,7 +79,9 @@ function startChild(launch: { script: string; execArgv: string[] }, config: Work
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   transport.hostWorker?.(child);
+  const launchedAt = Date.now();
   const output: string[] = [];
+  const outputAt: number[] = [];
   const waiters: { line: string; resolve: () => void }[] = [];
   let buffer = '';
   const onData = (chunk: Buffer) => {
@@ -86,6 +91,8 @@ function startChild(launch: { script: string; execArgv: string[] }, config: Work
       const line = buffer.slice(0, newline);
       buffer = buffer.slice(newline + 1);
       output.push(line);
+      outputAt.push(Date.now() - launchedAt);
+      if (line === 'ready' && process.env['COURIER_CONFORMANCE_LOG']) process.stderr.write(`[worker ${child.pid}] reported ready ${((Date.now() - launchedAt) / 1000).toFixed(1)} s after its launch\n`);
       for (const waiter of [...waiters]) {
         if (line.startsWith(waiter.line)) {
           waiters.splice(waiters.indexOf(waiter), 1);
@@ -102,7 +109,10 @@ function startChild(launch: { script: string; execArgv: string[] }, config: Work
     child.stdout?.on('data', echo);
     child.stderr?.on('data', echo);
   }
-  child.stderr?.on('data', (chunk: Buffer) => output.push(`stderr: ${chunk.toString('utf8').trimEnd()}`));
+  child.stderr?.on('data', (chunk: Buffer) => {
+    output.push(`stderr: ${chunk.toString('utf8').trimEnd()}`);
+    outputAt.push(Date.now() - launchedAt);
+  });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
   });
@@ -110,6 +120,8 @@ function startChild(launch: { script: string; execArgv: string[] }, config: Work
     process: child,
     exited,
     output,
+    outputAt,
+    launchedAt,
     sawLine: (line) =>
       output.some((seen) => seen.startsWith(line)) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ line, resolve })),
   };
@@ -126,8 +138,45 @@ async function stopChild(child: Child): Promise<void> {
   }
 }
 
-/** How long a worker may take to start and reach its fault point: a tsx start-up on a loaded 2-core machine takes tens of seconds. */
+/**
+ * How long a worker may take to start (report `ready`): a start-up on a loaded 2-core
+ * machine takes tens of seconds (measured at load ~20: 30–60 s from launch to ready).
+ */
+const START_MS = 120_000;
+/**
+ * How long a started worker may take to reach its fault point, counted from its `ready`:
+ * it may wait out a dead predecessor's leases and handle the target's key up to it first.
+ * Counted from the launch instead, a slow start left too little of it.
+ */
 const REACH_FAULT_MS = 90_000;
+
+/** A promise of `value` after `ms` (unref'd: it never holds the process open). */
+function after<T>(ms: number, value: T): Promise<T> {
+  return new Promise((resolve) => setTimeout(() => resolve(value), ms).unref());
+}
+
+/**
+ * Waits for `child` to report `ready` (or `line`, or to exit, which may come first: a
+ * fault point can be reached before `ready` is written), at most {@link START_MS}, then
+ * for `line` or its exit, at most {@link REACH_FAULT_MS} more. Resolves with what came.
+ */
+async function startedThen(child: Child, line: string | undefined): Promise<'line' | 'exited' | 'no start' | 'timeout'> {
+  const seen = line === undefined ? new Promise<never>(() => {}) : child.sawLine(line).then(() => 'line' as const);
+  const exited = child.exited.then(() => 'exited' as const);
+  const start = await Promise.race([child.sawLine('ready').then(() => 'ready' as const), seen, exited, after(START_MS, 'no start' as const)]);
+  if (start !== 'ready') return start;
+  return Promise.race([seen, exited, after(REACH_FAULT_MS, 'timeout' as const)]);
+}
+/**
+ * How long the survivors may go without settling one more message before the run is
+ * judged: it covers a worker's start on a loaded machine (tens of seconds) and any lease
+ * or retry delay a crash leaves behind. Every message that settles restarts the clock, so
+ * a slow but moving machine is waited for, up to {@link SETTLE_MAX_MS}; a message that
+ * never settles still fails the run, named with where it is.
+ */
+const SETTLE_IDLE_MS = 120_000;
+/** The longest the survivors may take to settle everything, progress or not (within the case's own timeout). */
+const SETTLE_MAX_MS = 240_000;
 /** Armed workers started after the `maxCrashes` counted deaths, while each dies at the point. */
 const EXTRA_CRASH_LOOP_WORKERS = 3;
 
@@ -157,10 +206,20 @@ export async function runProcessScenario<Tx>(
       children.push(child);
       return child;
     };
-    const describeChildren = () => children.map((child, index) => `worker ${index}: ${child.output.slice(-6).join(' | ')}`).join('\n');
+    // Each line with its time after the worker's launch: a start that took most of the wait shows.
+    const describeChildren = () =>
+      children
+        .map((child, index) => {
+          const from = Math.max(0, child.output.length - 6);
+          const lines = child.output.slice(from).map((line, at) => `+${((child.outputAt[from + at] ?? 0) / 1000).toFixed(1)}s ${line}`);
+          return `worker ${index} (launched ${((Date.now() - child.launchedAt) / 1000).toFixed(1)} s ago): ${lines.join(' | ')}`;
+        })
+        .join('\n');
     const expectKilled = async (child: Child) => {
-      const result = await Promise.race([child.exited, new Promise<null>((resolve) => setTimeout(() => resolve(null), REACH_FAULT_MS))]);
-      if (result === null) throw new Error(`fault point '${spec.point}' was never reached in ${REACH_FAULT_MS / 1000} s\n${describeChildren()}`);
+      const outcome = await startedThen(child, undefined);
+      if (outcome === 'no start') throw new Error(`a worker did not start (report ready) within ${START_MS / 1000} s\n${describeChildren()}`);
+      if (outcome !== 'exited') throw new Error(`fault point '${spec.point}' was never reached in ${REACH_FAULT_MS / 1000} s after the worker reported ready\n${describeChildren()}`);
+      const result = await child.exited;
       if (result.signal !== 'SIGKILL') throw new Error(`worker exited with ${result.code ?? result.signal} instead of being killed\n${describeChildren()}`);
     };
 
@@ -168,12 +227,11 @@ export async function runProcessScenario<Tx>(
       // The stale worker goes first so that it, not its successor, claims the backlog;
       // the successor starts once it has stalled and takes its batch over.
       const stale = launch({ point: spec.point, action: 'stall' });
-      const outcome = await Promise.race([
-        stale.sawLine('stall').then(() => 'stalled'),
-        stale.exited.then(() => 'exited'),
-        new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), REACH_FAULT_MS)),
-      ]);
-      if (outcome !== 'stalled') throw new Error(`the stale worker ${outcome === 'exited' ? 'exited' : `did not stall within ${REACH_FAULT_MS / 1000} s`}\n${describeChildren()}`);
+      const outcome = await startedThen(stale, 'stall');
+      if (outcome !== 'line') {
+        const what = outcome === 'exited' ? 'exited' : outcome === 'no start' ? `did not start within ${START_MS / 1000} s` : `did not stall within ${REACH_FAULT_MS / 1000} s after it reported ready`;
+        throw new Error(`the stale worker ${what}\n${describeChildren()}`);
+      }
       launch(null);
       await new Promise((resolve) => setTimeout(resolve, tuning.leaseMs * 1.6));
       stale.process.kill('SIGCONT');
@@ -223,7 +281,7 @@ export async function runProcessScenario<Tx>(
       launch(null);
     }
 
-    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? 120_000)
+    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? SETTLE_IDLE_MS, { transport, maxMs: Math.max(options.timeoutMs ?? 0, SETTLE_MAX_MS) })
       .catch((error: unknown) => {
         throw new Error(`${String(error)}\n${describeChildren()}`);
       })

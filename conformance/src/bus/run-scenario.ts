@@ -2,7 +2,6 @@ import { describeError, newMessageId, type Bus, type Envelope, type FaultHook, t
 import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from '../fixtures.js';
 import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
-import { eventually } from '../support/eventually.js';
 import { uniqueId } from '../support/unique-id.js';
 import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, parkedAlready, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
@@ -48,9 +47,27 @@ export async function observe<Tx>(world: World, store: StoreFixture<Tx>, transpo
   return { effects, consumerDead, outboxDead, halted };
 }
 
+/** Options of {@link settle}. */
+export interface SettleOptions {
+  /** Gives up when it aborts (within one poll) and rejects with its reason. */
+  readonly signal?: AbortSignal;
+  /**
+   * Gives up at the latest this long after the start even while messages still settle.
+   * Default `timeoutMs` (then the wait is bounded by `timeoutMs` alone, progress or not).
+   */
+  readonly maxMs?: number;
+  /** The transport fixture, whose optional `locate` says where an unsettled message is. */
+  readonly transport?: Pick<TransportFixture, 'locate'>;
+}
+
 /**
  * Waits until every committed message is in an end state, then checks the invariants.
- * With `signal`, gives up when it aborts (within one poll) and rejects with its reason.
+ * Gives up once `timeoutMs` passed without one more message reaching an end state (each
+ * one that does restarts that clock, so a loaded machine that is slow but moving is
+ * waited for), or `options.maxMs` after the start. A run that gives up rejects naming
+ * every message still without an end state and, through the fixtures' optional `locate`,
+ * where each one is (an outbox row still pending, a queued or leased delivery, a retry due
+ * later): one found nowhere is lost; one found somewhere had not settled yet.
  */
 export async function settle<Tx>(
   world: World,
@@ -59,22 +76,79 @@ export async function settle<Tx>(
   transport: Transport,
   ordered: boolean,
   timeoutMs: number,
-  signal?: AbortSignal,
+  options: SettleOptions = {},
 ): Promise<{ report: InvariantReport; observed: Observed }> {
-  const settled = await eventually(
-    async () => {
-      if (signal?.aborted) return undefined;
+  const { signal } = options;
+  const startedAt = Date.now();
+  const giveUpAt = startedAt + (options.maxMs ?? timeoutMs);
+  let lastProgressAt = startedAt;
+  let fewest = Number.POSITIVE_INFINITY;
+  let unsettled: string[] = [];
+  let lastError: unknown;
+  for (;;) {
+    if (signal?.aborted) throw signal.reason;
+    try {
       // The database or broker may be away (an outage scenario): observe throws, and we look again.
       const observed = await observe(world, store, transport);
       const report = checkInvariants(ledger, observed, { ordered });
-      const lost = report.problems.filter((problem) => problem.includes('was lost'));
-      if (lost.length > 0) throw new Error(`scenario did not settle: ${lost.slice(0, 5).join('; ')}`);
-      return { report, observed };
-    },
-    { timeoutMs, intervalMs: 50 },
-  );
-  if (!settled) throw signal?.reason;
-  return settled;
+      unsettled = unsettledIds(ledger, observed);
+      if (unsettled.length === 0) return { report, observed };
+      if (unsettled.length < fewest) {
+        fewest = unsettled.length;
+        lastProgressAt = Date.now();
+      }
+      lastError = undefined;
+    } catch (error) {
+      lastError = error;
+    }
+    const now = Date.now();
+    if (now >= giveUpAt || now - lastProgressAt >= timeoutMs) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const waited = `${Math.round((Date.now() - startedAt) / 1000)} s, the last ${Math.round((Date.now() - lastProgressAt) / 1000)} s without a message settling`;
+  if (unsettled.length === 0) throw new Error(`scenario could not be observed for ${waited}: ${describeError(lastError)}`, { cause: lastError });
+  const where = await whereAre(unsettled, store, options.transport);
+  throw new Error(`scenario did not settle in ${waited}: ${unsettled.length} of ${ledger.committed.size} committed messages have no end state\n${where}`);
+}
+
+/** Committed messages in no end state (not applied, not dead-lettered, not on a halted key), in commit order. */
+function unsettledIds(ledger: Ledger, observed: Observed): string[] {
+  const ended = new Set<string>(observed.effects);
+  for (const letter of observed.consumerDead) ended.add(letter.envelope.messageId);
+  for (const row of observed.outboxDead) if (row.state === 'dead') ended.add(row.envelope.messageId);
+  for (const key of observed.halted) ended.add(key.head.envelope.messageId);
+  return [...ledger.committed.keys()].filter((id) => !ended.has(id));
+}
+
+/** How long the diagnosis of an unsettled run may take (the database may be the reason it did not settle). */
+const LOCATE_TIMEOUT_MS = 15_000;
+
+/**
+ * One line per unsettled message: where the fixtures found it, or that they found it
+ * nowhere (lost). Without a `locate` on either fixture, says so: the messages are then
+ * only known to be unsettled.
+ */
+async function whereAre<Tx>(ids: readonly string[], store: StoreFixture<Tx>, transport: Pick<TransportFixture, 'locate'> | undefined): Promise<string> {
+  if (!store.locate && !transport?.locate) {
+    return ids.map((id) => `  message ${id} has no end state (the fixtures have no locate() to say where it is)`).join('\n');
+  }
+  const ask = async (what: string, locate: ((ids: readonly string[]) => Promise<ReadonlyMap<string, string>>) | undefined) => {
+    if (!locate) return new Map<string, string>();
+    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer in ${LOCATE_TIMEOUT_MS} ms`)), LOCATE_TIMEOUT_MS).unref());
+    try {
+      return await Promise.race([locate(ids), timeout]);
+    } catch (error) {
+      return new Map(ids.map((id) => [id, `${what}: locate failed (${describeError(error)})`] as const));
+    }
+  };
+  const [inStore, inTransport] = await Promise.all([ask('store', store.locate?.bind(store)), ask('transport', transport?.locate?.bind(transport))]);
+  const lines = ids.map((id) => {
+    const places = [inStore.get(id), inTransport.get(id)].filter((place): place is string => place !== undefined);
+    if (places.length === 0) return `  message ${id} has no end state: LOST, found nowhere (not applied, not dead-lettered, not halted, in neither store nor transport)`;
+    const absent = [store.locate && !inStore.has(id) ? 'store: not found' : undefined, transport?.locate && !inTransport.has(id) ? 'transport: not found' : undefined];
+    return `  message ${id} has no end state: ${[...places, ...absent.filter((place) => place !== undefined)].join('; ')}`;
+  });
+  return `where the ${ids.length} unsettled message(s) are:\n${lines.join('\n')}`;
 }
 
 interface Worker<Tx> {
@@ -310,7 +384,7 @@ export async function runInProcessScenario<Tx>(
 
     // A fixture that broke its outage fails the run at once, under its own name: waiting
     // for the messages would only report them lost.
-    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, fixtureFaults.signal);
+    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, { signal: fixtureFaults.signal, transport: fixture });
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
       spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'applied-kills' ? appliedKills > 0 : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;

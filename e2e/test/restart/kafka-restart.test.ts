@@ -106,7 +106,7 @@ describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
         plan,
         timeoutMs: 150_000,
       }).catch(async (error: unknown) => {
-        const lost = [...String(error).matchAll(/message (\S+) was lost/g)].map((match) => match[1]!);
+        const lost = [...String(error).matchAll(/message (\S+) has no end state/g)].map((match) => match[1]!);
         if (testId !== '') console.error(`[kafka-restart] ${String(error)}\n${await diagnose(testId, lost).catch((e: unknown) => `diagnosis failed: ${String(e)}`)}`);
         throw error;
       });

@@ -12,6 +12,7 @@ import type { Transport } from '@courier/core';
 import { TcpProxy, targetOf, throughProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import type { MikroORM, Options } from '@mikro-orm/core';
 import { SqlTransport, type SqlTransportConfig } from '../../src/index.js';
+import { locateInQueue } from './locate.js';
 
 /** The databases the fixtures target. */
 export type QueueDialectName = 'postgresql' | 'mariadb' | 'sqlite';
@@ -219,6 +220,8 @@ export function createSqlTransportFixture(dialect: QueueDialectName, options: Sq
                 await Promise.all([...instances.values()].filter((instance) => !instance.killed).map((instance) => instance.proxy?.open() ?? Promise.resolve()));
               },
             },
+      // Read through the fixture's own instance (its proxy is open unless an outage is on).
+      locate: (ids) => locateInQueue(instances.get(transport)!.orm.orm, dialect, testId, ids),
       close: async () => {
         // A killed transport's close may wait forever on a handler the test never settles: not awaited.
         await Promise.all([...instances].filter(([, instance]) => !instance.killed).map(([t]) => t.close().catch(() => undefined)));

@@ -6,6 +6,7 @@ import type { FixtureContext, StoreFixture } from '@courier/conformance';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { EntitySchema, type EntityManager } from '@mikro-orm/core';
 import { openOrm, sharedSqliteOrm, type QueueDialectName } from './fixture.js';
+import { locateInStore } from './locate.js';
 
 /** A `StoreFixtureFactory<EntityManager>` over `dialect`. */
 export function createStoreFixture(dialect: QueueDialectName) {
@@ -74,6 +75,7 @@ export function createStoreFixture(dialect: QueueDialectName) {
           const rows = (await connection.execute(`SELECT effect_id FROM ${quote(effectsTable)} ORDER BY seq`, [], 'all')) as Record<string, unknown>[];
           return rows.map((row) => String(row['effect_id']));
         },
+        locate: (ids: readonly string[]) => locateInStore(orm, dialect, testId, ids),
         async close() {
           await outbox.close();
           await inbox.close();
