@@ -9,14 +9,13 @@
 //   frame on the stack (garbage collection and idle are their own lines); the profile is also
 //   written as a `.cpuprofile` file for Chrome DevTools.
 //
-//   node --conditions=@courier/source --import tsx src/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile|-] [keyless]
+//   node --conditions=@courier/source --import tsx src/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile|-] [keyless|keyed] [keep|delete]
 //
-// `keyless` seeds the measured backlog without keys (scenario 2 / 8's keyless line); `-` for no profile file.
+// `keyless` seeds the measured backlog without keys (scenario 2 / 8's keyless line); `-` for no profile file;
+// `delete` runs the outbox with `publishedRows: 'delete'` (completion deletes the rows).
 //
 // A 2,000-row drain first warms the code and the connections up; only the measured drain is
 // profiled and timed.
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import { performance } from 'node:perf_hooks';
@@ -25,6 +24,7 @@ import { SqlRunner } from '@courier/mikro-orm/sql-kit';
 import type { EntityManager } from '@mikro-orm/core';
 import { BenchBroker, openDb, runId, seedBacklog, until, type Dialect } from './setup.js';
 import { scriptOwner } from './script-owner.js';
+import { serverCpu } from './server-cpu.js';
 
 interface ProfileNode {
   id: number;
@@ -45,6 +45,7 @@ const mode = process.argv[3] === 'timing' ? 'timing' : 'cpu';
 const rows = Number(process.argv[4] ?? 20_000);
 const out = process.argv[5] === '-' ? undefined : process.argv[5];
 const keyless = process.argv[6] === 'keyless';
+const publishedRows = process.argv[7] === 'delete' ? 'delete' : 'keep';
 const WARM_UP = 2_000;
 
 
@@ -164,6 +165,7 @@ function median(values: readonly number[]): number {
 function statementKind(sql: string): string {
   const text = sql.replace(/\s+/g, ' ').trim();
   if (text.startsWith('SELECT')) return text.includes('SKIP LOCKED') ? 'SELECT heads … SKIP LOCKED' : `SELECT ${text.slice(7, 40)}…`;
+  if (text.startsWith('DELETE') && text.includes('lease_token = ?')) return 'DELETE completion';
   if (text.startsWith('UPDATE')) {
     if (text.includes("state = 'published'")) return 'UPDATE completion';
     if (text.includes('lease_owner = ?')) return 'UPDATE lease';
@@ -188,40 +190,8 @@ for (const method of ['all', 'run'] as const) {
   };
 }
 
-/**
- * CPU seconds (user + system) used so far by the server processes of each name (all
- * PostgreSQL backends together), read from /proc (Linux; clock ticks of 1/100 s). Servers
- * are shared with whatever else runs on the machine: a delta counts their work too.
- */
-function serverCpu(): Map<string, number> {
-  const totals = new Map<string, number>();
-  for (const [label, args] of [
-    ['mariadbd', ['-x', 'mariadbd']],
-    ['postgres', ['-x', 'postgres']],
-    ['rabbitmq (beam.smp)', ['-f', 'beam.smp']],
-  ] as const) {
-    let pids: string[];
-    try {
-      pids = execFileSync('pgrep', [...args], { encoding: 'utf8' }).split('\n').filter((pid) => pid !== '');
-    } catch {
-      continue;
-    }
-    let ticks = 0;
-    for (const pid of pids) {
-      try {
-        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-        ticks += Number(fields[11]) + Number(fields[12]);
-      } catch {
-        // The process ended meanwhile.
-      }
-    }
-    totals.set(label, ticks / 100);
-  }
-  return totals;
-}
-
 const prefix = `${runId()}_cpu`;
-const db = await openDb(dialect, { prefix, wakeups: false });
+const db = await openDb(dialect, { prefix, wakeups: false, publishedRows });
 const broker = new BenchBroker(prefix);
 const transport = broker.transport();
 const storeSpans: Span[] = [];
@@ -262,7 +232,7 @@ try {
   const loop = performance.eventLoopUtilization(elu);
   const seconds = (ended - started) / 1000;
   console.log(
-    `${dialect}${keyless ? " (keyless)" : ""}: ${rows} messages in ${seconds.toFixed(2)} s = ${(rows / seconds).toFixed(0)} msg/s; ` +
+    `${dialect}${keyless ? " (keyless)" : ""}, publishedRows ${publishedRows}: ${rows} messages in ${seconds.toFixed(2)} s = ${(rows / seconds).toFixed(0)} msg/s; ` +
       `CPU ${((used.user + used.system) / 1e6).toFixed(2)} s = ${((used.user + used.system) / rows).toFixed(1)} µs/msg (user ${(used.user / rows).toFixed(1)}, system ${(used.system / rows).toFixed(1)}); ` +
       `event loop busy ${(loop.utilization * 100).toFixed(0)}% of the drain`,
   );

@@ -53,6 +53,10 @@ export interface OpenDbOptions {
   readonly poolMax?: number;
   /** PostgreSQL LISTEN/NOTIFY wake-ups; the store's default (on) unless false. */
   readonly wakeups?: boolean;
+  /** The outbox's `publishedRows` (what a completion does with its rows); the store's default (`keep`) unless set. */
+  readonly publishedRows?: 'keep' | 'delete';
+  /** PostgreSQL: the connections' `application_name`, so a bench can find its own backends in `pg_stat_activity`. */
+  readonly applicationName?: string;
 }
 
 /** Opens MikroORM on `dialect`, creates Courier's schema with `<prefix>_` and the orders table. */
@@ -76,7 +80,13 @@ export async function openDb(dialect: Dialect, options: OpenDbOptions): Promise<
       createdAt: { type: 'datetime', fieldName: 'created_at' },
     },
   });
-  const common = { entities: [schema], debug: false, discovery: { warnWhenNoEntities: false }, pool: { min: 0, max: options.poolMax ?? 16 } };
+  const common = {
+    entities: [schema],
+    debug: false,
+    discovery: { warnWhenNoEntities: false },
+    pool: { min: 0, max: options.poolMax ?? 16 },
+    ...(options.applicationName === undefined || dialect !== 'postgresql' ? {} : { driverOptions: { connection: { application_name: options.applicationName } } }),
+  };
   let orm: MikroORM;
   if (dialect === 'postgresql') {
     const { MikroORM: PgOrm } = await import('@mikro-orm/postgresql');
@@ -89,7 +99,12 @@ export async function openDb(dialect: Dialect, options: OpenDbOptions): Promise<
   const connection = orm.em.getConnection('write');
   const sql = async (query: string, params: readonly unknown[] = []) => (await connection.execute(query, [...params], 'all')) as Record<string, unknown>[];
   const names = resolveTableNames({ tablePrefix });
-  const outbox = new MikroOrmOutboxStore({ orm, tablePrefix, ...(options.wakeups === false ? { wakeups: false } : {}) });
+  const outbox = new MikroOrmOutboxStore({
+    orm,
+    tablePrefix,
+    ...(options.wakeups === false ? { wakeups: false } : {}),
+    ...(options.publishedRows === undefined ? {} : { publishedRows: options.publishedRows }),
+  });
   const inbox = new MikroOrmInboxStore({ orm, tablePrefix });
   try {
     await outbox.ensureSchema();

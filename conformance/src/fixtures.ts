@@ -56,6 +56,15 @@ export interface StoreFixture<Tx> {
    * lost. Diagnostics only, read-only. Optional.
    */
   locate?(messageIds: readonly string[]): Promise<ReadonlyMap<string, string>>;
+  /**
+   * What the outbox does with a row it completes: `keep` (the default when absent) marks it
+   * published and keeps it until `prune`; `delete` deletes it at completion. The cases whose
+   * expectation depends on kept published rows (what `prune` finds; whether a published
+   * messageId may be appended again) read it, so a store in either mode is held to the right
+   * expectation instead of skipping them. Declare it from the store's own setting (for
+   * `MikroOrmOutboxStore`, its `publishedRows`).
+   */
+  readonly outboxPublishedRows?: 'keep' | 'delete';
   /** Releases connections. Must not delete what a later `createFixture` with the same testId needs. */
   close(): Promise<void>;
 }

@@ -86,6 +86,7 @@ export const outboxOperationsCaseNames: readonly string[] = [
   'prune deletes only published rows older than the cutoff',
   'lists, replays and purges dead rows',
   'lists halted keys and resumes them by retry or park',
+  'a completion never deletes or changes dead or halted rows, even under the lease that failed them',
 ];
 
 function message<Tx>(env: OutboxCaseEnv<Tx>, key: string | null, overrides: Partial<Envelope> = {}): Envelope {
@@ -661,6 +662,108 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    name: 'a completion still fences: a stale lease completes nothing of rows another relay re-claimed, and their key stays blocked behind them',
+    async run(env) {
+      // With a store that deletes rows at completion, a stale completion that got through
+      // would not only mark a row twice: it would remove a row another relay is publishing,
+      // and the key's next row would be claimed before that one was confirmed.
+      const [a, b] = [message(env, 'k'), message(env, 'k')];
+      const c = message(env, null);
+      await commit(env, [a, b, c]);
+      const stale = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      expect(sorted(ids(stale))).toEqual(sorted([a.messageId, c.messageId]));
+      const fresh = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b');
+          expect(sorted(ids(batch))).toEqual(sorted([a.messageId, c.messageId]));
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await env.outbox.complete(stale.lease, sequences(stale))).toBe(0);
+      const done = env.outbox.completeAndClaim?.bind(env.outbox);
+      if (done) {
+        const combined = await done({ lease: stale.lease, sequences: sequences(stale) }, { owner: 'relay-a', limit: 1_000, leaseMs: LONG_LEASE_MS, perKey: 1 });
+        expect(combined.completed).toBe(0);
+        // `b` waits behind `a`, which relay-b still holds.
+        expect(ids(combined)).toEqual([]);
+      }
+      expect(ids(await claim(env, 'relay-c'))).toEqual([]);
+      // The rows are still there for the relay that holds them, and only its completion frees `b`.
+      expect(await env.outbox.complete(fresh.lease, sequences(fresh))).toBe(2);
+      expect(await env.outbox.complete(fresh.lease, sequences(fresh))).toBe(0);
+      expect(ids(await claim(env, 'relay-c'))).toEqual([b.messageId]);
+    },
+  },
+  {
+    name: "per-key order holds across completions: a key's next row is claimable only once its predecessor was completed, on every path",
+    async run(env) {
+      const rows = [message(env, 'k'), message(env, 'k'), message(env, 'k'), message(env, 'k'), message(env, 'k')];
+      const [k1, k2, k3, k4, k5] = rows;
+      await commit(env, rows);
+      const first = await claim(env, 'relay-a');
+      expect(ids(first)).toEqual([k1!.messageId]);
+      expect(ids(await claim(env, 'relay-b', { perKey: 3 }))).toEqual([]);
+      // A retry is not a completion: the key still waits for `k1`.
+      expect(await env.outbox.fail(first.lease, [{ sequence: sequenceOf(first, k1!), error: 'again', outcome: 'retry', delayMs: 0 }])).toBe(1);
+      const retried = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-a');
+          expect(ids(batch)).toEqual([k1!.messageId]);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(await env.outbox.complete(retried.lease, sequences(retried))).toBe(1);
+      const second = await claim(env, 'relay-b');
+      expect(ids(second)).toEqual([k2!.messageId]);
+      // The combined path: `k3` comes in this claim or the next one, never `k4` before it.
+      const options = { owner: 'relay-b', limit: 1_000, leaseMs: LONG_LEASE_MS, perKey: 1 };
+      const done = env.outbox.completeAndClaim?.bind(env.outbox);
+      let third: ClaimedBatch;
+      if (done) {
+        const combined = await done({ lease: second.lease, sequences: sequences(second) }, options);
+        expect(combined.completed).toBe(1);
+        third = combined.records.length > 0 ? combined : await claim(env, 'relay-b');
+      } else {
+        expect(await env.outbox.complete(second.lease, sequences(second))).toBe(1);
+        third = await claim(env, 'relay-b');
+      }
+      expect(ids(third)).toEqual([k3!.messageId]);
+      expect(ids(await claim(env, 'relay-c', { perKey: 2 }))).toEqual([]);
+      // A pipelined claim after the completion takes the rows right behind, in order.
+      expect(await env.outbox.complete(third.lease, sequences(third))).toBe(1);
+      const rest = await claim(env, 'relay-c', { perKey: 2 });
+      expect(ids(rest)).toEqual([k4!.messageId, k5!.messageId]);
+      expect(await env.outbox.complete(rest.lease, sequences(rest))).toBe(2);
+      expect(ids(await claim(env, 'relay-c', { perKey: 2 }))).toEqual([]);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0, haltedKeys: 0 });
+    },
+  },
+  {
+    name: 'a published messageId is refused again while the store keeps its row, and accepted once its completion deleted it',
+    async run(env) {
+      // The messageId's uniqueness lasts as long as its row: until prune for a store that
+      // keeps published rows, until publication for one that deletes them (the window the
+      // store documents). Either way the earlier copy was published exactly once.
+      const original = message(env, 'k', { payload: '{"v":1}' });
+      await commit(env, [original]);
+      const batch = await claim(env, 'relay-a');
+      expect(await env.outbox.complete(batch.lease, sequences(batch))).toBe(1);
+      const again = { ...original, payload: '{"v":2}' };
+      if (env.fixture.outboxPublishedRows === 'delete') {
+        await commit(env, [again]);
+        const next = await claim(env, 'relay-b');
+        expect(ids(next)).toEqual([original.messageId]);
+        expect(next.records[0]!.envelope.payload).toBe('{"v":2}');
+        expect(next.records[0]!.sequence > batch.records[0]!.sequence).toBe(true);
+      } else {
+        await expect(commit(env, [again])).rejects.toThrow();
+        expect(ids(await claim(env, 'relay-b'))).toEqual([]);
+      }
+    },
+  },
+  {
     name: 'renew extends only the rows still held by the lease; a stale lease renews nothing',
     async run(env) {
       if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');
@@ -871,18 +974,24 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const pending = message(env, null);
       await commit(env, [...published, dead, pending]);
       const batch = await claim(env, 'relay-a');
-      await env.outbox.complete(batch.lease, sequences(batch, published));
+      expect(await env.outbox.complete(batch.lease, sequences(batch, published))).toBe(published.length);
       await env.outbox.fail(batch.lease, [{ sequence: sequenceOf(batch, dead), error: 'dead', outcome: 'dead' }]);
       await env.outbox.release(batch.lease, [sequenceOf(batch, pending)]);
       expect(await env.outbox.prune(3_600_000)).toBe(0);
-      let pruned = 0;
-      await eventually(
-        async () => {
-          pruned += await env.outbox.prune(0, { batchSize: 1 });
-          expect(pruned).toBe(published.length);
-        },
-        { timeoutMs: env.options.timeoutMs },
-      );
+      if (env.fixture.outboxPublishedRows === 'delete') {
+        // The completion deleted the published rows: nothing is left for prune, and it must
+        // not take the dead or the pending row instead.
+        expect(await env.outbox.prune(0, { batchSize: 1 })).toBe(0);
+      } else {
+        let pruned = 0;
+        await eventually(
+          async () => {
+            pruned += await env.outbox.prune(0, { batchSize: 1 });
+            expect(pruned).toBe(published.length);
+          },
+          { timeoutMs: env.options.timeoutMs },
+        );
+      }
       expect((await env.outbox.listDead()).map((record) => record.envelope.messageId)).toEqual([dead.messageId]);
       expect(ids(await claim(env, 'relay-b'))).toEqual([pending.messageId]);
     },
@@ -945,6 +1054,46 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       expect((await env.outbox.listDead()).map((record) => record.envelope.messageId)).toEqual([h1.messageId]);
       expect(ids(await claim(env, 'relay-c'))).toEqual([h2.messageId]);
       expect(await env.outbox.resume(env.topic, 'h', 'retry')).toBe(0);
+    },
+  },
+  {
+    name: 'a completion never deletes or changes dead or halted rows, even under the lease that failed them',
+    async run(env) {
+      const dead = message(env, 'd');
+      const [h1, h2] = [message(env, 'h'), message(env, 'h')];
+      const ok = message(env, 'o');
+      await commit(env, [dead, h1, h2, ok]);
+      const batch = await claim(env, 'relay-a');
+      expect(sorted(ids(batch))).toEqual(sorted([dead.messageId, h1.messageId, ok.messageId]));
+      expect(
+        await env.outbox.fail(batch.lease, [
+          { sequence: sequenceOf(batch, dead), error: 'dead', outcome: 'dead' },
+          { sequence: sequenceOf(batch, h1), error: 'halted', outcome: 'halt' },
+        ]),
+      ).toBe(2);
+      // The lease that failed them completes only the row it still holds.
+      expect(await env.outbox.complete(batch.lease, sequences(batch))).toBe(1);
+      const done = env.outbox.completeAndClaim?.bind(env.outbox);
+      if (done) {
+        const combined = await done({ lease: batch.lease, sequences: sequences(batch, [dead, h1]) }, { owner: 'relay-a', limit: 1_000, leaseMs: LONG_LEASE_MS, perKey: 1 });
+        expect(combined.completed).toBe(0);
+        // `h2` stays held behind its halted head.
+        expect(ids(combined)).toEqual([]);
+      }
+      expect((await env.outbox.listDead()).map((record) => record.envelope.messageId)).toEqual([dead.messageId]);
+      const halted = await env.outbox.listHalted();
+      expect(halted.map((key) => [key.head.envelope.messageId, key.held])).toEqual([[h1.messageId, 1]]);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 1, inFlight: 0, dead: 1, haltedKeys: 1 });
+      // Both can still be repaired, then flow as any row.
+      expect(await env.outbox.replay([sequenceOf(batch, dead)])).toBe(1);
+      expect(await env.outbox.resume(env.topic, 'h', 'retry')).toBe(1);
+      const repaired = await claim(env, 'relay-b');
+      expect(sorted(ids(repaired))).toEqual(sorted([dead.messageId, h1.messageId]));
+      expect(await env.outbox.complete(repaired.lease, sequences(repaired))).toBe(2);
+      const last = await claim(env, 'relay-b');
+      expect(ids(last)).toEqual([h2.messageId]);
+      expect(await env.outbox.complete(last.lease, sequences(last))).toBe(1);
+      expect(await env.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0, haltedKeys: 0 });
     },
   },
   {

@@ -36,7 +36,12 @@ export interface DrainRun {
  * nothing but the relay and a completion poll then). The relay and its connection are
  * warmed with one message first; polling is off, so the clock starts at the wake-up.
  */
-export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number, options: { keyless?: boolean; batchSize?: number } = {}): Promise<DrainRun> {
+export async function relayDrain(
+  db: BenchDb,
+  broker: BenchBroker,
+  count: number,
+  options: { keyless?: boolean; batchSize?: number; span?: { start(): Promise<void>; end(): Promise<void> } } = {},
+): Promise<DrainRun> {
   const transport = new TimedTransport(broker.transport());
   const bus = benchBus(db, transport, { ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }), pollIntervalMs: 600_000 });
   try {
@@ -44,6 +49,8 @@ export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number
     const seedStarted = performance.now();
     await seedBacklog(db, count, { keyless: options.keyless === true });
     const seedSeconds = (performance.now() - seedStarted) / 1000;
+    // `span` (optional) is told when the drain starts and ends, for costs read outside this process.
+    await options.span?.start();
     const cost = await processCost(async () => {
       const started = performance.now();
       bus.wake();
@@ -51,6 +58,7 @@ export async function relayDrain(db: BenchDb, broker: BenchBroker, count: number
       await until(async () => !(await anyPending(db)), 60_000, 'the last rows to complete', 5);
       return (performance.now() - started) / 1000;
     });
+    await options.span?.end();
     return { rate: count / cost.result, seedSeconds, cpuSeconds: cost.cpuSeconds, peakRssMb: cost.peakRssMb, startRssMb: cost.startRssMb };
   } finally {
     await bus.stop({ timeoutMs: 10_000 });
@@ -95,6 +103,9 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
   const count = Number(process.env['COURIER_BENCH_DRAIN_ROWS']) || (quick ? 2_000 : 100_000);
   const n = count.toLocaleString('en-US');
   const db = await openDb(dialect, { prefix, wakeups: false });
+  // The same store with `publishedRows: 'delete'` (completion deletes the rows), on tables of
+  // its own: its lines sit beside the default's, with no target (the targets are the default's).
+  const deleting = await openDb(dialect, { prefix: `${prefix}_del`, wakeups: false, publishedRows: 'delete' });
   const broker = new BenchBroker(prefix);
   try {
     await broker.declareSink();
@@ -110,6 +121,11 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     const drain = await relayDrain(db, broker, count);
     await truncate(db);
     const keyless = await relayDrain(db, broker, count, { keyless: true });
+    await truncate(db);
+    const drainDeleting = await relayDrain(deleting, broker, count);
+    await truncate(deleting);
+    const keylessDeleting = await relayDrain(deleting, broker, count, { keyless: true });
+    await truncate(deleting);
     const rawAfter = await rawPublishLoop(broker, count);
     const raw = (rawBefore + rawAfter) / 2;
     const rawLabel = `raw amqplib publish loop, window ${RAW_CONFIRM_WINDOW}`;
@@ -129,6 +145,17 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     await seedBacklog(db, count);
     const storeCombined = await storeCombinedLoop(db);
     report.measure(`Courier store completeAndClaim loop (the relay's path), batch ${BATCH}`, storeCombined, 'rows/s', { vs: `raw SQL claim + complete loop, batch ${BATCH}` });
+    await truncate(db);
+    await seedBacklog(deleting, count);
+    const storeClaimDeleting = await storeClaimLoop(deleting);
+    report.measure(`Courier store claim + complete, batch ${BATCH}, publishedRows 'delete'`, storeClaimDeleting, 'rows/s', { vs: `raw SQL claim + complete loop, batch ${BATCH}` });
+    await truncate(deleting);
+    await seedBacklog(deleting, count);
+    const storeCombinedDeleting = await storeCombinedLoop(deleting);
+    report.measure(`Courier store completeAndClaim loop (the relay's path), batch ${BATCH}, publishedRows 'delete'`, storeCombinedDeleting, 'rows/s', {
+      vs: `raw SQL claim + complete loop, batch ${BATCH}`,
+    });
+    await truncate(deleting);
     const courierLabel = `Courier relay drain of ${n}, distinct keys`;
     const courier = report.measure(courierLabel, drain.rate, 'msg/s', { vs: rawLabel });
     const versusHand = report.measure(`${courierLabel}, vs the hand-written relay`, drain.rate, 'msg/s', { vs: handLabel });
@@ -142,6 +169,17 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
       note: `${drain.cpuSeconds.toFixed(2)} CPU s for ${n}`,
     });
     report.measure(`Courier relay CPU per message, keyless (batch ${BATCH})`, us(keyless.cpuSeconds, count), 'µs', { vs: handCpu, note: `${keyless.cpuSeconds.toFixed(2)} CPU s for ${n}` });
+    // publishedRows 'delete': the same drains with an outbox that deletes rows at completion.
+    report.measure(`Courier relay drain of ${n}, distinct keys, publishedRows 'delete'`, drainDeleting.rate, 'msg/s', { vs: rawLabel });
+    report.measure(`Courier relay drain of ${n}, keyless, publishedRows 'delete'`, keylessDeleting.rate, 'msg/s', { vs: rawLabel });
+    report.measure(`Courier relay CPU per message, distinct keys (batch ${BATCH}), publishedRows 'delete'`, us(drainDeleting.cpuSeconds, count), 'µs', {
+      vs: handCpu,
+      note: `${drainDeleting.cpuSeconds.toFixed(2)} CPU s for ${n}`,
+    });
+    report.measure(`Courier relay CPU per message, keyless (batch ${BATCH}), publishedRows 'delete'`, us(keylessDeleting.cpuSeconds, count), 'µs', {
+      vs: handCpu,
+      note: `${keylessDeleting.cpuSeconds.toFixed(2)} CPU s for ${n}`,
+    });
     report.measure('hand-written relay: peak RSS of the bench process', hand.peakRssMb, 'MB', { note: `${hand.startRssMb.toFixed(0)} MB at its start` });
     report.measure('Courier relay drain, distinct keys: peak RSS of the bench process', drain.peakRssMb, 'MB', { note: `${drain.startRssMb.toFixed(0)} MB at its start` });
     report.measure('Courier relay drain, keyless: peak RSS of the bench process', keyless.peakRssMb, 'MB', { note: `${keyless.startRssMb.toFixed(0)} MB at its start` });
@@ -196,6 +234,7 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     shared.set(`drainRate.${dialect}`, drain.rate);
   } finally {
     await broker.close();
+    await deleting.close();
     await db.close();
   }
 }

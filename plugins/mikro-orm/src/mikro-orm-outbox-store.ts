@@ -27,7 +27,7 @@ import {
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
 import { claimFollowers } from './claim-followers.js';
-import { ageSql, completeSql, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName } from './dialects/sql-dialect.js';
+import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows } from './dialects/sql-dialect.js';
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
 import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
@@ -40,6 +40,40 @@ export interface MikroOrmOutboxStoreConfig extends MikroOrmStoreConfig {
   readonly wakeups?: PostgresWakeupConfig | false;
   /** Where the store reports background problems (a lost LISTEN connection, a pipelined claim's second step failing). Default silent. */
   readonly logger?: Logger;
+  /**
+   * What `complete` and `completeAndClaim` do with the rows they complete. Default `'keep'`.
+   *
+   * - `'keep'`: mark them published (`state = 'published'`, `published_at`); they stay until
+   *   `prune(olderThanMs)` deletes them, as an operator's record of what was published.
+   * - `'delete'`: delete them in the same statement, instead of the UPDATE. On PostgreSQL this
+   *   saves the completion's new row version (payload included) and its index entries
+   *   (primary key, `message_id_uq`, `published_ix`) and leaves nothing for `prune` to do
+   *   (bench/README.md, "Deleting published rows at completion").
+   *
+   * Either way the completion takes exactly the rows still pending under the caller's lease
+   * (a stale or forged lease completes nothing, a dead or halted row is never touched) and
+   * returns their count; per-key order is unchanged, since a key's next row waits only for
+   * earlier rows still pending or halted, and a row that is gone is no longer one of them.
+   *
+   * Trade-offs of `'delete'`:
+   * - **messageId uniqueness ends at publication.** The unique key covers only rows in the
+   *   table, so once a message is published and its row deleted, appending a message with the
+   *   same messageId succeeds and publishes it again (with `'keep'` the same happens once
+   *   `prune` removed the row: the window is the retention instead of zero). Producers that
+   *   derive ids deterministically to make retries idempotent must not rely on the outbox to
+   *   refuse a late retry; the consumers' inbox still deduplicates it for as long as it keeps
+   *   the record.
+   * - **No published history in the table**: nothing to query for "was X published, when,
+   *   by which relay". `stats()` is the same in both modes (it never counted published rows:
+   *   pending, in flight, dead, halted keys); the relay's `published` counter and traces
+   *   remain the record of publication.
+   * - `prune` still deletes published rows older than the cutoff: rows kept before the
+   *   store was switched to `'delete'` (or by another store instance in `'keep'` on the same
+   *   tables, which works side by side); otherwise it finds none.
+   * - `listDead`, `replay`, `purge`, `listHalted` and `resume` act on dead and halted rows
+   *   only, which a completion never deletes: they are unaffected.
+   */
+  readonly publishedRows?: PublishedRows;
 }
 
 /** A row remembered by `append`, written at flush. */
@@ -78,7 +112,9 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  *   lease with a strictly increasing fencing token; concurrent claims never share a row
  *   (`FOR UPDATE SKIP LOCKED`; SQLite has one writer). `complete`, `fail` and `release`
  *   change only rows whose current lease token is the caller's. `completeAndClaim` does a
- *   `complete` and a head claim in one transaction (one statement on PostgreSQL).
+ *   `complete` and a head claim in one transaction (one statement on PostgreSQL). A
+ *   completion marks its rows published or, with `publishedRows: 'delete'`, deletes them
+ *   (same rows, same count; see {@link MikroOrmOutboxStoreConfig.publishedRows}).
  * - With `perKey > 1` the heads are claimed exactly as with `perKey: 1` (with the
  *   completion, if any); only when they leave room in the batch and some are keyed, a
  *   second short transaction adds the rows right behind each head that is still held by
@@ -96,6 +132,8 @@ const DEFAULT_PRUNE_BATCH = 1_000;
 export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> implements OutboxStore<EM> {
   /** The SQL family in use. */
   readonly dialect: DialectName;
+  /** What a completion does with its rows: see {@link MikroOrmOutboxStoreConfig.publishedRows}. */
+  readonly publishedRows: PublishedRows;
   /** The column sizes (`varchar(n)` counts characters), the same on every dialect: the bus refuses longer fields at `publish()`. */
   readonly limits: PortLimits = Object.freeze({ id: { chars: 200 }, type: { chars: 200 }, topic: { chars: 249 }, key: { chars: 1024 } });
   readonly #core: StoreCore;
@@ -107,6 +145,11 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     if (config === null || typeof config !== 'object' || config.orm === null || typeof config.orm !== 'object') {
       throw new ConfigError(`'orm' is required: pass the application's initialised MikroORM instance`);
     }
+    const publishedRows = config.publishedRows ?? 'keep';
+    if (publishedRows !== 'keep' && publishedRows !== 'delete') {
+      throw new ConfigError(`'publishedRows' must be 'keep' or 'delete', got ${JSON.stringify(publishedRows)}`);
+    }
+    this.publishedRows = publishedRows;
     this.#core = new StoreCore(config, 'MikroOrmOutboxStore');
     this.dialect = this.#core.dialect.name;
     this.#logger = config.logger ?? noopLogger;
@@ -184,21 +227,15 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     const hook = options.beforeCommit;
     // With the fault hook: the same statements, in a transaction held open while the hook
     // runs, so a test can kill the process after the combined statement and before COMMIT.
+    // The dialect hands over the ids of the rows its completion changed (read before it on
+    // the dialects that cannot return them: a deleting completion leaves nothing after it).
     const beforeCommit = hook
-      ? async (trx: Transaction, completedIds?: readonly string[]) => {
-          const outbox = this.#core.dialect.table('outbox');
-          const completed =
-            completedIds ??
-            (sequences.length === 0
-              ? []
-              : (await this.#core.runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, [sequences, token], trx)).map((row) =>
-                  String(row['message_id']),
-                ));
-          await hook('complete-before-commit', { messageIds: completed });
+      ? async (_trx: Transaction, completedIds: readonly string[]) => {
+          await hook('complete-before-commit', { messageIds: completedIds });
           throwIfAborted(options.signal, 'claim');
         }
       : undefined;
-    const batch = await this.#claim(options, { token, sequences, ...(beforeCommit ? { beforeCommit } : {}) });
+    const batch = await this.#claim(options, { token, sequences, publishedRows: this.publishedRows, ...(beforeCommit ? { beforeCommit } : {}) });
     return { ...batch, completed: batch.completed ?? 0 };
   }
 
@@ -251,8 +288,8 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
         const token = await dialect.nextToken(runner, trx);
         // The completion right after the token (so the token row stays the first lock): it
         // touches only rows of its own lease, which every claim skips, and the heads see it.
-        const completed =
-          done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(dialect), [[...done.sequences], done.token], trx)).affectedRows;
+        const completion = done === undefined ? undefined : await completeRows(dialect, runner, done, trx, done.beforeCommit !== undefined);
+        const completed = completion?.count;
         const heads = await runner.all(headsSql(dialect, 'o.seq, o.key_hash', dialect.lockSkipLocked), [query.limit], trx);
         const chosen: string[] = heads.map((row) => String(row['seq']));
         const keyed = heads.filter((row) => row['key_hash'] !== null && row['key_hash'] !== undefined);
@@ -316,7 +353,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
         }
         const outcome = completed === undefined ? {} : { completed };
         if (chosen.length === 0) {
-          await done?.beforeCommit?.(trx);
+          await done?.beforeCommit?.(trx, completion?.ids ?? []);
           return { token, rows: [], ...outcome };
         }
         // Read before the UPDATE moves available_at, which the rows' ages are counted from.
@@ -327,7 +364,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
           [query.owner, token.toString(), query.leaseMs, chosen],
           trx,
         );
-        await done?.beforeCommit?.(trx);
+        await done?.beforeCommit?.(trx, completion?.ids ?? []);
         return { token, rows, ...outcome };
       },
       { readCommitted: dialect.readCommitted },
@@ -356,26 +393,26 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
   }
 
   /**
-   * Marks rows held by `lease` published. With `beforeCommit`, the update runs in a
-   * transaction and the hook is called after it and before COMMIT; if the hook throws,
-   * nothing changes.
+   * Completes rows held by `lease`: marks them published, or deletes them with
+   * `publishedRows: 'delete'`; only rows still pending under `lease` (a stale or forged lease
+   * completes nothing), and returns how many. With `beforeCommit`, the completion runs in a
+   * transaction and the hook is called (with the completed rows' ids) after it and before
+   * COMMIT; if the hook throws, nothing changes.
    */
   async complete(lease: OutboxLease, sequences: readonly bigint[], options: CompleteOptions = {}): Promise<number> {
     return this.#core.operation('complete', options.signal, async () => {
       const { dialect, runner } = this.#core;
       if (sequences.length === 0) return 0;
-      const outbox = dialect.table('outbox');
-      const update = completeSql(dialect);
-      const params = [sequences.map(String), lease.token.toString()];
+      const done = { token: lease.token.toString(), sequences: sequences.map(String), publishedRows: this.publishedRows };
       const hook = options.beforeCommit;
-      if (!hook) return (await runner.run(update, params)).affectedRows;
+      // Without the hook, one statement and its own commit (no BEGIN/COMMIT round trips).
+      if (!hook) return (await completeRows(dialect, runner, done, undefined)).count;
       return runner.transaction(
         async (trx) => {
-          const changed = (await runner.run(update, params, trx)).affectedRows;
-          const done = await runner.all(`SELECT message_id FROM ${outbox} WHERE seq IN (?) AND state = 'published' AND lease_token = ? ORDER BY seq`, params, trx);
-          await hook('complete-before-commit', { messageIds: done.map((row) => String(row['message_id'])) });
+          const completed = await completeRows(dialect, runner, done, trx, true);
+          await hook('complete-before-commit', { messageIds: completed.ids ?? [] });
           throwIfAborted(options.signal, 'complete');
-          return changed;
+          return completed.count;
         },
         { readCommitted: dialect.readCommitted },
       );
@@ -464,7 +501,11 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     return this.#wakeups.watch(listener);
   }
 
-  /** Counts: `pending` includes rows in flight; `inFlight` are pending rows under a live lease. */
+  /**
+   * Counts: `pending` includes rows in flight; `inFlight` are pending rows under a live lease;
+   * `dead` rows; `haltedKeys`. Published rows are not counted, so the figures are the same
+   * whether completions keep them or delete them (`publishedRows`).
+   */
   async stats(): Promise<OutboxStats> {
     return this.#core.operation('stats', undefined, async () => {
       const { dialect, runner } = this.#core;
@@ -493,7 +534,9 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
   /**
    * Deletes published rows published at least `olderThanMs` ago (database clock), in
    * statements of at most `batchSize` rows (default 1000) that each commit on their own,
-   * skipping rows another transaction holds; producers never wait for it.
+   * skipping rows another transaction holds; producers never wait for it. With
+   * `publishedRows: 'delete'` completions leave no published rows, so it deletes only those
+   * kept earlier (before the switch, or by a `'keep'` store on the same tables).
    */
   async prune(olderThanMs: number, options: { batchSize?: number; signal?: AbortSignal } = {}): Promise<number> {
     const batchSize = options.batchSize ?? DEFAULT_PRUNE_BATCH;

@@ -3,7 +3,7 @@ import type { CourierTableNames } from '../courier-tables.js';
 import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
@@ -65,7 +65,9 @@ export const KEY_LOCK_BUCKETS = 1024;
  *   {@link NOT_PUBLISHED_AT} until the row is published (never NULL). Nothing Courier reads
  *   changes: states compare as the same strings, and `published_at` is only read by
  *   pruning, together with `state = 'published'`. Operators' own queries for unpublished
- *   rows should test `state`, not `published_at IS NULL`.
+ *   rows should test `state`, not `published_at IS NULL`. With `publishedRows: 'delete'` the
+ *   completion is a `DELETE` of the same rows instead (InnoDB delete-marks the records and
+ *   their index entries; purge removes them later), and none of this applies to it.
  */
 export class MySqlDialect implements SqlDialect {
   readonly name = 'mysql' as const;
@@ -74,6 +76,7 @@ export class MySqlDialect implements SqlDialect {
   readonly fromEpochMs = "TIMESTAMPADD(MICROSECOND, ? * 1000, '1970-01-01 00:00:00')";
   readonly greatest = 'GREATEST';
   readonly lockSkipLocked = ' FOR UPDATE SKIP LOCKED';
+  readonly lockForUpdate = ' FOR UPDATE';
   readonly readCommitted = true;
   /**
    * The head scan's probe `e.key_hash = o.key_hash` is meant as a lookup on `key_ix`, which
@@ -223,8 +226,8 @@ export class MySqlDialect implements SqlDialect {
       async (trx) => {
         // The completion first: it locks only rows of its own lease, which no claim waits
         // for (they are skipped), so it adds no lock cycle; the head scan then sees it.
-        const completed =
-          done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
+        const completion = done === undefined ? undefined : await completeRows(this, runner, done, trx, done.beforeCommit !== undefined);
+        const completed = completion?.count;
         const rows = await runner.all(headsSql(this, `${qualifiedColumns('o')}, ${ageSql(this, 'o')}`, this.lockSkipLocked), [query.limit], trx);
         // Drawn after the rows are locked: whoever held them before has committed, so this
         // token is greater than the one their previous lease carries.
@@ -236,7 +239,7 @@ export class MySqlDialect implements SqlDialect {
             trx,
           );
         }
-        await done?.beforeCommit?.(trx);
+        await done?.beforeCommit?.(trx, completion?.ids ?? []);
         return { token, rows, ...(completed === undefined ? {} : { completed }) };
       },
       { readCommitted: true },

@@ -35,6 +35,7 @@ export class PostgresDialect implements SqlDialect {
   readonly fromEpochMs = 'to_timestamp(?::float8 / 1000)';
   readonly greatest = 'GREATEST';
   readonly lockSkipLocked = ' FOR UPDATE OF o SKIP LOCKED';
+  readonly lockForUpdate = ' FOR UPDATE';
   readonly readCommitted = false;
   readonly #names: CourierTableNames;
   /**
@@ -180,15 +181,17 @@ export class PostgresDialect implements SqlDialect {
     const completing = done !== undefined && done.sequences.length > 0;
     const sparse = this.#sparseHeads;
     const limit = query.limit;
-    // With a completion: one statement still. A data-modifying CTE runs whether or not it
-    // is referenced; the claim's snapshot predates it, so the head test counts the rows it
-    // completes as published: a key whose last in-flight rows it completes has its next row
-    // claimed at once (on a backlog of few keys, no empty claim in between). The completed
-    // rows hold a live lease (available_at in the future), so they are never candidates.
+    // With a completion: one statement still. A data-modifying CTE (the UPDATE marking the
+    // rows published, or the DELETE of publishedRows 'delete') runs whether or not it is
+    // referenced; the claim's snapshot predates it and still shows the rows pending, so the
+    // head test counts the rows it completes as published: a key whose last in-flight rows it
+    // completes has its next row claimed at once (on a backlog of few keys, no empty claim in
+    // between). The completed rows hold a live lease (available_at in the future), so they
+    // are never candidates.
     const completed = completing ? 'SELECT seq FROM done' : undefined;
     const sql =
       (sparse ? 'WITH RECURSIVE ' : 'WITH ') +
-      (completing ? `done AS (${completeSql(this)} RETURNING seq, message_id), ` : '') +
+      (completing ? `done AS (${completeSql(this, done.publishedRows)} RETURNING seq, message_id), ` : '') +
       `token AS MATERIALIZED (SELECT nextval('${this.table('tokenSequence')}') AS value), ` +
       // The age is read in the candidates, before the UPDATE moves available_at.
       (sparse

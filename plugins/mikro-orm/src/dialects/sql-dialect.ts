@@ -1,6 +1,6 @@
 import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import type { SqlRow, SqlRunner, TransactionPrologue } from '../sql-runner.js';
+import { toNullableString, type SqlRow, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
 
 /** The SQL families Courier has adapters for. */
 export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
@@ -39,18 +39,27 @@ export interface ClaimQuery {
   readonly leaseMs: number;
 }
 
+/**
+ * What a completion does with the rows it completes (`MikroOrmOutboxStoreConfig.publishedRows`):
+ * `keep` marks them published (kept until `prune`), `delete` deletes them.
+ */
+export type PublishedRows = 'keep' | 'delete';
+
 /** Rows a claim completes first (`completeAndClaim`): sequences and lease token as strings. */
 export interface CompletionQuery {
   readonly token: string;
   readonly sequences: readonly string[];
+  /** Whether the completion marks its rows published or deletes them ({@link completeSql}). */
+  readonly publishedRows: PublishedRows;
   /**
    * Run inside the claim's transaction after the completion and the claim, before COMMIT
    * (fault injection only). A dialect that otherwise needs no explicit transaction opens
    * one when this is set, so the statements are the same and only the commit is delayed.
-   * `completedIds` are the message ids of the rows the completion changed, where the
-   * dialect can return them from the statement itself (else the store reads them).
+   * `completedIds` are the message ids of the rows the completion changed: PostgreSQL
+   * returns them from its one statement, the others read them with {@link completeRows}
+   * (before the completion, as a `delete` completion leaves nothing to read after it).
    */
-  readonly beforeCommit?: (trx: Transaction, completedIds?: readonly string[]) => Promise<void>;
+  readonly beforeCommit?: (trx: Transaction, completedIds: readonly string[]) => Promise<void>;
 }
 
 /** Result of a claim: the fencing token and the claimed rows (any order). */
@@ -88,6 +97,8 @@ export interface SqlDialect {
   epochMs(expression: string): string;
   /** Row-locking suffix of the head-of-key SELECT (`FOR UPDATE SKIP LOCKED` where supported). */
   readonly lockSkipLocked: string;
+  /** Row-locking suffix of a SELECT that waits for the rows (`FOR UPDATE`; empty where the transaction holds the only write lock). */
+  readonly lockForUpdate: string;
   /**
    * Index hint after the head-of-key probe's alias in {@link headsSql} (MySQL/MariaDB: the
    * key index, see the MySQL dialect); absent where the planner keeps the probe on it itself.
@@ -154,8 +165,9 @@ export interface DialectContext {
 
 /**
  * The claim's head-of-key candidate query, shared by every dialect (differences are
- * parameters). `completing`: a query of the sequences the same statement marks published
- * (PostgreSQL's completion CTE), which count as published although its snapshot predates them.
+ * parameters). `completing`: a query of the sequences the same statement completes
+ * (PostgreSQL's completion CTE, marking them published or deleting them), which count as
+ * published although its snapshot predates the change and still shows them pending.
  */
 export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHint'>, columns: string, lockSuffix: string, completing?: string): string {
   const outbox = dialect.table('outbox');
@@ -163,7 +175,9 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHi
     `SELECT ${columns} FROM ${outbox} o ` +
     `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
     // Head of key: no earlier row of the same (topic, key) still pending (due, in flight or
-    // scheduled) or halted. Keyless rows have a NULL hash, which equals nothing.
+    // scheduled) or halted. A published row and a row its completion deleted (publishedRows
+    // 'delete') both fail that test, so either counts as published. Keyless rows have a NULL
+    // hash, which equals nothing.
     `AND NOT EXISTS (SELECT 1 FROM ${outbox} e${dialect.keyProbeHint ?? ''} WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq` +
     `${completing === undefined ? '' : ` AND e.seq NOT IN (${completing})`}) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
@@ -171,13 +185,58 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHi
 }
 
 /**
- * `complete`'s statement: marks published the rows of `seq IN (?)` (first placeholder, a
- * list) that are still pending under lease token `?` (second), so a stale relay changes
- * nothing. The lease stays on published rows (which relay published them, for operators);
- * only pending rows carry a live lease, so fencing is unaffected.
+ * `complete`'s statement: completes the rows of `seq IN (?)` (first placeholder, a list) that
+ * are still pending under lease token `?` (second), so a stale relay changes nothing. Both
+ * forms take exactly the same rows (the same `WHERE`) and report them as affected rows, so
+ * they count alike.
+ * - `keep`: marks them published. The lease stays on published rows (which relay published
+ *   them, for operators); only pending rows carry a live lease, so fencing is unaffected.
+ * - `delete`: deletes them. The head-of-key probe ({@link headsSql}) asks only for earlier
+ *   rows still pending or halted, so a row that is gone counts as published, as a row
+ *   marked so does; dead and halted rows are never pending, so never deleted here.
  */
-export function completeSql(dialect: Pick<SqlDialect, 'table' | 'now'>): string {
-  return `UPDATE ${dialect.table('outbox')} SET state = 'published', published_at = ${dialect.now} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`;
+export function completeSql(dialect: Pick<SqlDialect, 'table' | 'now'>, publishedRows: PublishedRows): string {
+  const where = `WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`;
+  return publishedRows === 'delete'
+    ? `DELETE FROM ${dialect.table('outbox')} ${where}`
+    : `UPDATE ${dialect.table('outbox')} SET state = 'published', published_at = ${dialect.now} ${where}`;
+}
+
+/** What {@link completeRows} did: the rows it completed, and their message ids when asked for. */
+export interface CompletedRows {
+  readonly count: number;
+  /** Message ids of the completed rows in sequence order (only with `withIds`). */
+  readonly ids?: readonly string[];
+}
+
+/**
+ * Runs `done`'s completion inside `trx` (without one, as a statement of its own) ({@link completeSql}). With `withIds` (the fault hook
+ * wants the completed rows' ids) it first reads and locks the rows the statement will take
+ * — pending under the lease, in sequence order — so the ids are right in either mode: read
+ * after a `delete` completion, the rows would be gone. Locked (`FOR UPDATE`, or SQLite's
+ * write lock), no other transaction can change them in between, so they are exactly the
+ * rows the statement then completes.
+ */
+export async function completeRows(
+  dialect: Pick<SqlDialect, 'table' | 'now' | 'lockForUpdate'>,
+  runner: SqlRunner,
+  done: Pick<CompletionQuery, 'token' | 'sequences' | 'publishedRows'>,
+  trx: Transaction | undefined,
+  withIds = false,
+): Promise<CompletedRows> {
+  if (done.sequences.length === 0) return withIds ? { count: 0, ids: [] } : { count: 0 };
+  const params = [[...done.sequences], done.token];
+  const ids = withIds
+    ? (
+        await runner.all(
+          `SELECT message_id FROM ${dialect.table('outbox')} WHERE seq IN (?) AND state = 'pending' AND lease_token = ? ORDER BY seq${dialect.lockForUpdate}`,
+          params,
+          trx,
+        )
+      ).map((row) => String(toNullableString(row['message_id'])))
+    : undefined;
+  const count = (await runner.run(completeSql(dialect, done.publishedRows), params, trx)).affectedRows;
+  return ids === undefined ? { count } : { count, ids };
 }
 
 /**

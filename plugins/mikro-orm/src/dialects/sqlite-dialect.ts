@@ -4,7 +4,7 @@ import { classifyDriverError } from '../storage-errors.js';
 import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
 import { SQLITE_BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS } from '../sqlite-options.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
@@ -32,6 +32,8 @@ export class SqliteDialect implements SqlDialect {
   readonly fromEpochMs = '?';
   readonly greatest = 'MAX';
   readonly lockSkipLocked = '';
+  // Store transactions hold SQLite's one write lock from their first statement.
+  readonly lockForUpdate = '';
   readonly readCommitted = false;
   readonly transactionPrologue: TransactionPrologue;
   readonly #names: CourierTableNames;
@@ -151,15 +153,15 @@ export class SqliteDialect implements SqlDialect {
   async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
     return runner.transaction(async (trx) => {
       // One writer at a time (BEGIN IMMEDIATE): the completion, then the claim, which sees it.
-      const completed =
-        done === undefined ? undefined : done.sequences.length === 0 ? 0 : (await runner.run(completeSql(this), [[...done.sequences], done.token], trx)).affectedRows;
+      const completion = done === undefined ? undefined : await completeRows(this, runner, done, trx, done.beforeCommit !== undefined);
+      const completed = completion?.count;
       const token = await this.nextToken(runner, trx);
       // Two statements where one would do: RETURNING sees available_at after the UPDATE moved
       // it, so the rows' ages are read first. The write lock is held (BEGIN IMMEDIATE), so
       // nothing changes in between; both run in-process.
       const heads = await runner.all(headsSql(this, `o.seq, ${ageSql(this, 'o')}`, ''), [query.limit], trx);
       if (heads.length === 0) {
-        await done?.beforeCommit?.(trx);
+        await done?.beforeCommit?.(trx, completion?.ids ?? []);
         return { token, rows: [], ...(completed === undefined ? {} : { completed }) };
       }
       const ages = new Map(heads.map((row) => [String(row['seq']), row['age_ms']]));
@@ -170,7 +172,7 @@ export class SqliteDialect implements SqlDialect {
         trx,
       );
       const rows = updated.map((row) => ({ ...row, age_ms: ages.get(String(row['seq'])) }));
-      await done?.beforeCommit?.(trx);
+      await done?.beforeCommit?.(trx, completion?.ids ?? []);
       return { token, rows, ...(completed === undefined ? {} : { completed }) };
     });
   }

@@ -110,6 +110,7 @@ export async function createMikroOrmFixture(dialect: FixtureDialect, context: Fi
       Effect,
       sql,
       table: (name: string) => quote(`${tablePrefix}${name}`),
+      outboxPublishedRows: outbox.publishedRows,
       transaction: <T>(work: (tx: EntityManager) => Promise<T>) => orm.em.fork().transactional((em) => work(em)),
       transactionHeldBeforeCommit: <T>(work: (tx: EntityManager) => Promise<T>, beforeCommit: () => Promise<void>) =>
         orm.em.fork().transactional((em) => {
@@ -202,11 +203,23 @@ export function dialectFromEnvironment(): FixtureDialect {
 }
 
 /**
+ * The outbox's `publishedRows` of a child process: `COURIER_STORE_PUBLISHED_ROWS`, default
+ * `keep` (the store's default), so a test file can run the bus suite's workers in either mode.
+ */
+export function publishedRowsFromEnvironment(): 'keep' | 'delete' {
+  const value = process.env['COURIER_STORE_PUBLISHED_ROWS'] ?? 'keep';
+  if (value !== 'keep' && value !== 'delete') throw new Error(`COURIER_STORE_PUBLISHED_ROWS must be keep or delete, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+/**
  * The fixture factory of the conformance suites (`StoreFixtureFactory<EntityManager>`),
- * for the dialect in `COURIER_STORE_DIALECT` (default PostgreSQL) unless one is given.
+ * for the dialect in `COURIER_STORE_DIALECT` (default PostgreSQL) unless one is given, and
+ * the outbox's `publishedRows` in `COURIER_STORE_PUBLISHED_ROWS` (default `keep`).
  */
 export function createFixture(context: FixtureContext, dialect: FixtureDialect = dialectFromEnvironment()): Promise<MikroOrmFixture> {
-  return createMikroOrmFixture(dialect, context);
+  const publishedRows = publishedRowsFromEnvironment();
+  return createMikroOrmFixture(dialect, context, publishedRows === 'keep' ? {} : { outbox: { publishedRows } });
 }
 
 /** Per-dialect factories, for the conformance test files. */
@@ -214,3 +227,8 @@ export const createPostgresFixture = (context: FixtureContext) => createMikroOrm
 export const createMariaDbFixture = (context: FixtureContext) => createMikroOrmFixture('mariadb', context);
 export const createMySqlDriverFixture = (context: FixtureContext) => createMikroOrmFixture('mysql-driver', context);
 export const createSqliteFixture = (context: FixtureContext) => createMikroOrmFixture('sqlite', context);
+
+/** Per-dialect factories whose outbox deletes rows at completion (`publishedRows: 'delete'`). */
+export const createPostgresDeletingFixture = (context: FixtureContext) => createMikroOrmFixture('postgresql', context, { outbox: { publishedRows: 'delete' } });
+export const createMariaDbDeletingFixture = (context: FixtureContext) => createMikroOrmFixture('mariadb', context, { outbox: { publishedRows: 'delete' } });
+export const createSqliteDeletingFixture = (context: FixtureContext) => createMikroOrmFixture('sqlite', context, { outbox: { publishedRows: 'delete' } });
