@@ -11,7 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
 import { processCost, rawPublishLoop } from './ceilings.js';
-import { relayDrain, truncate } from './scenarios/drain.js';
+import { relayDrain, storeCombinedLoop, truncate } from './scenarios/drain.js';
 import { serverCpu } from './server-cpu.js';
 import { BenchBroker, openDb, runId, seedBacklog, type BenchDb, type Dialect } from './setup.js';
 
@@ -83,23 +83,9 @@ async function store(db: BenchDb, name: string): Promise<Result> {
   const server: ServerCost = { serverUs: Number.NaN, backendsUs: Number.NaN };
   const span = serverSpan(db, name, server);
   await span.start();
-  const cost = await processCost(() => storeLoop(db));
+  const cost = await processCost(async () => ({ rate: await storeCombinedLoop(db) }));
   await span.end();
   return { rate: cost.result.rate, relayUs: (cost.cpuSeconds * 1e6) / rows, ...server };
-}
-
-/** The store alone, the relay's path: claim, then completeAndClaim until nothing is due (2d's second line). */
-async function storeLoop(db: BenchDb): Promise<{ rate: number }> {
-  const options = { owner: 'bench-store', limit: DEFAULT_RELAY_BATCH_SIZE, leaseMs: 30_000, perKey: 1 };
-  let done = 0;
-  const started = performance.now();
-  let batch = await db.outbox.claim(options);
-  while (batch.records.length > 0) {
-    const next = await db.outbox.completeAndClaim({ lease: batch.lease, sequences: batch.records.map((record) => record.sequence) }, options);
-    done += next.completed;
-    batch = next;
-  }
-  return { rate: done / ((performance.now() - started) / 1000) };
 }
 
 const prefix = `${runId()}_ab`;

@@ -71,7 +71,7 @@ export async function relayDrain(
  * claim's round trip (`completeAndClaim`; the last by the claim that finds nothing). Reported
  * beside the separate claim + complete loop (2d), the like-for-like line against the raw loop.
  */
-async function storeCombinedLoop(db: BenchDb): Promise<number> {
+export async function storeCombinedLoop(db: BenchDb): Promise<number> {
   const options = { owner: 'bench-store', limit: BATCH, leaseMs: 30_000, perKey: 1 };
   let done = 0;
   const started = performance.now();
