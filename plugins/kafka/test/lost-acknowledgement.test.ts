@@ -168,15 +168,16 @@ describe('KafkaTransport publish when an acknowledgement is lost', () => {
       // Every socket (the bootstrap and the advertised address alike) goes through the proxy.
       socketFactory: ({ onConnect }) => tcpConnect({ host: '127.0.0.1', port: proxy.port }, onConnect),
     });
-    // The producer's requests waiting in kafkajs behind one in flight (its request queue).
-    let queued = 0;
-    const queuedBehind = () => queued;
+    // Sends that entered kafkajs (sendBatch), counted as they enter.
+    let sends = 0;
     const producer = client.producer.bind(client);
     client.producer = (config) => {
       const made = producer(config);
-      made.on(made.events.REQUEST_QUEUE_SIZE, (event) => {
-        queued = event.payload.queueSize;
-      });
+      const sendBatch = made.sendBatch.bind(made);
+      made.sendBatch = (batch) => {
+        sends += 1;
+        return sendBatch(batch);
+      };
       return made;
     };
     // One partition: both calls' records share it, and both batches hold one record, so
@@ -202,14 +203,18 @@ describe('KafkaTransport publish when an acknowledgement is lost', () => {
     await eventually(() => expect(proxy.produceRequests - sentBefore, 'the first call sent its Produce request').toBeGreaterThan(0), { timeoutMs: 20_000 });
     const firstSentMs = performance.now() - began;
     await eventually(() => expect(proxy.swallowedProduceAnswers, 'the broker answered the first request (it appended it)').toBeGreaterThan(0), { timeoutMs: 20_000 });
+    const sendsBefore = sends;
     const secondCall = transport.publish([second]);
     // The second call must be waiting behind the first when the connection drops. A transport
-    // that lets it into kafkajs shows it there at once (queued behind the unanswered request);
-    // one that holds it back itself shows nothing, and nothing can show that it will not go
-    // out later. So: until kafkajs queued it, or for many times as long as the first call took
-    // to get its request out (the second has the same way to go, on the same machine).
+    // that lets it into kafkajs shows it entering sendBatch, and from there it reaches the
+    // producer's per-broker lock (the first call holds it) without any I/O (the metadata is
+    // fresh): one turn of the event loop later it waits there. One that holds it back itself
+    // shows nothing, and nothing can show that it will not go out later: then the wait is
+    // many times as long as the first call took to get its request out (the second has the
+    // same way to go, on the same machine), at least 500 ms.
     const until = performance.now() + Math.max(500, 20 * firstSentMs);
-    while (queuedBehind() === 0 && performance.now() < until) await after(10);
+    while (sends === sendsBefore && performance.now() < until) await after(10);
+    await new Promise((resolve) => setImmediate(resolve));
     // The connection drops before the answer: what a broker SIGKILLed after appending does.
     proxy.swallow = false;
     proxy.cut();
