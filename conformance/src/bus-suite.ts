@@ -11,8 +11,22 @@ import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
 import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
 
-/** A process case starts several tsx workers (tens of seconds each on a loaded 2-core machine), waits for each to die, then for the survivors to settle. */
+/** A process case starts several workers (tens of seconds each on a loaded 2-core machine), waits for each to die, then for the survivors to settle. */
 const PROCESS_CASE_TIMEOUT_MS = 360_000;
+/**
+ * What a process case keeps back from vitest's timeout after the run's deadline (the
+ * assertions and the case's bookkeeping). The run's own bounds — a worker's 120 s to start,
+ * 90 s to its fault point, up to 3 or 4 workers one after another, then up to 240 s to
+ * settle — add up to far more than the timeout; cut to the deadline, the run always ends
+ * with its own diagnosis ("fault point … was never reached", "did not settle", with the
+ * workers' output) rather than vitest's bare "Test timed out".
+ */
+const PROCESS_CASE_MARGIN_MS = 15_000;
+
+/** The deadline of a process case that begins now (see {@link PROCESS_CASE_MARGIN_MS}). */
+function processCaseDeadline(): number {
+  return Date.now() + PROCESS_CASE_TIMEOUT_MS - PROCESS_CASE_MARGIN_MS;
+}
 
 /** Options of {@link describeBus}. */
 export interface BusSuiteOptions {
@@ -207,10 +221,11 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
         it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const deadline = processCaseDeadline();
           const skip = featureSkip(spec, await probeFeatures());
           if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
-          const result = await runProcessScenario<Tx>(spec, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          const result = await runProcessScenario<Tx>(spec, options.process!, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
           // In process mode every point is a crash (SIGKILL or, for the stall, SIGSTOP).
           assertScenario(spec.action === 'stall' || spec.action === 'poison' || spec.action === 'crash-loop' ? spec : { ...spec, action: 'crash' }, result);
         }), PROCESS_CASE_TIMEOUT_MS);
@@ -219,10 +234,11 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
         it.skipIf(reason !== undefined)(`crash-loop, not its fault: killed from outside after the window${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const deadline = processCaseDeadline();
           const skip = featureSkip(LATE_KILLS, await probeFeatures());
           if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
-          const result = await runProcessScenario<Tx>(LATE_KILLS, options.process!, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
+          const result = await runProcessScenario<Tx>(LATE_KILLS, options.process!, { seed, deadline, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
           assertScenario(LATE_KILLS, result);
         }), PROCESS_CASE_TIMEOUT_MS);
       }
@@ -230,10 +246,11 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
         it.skipIf(reason !== undefined)(`killed after its commit: ${APPLIED_KILLS.description}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+          const deadline = processCaseDeadline();
           const skip = featureSkip(APPLIED_KILLS, await probeFeatures());
           if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
-          const result = await runProcessScenario<Tx>(APPLIED_KILLS, options.process!, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          const result = await runProcessScenario<Tx>(APPLIED_KILLS, options.process!, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
           assertScenario(APPLIED_KILLS, result);
         }), PROCESS_CASE_TIMEOUT_MS);
       }

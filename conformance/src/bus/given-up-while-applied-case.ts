@@ -1,12 +1,13 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext } from '../fixtures.js';
+import { after } from '../support/after.js';
 import { deferred } from '../support/deferred.js';
 import { eventually } from '../support/eventually.js';
 import { makeEnvelope } from '../support/make-envelope.js';
 import { uniqueId } from '../support/unique-id.js';
 import { withSubscribe } from '../support/wrap-transport.js';
+import { DeliveryWatch } from './delivery-watch.js';
 import type { BusFactories } from './run-scenario.js';
 
 /**
@@ -19,11 +20,12 @@ import type { BusFactories } from './run-scenario.js';
  *
  * The worst interleaving is forced rather than hoped for: the second copy is handed over
  * once the first copy's run has started, and the first copy's dead-lettering is held until
- * the second copy's run has committed (or 10 s have passed: a consumer that claims the
- * message's inbox record before it dead-letters blocks that commit, and is not waited for
- * forever). Then every dead letter of the message is replayed, and the effect must have
+ * the second copy's run has committed or its handling returned (or, at most, many times as
+ * long as the first copy took to get there: a consumer that claims the message's inbox
+ * record before it dead-letters blocks that commit, and is not waited for forever). Then every dead letter of the message is replayed, and the effect must have
  * committed exactly once: either the failed copy left no dead letter, or replaying it
- * changes nothing.
+ * changes nothing. That is judged once the consumer is done with every replayed copy (see
+ * {@link DeliveryWatch}), not after a pause, so a replayed run that commits late still counts.
  *
  * `skip` is called (and never returns) when the transport keeps no dead letters.
  */
@@ -66,11 +68,19 @@ export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>
 
     let copies = 0;
     let bothSettled = false;
+    const replays = new DeliveryWatch();
     const transport = withSubscribe(fixture.transport, (endpoint, handler) =>
       fixture.transport.subscribe(endpoint, async (delivery) => {
+        if (delivery.envelope.messageId === target && delivery.replayed === true) return replays.during(handler(replays.track(delivery)));
         if (delivery.envelope.messageId !== target || delivery.replayed === true || copies > 0) return handler(delivery);
         copies += 1;
-        // The broker's delivery: its dead-lettering waits for the other copy to commit.
+        const handedAt = performance.now();
+        const copyReturned = deferred();
+        // The broker's delivery: its dead-lettering waits for the other copy to commit, or
+        // for its handling to return (it will not commit after that). A consumer that claims
+        // the message's inbox record before it dead-letters blocks that commit for good, and
+        // nothing shows it: so that is not waited for longer than many times what this copy
+        // took to get here (a loaded machine stretches both copies' work alike), nor less than 10 s.
         const held: Delivery = {
           envelope: delivery.envelope,
           attempt: delivery.attempt,
@@ -79,7 +89,8 @@ export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>
           ack: () => delivery.ack(),
           retry: (delayMs, reason) => delivery.retry(delayMs, reason),
           deadLetter: async (reason) => {
-            await Promise.race([appliedCommitted.promise, sleep(10_000)]);
+            const tookMs = performance.now() - handedAt;
+            await Promise.race([appliedCommitted.promise, copyReturned.promise, after(Math.max(10_000, 10 * tookMs))]);
             return delivery.deadLetter(reason);
           },
         };
@@ -94,7 +105,7 @@ export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>
           retry: async () => {},
           deadLetter: async () => {},
         };
-        await Promise.all([handler(held), firstRunStarted.promise.then(() => handler(copy))]);
+        await Promise.all([handler(held), firstRunStarted.promise.then(() => handler(copy)).finally(() => copyReturned.resolve())]);
         bothSettled = true;
       }),
     );
@@ -130,8 +141,8 @@ export async function runGivenUpWhileAppliedCase<Tx>(factories: BusFactories<Tx>
     if (letters.length > 0) {
       expect(await deadLetters.replay(consumer, letters.map((letter) => letter.id))).toBe(letters.length);
       await eventually(async () => expect((await deadLetters.list(consumer)).filter((letter) => letter.envelope.messageId === target)).toEqual([]), { timeoutMs: 30_000, intervalMs: 100 });
-      // Long enough for a replayed run to commit, had it run.
-      await sleep(1_000);
+      // Every replayed copy handled and settled for good: a replayed run, had it run, has committed.
+      await eventually(() => expect(replays.done(letters.length), `the consumer is done with the replayed copies (${replays.describe()})`).toBe(true), { timeoutMs: 30_000, intervalMs: 50 });
     }
     expect(await applied(), `applied once (dead letters replayed: ${letters.length})`).toHaveLength(1);
   } finally {

@@ -1,12 +1,13 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { UnrecoverableError, createBus, defineMessage, type Delivery, type InboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext } from '../fixtures.js';
+import { after } from '../support/after.js';
 import { deferred } from '../support/deferred.js';
 import { eventually } from '../support/eventually.js';
 import { makeEnvelope } from '../support/make-envelope.js';
 import { uniqueId } from '../support/unique-id.js';
 import { withSubscribe } from '../support/wrap-transport.js';
+import { DeliveryWatch } from './delivery-watch.js';
 import type { BusFactories } from './run-scenario.js';
 
 /**
@@ -22,6 +23,10 @@ import type { BusFactories } from './run-scenario.js';
  * run has committed. A consumer that never removes that record is never held. Calls go
  * through to the fixture's store unchanged otherwise.
  *
+ * The case is judged once the consumer is done with the message (both copies handled, the
+ * broker's delivery settled for good; see {@link DeliveryWatch}), not after a pause: a
+ * second run that commits late, as on a loaded machine, is still counted.
+ *
  * `skip` is called (and never returns) when the transport keeps no dead letters.
  */
 export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, skip: (reason: string) => never): Promise<void> {
@@ -30,6 +35,8 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
   const store = await factories.store(context);
   const fixture = await factories.transport(context);
   const closers: (() => Promise<void>)[] = [() => store.close(), () => fixture.close()];
+  // Resolved as the case ends, so that no handler stays held past it.
+  const ending = deferred();
   try {
     const deadLetters = fixture.transport.deadLetters;
     if (!deadLetters) return skip('the transport has no deadLetters (nativeDeadLetter: false): nothing can be replayed');
@@ -42,7 +49,10 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
     let forgets = 0;
     const secondCopyHere = deferred();
     const firstRunCommitted = deferred();
-    const held = (promise: Promise<void>, ms: number) => Promise.race([promise, sleep(ms)]);
+    // Resolved once either copy's handling has returned: a copy held in `forget` has not, so
+    // it is the other one, which will never reach `forget` (or run) after that.
+    const aCopyReturned = deferred();
+    let copiesStartedAt = 0;
     const inbox: InboxStore<Tx> = {
       run: async (messageId, name, work, options) => {
         const result = await store.inbox.run(messageId, name, work, options);
@@ -53,10 +63,20 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
       forget: async (messageId, name) => {
         if (replaying && messageId === target && name === consumer) {
           forgets += 1;
-          if (forgets === 1) await held(secondCopyHere.promise, 3_000);
-          else {
+          if (forgets === 1) {
+            // The other copy may never come here first: a consumer that runs copies of one
+            // message one after the other (a lock, or an exclusive gate for redeliveries)
+            // keeps it waiting behind this one, and it leaves no trace to wait for. So after
+            // its handling returned, or once it has had many times as long as this copy took
+            // to get here (both started together and do the same work, so a loaded machine
+            // stretches both alike; never less than 3 s), this copy goes on alone.
+            const tookMs = performance.now() - copiesStartedAt;
+            await Promise.race([secondCopyHere.promise, aCopyReturned.promise, ending.promise, after(Math.max(3_000, 10 * tookMs))]);
+          } else {
             secondCopyHere.resolve();
-            await held(firstRunCommitted.promise, 10_000);
+            // No timer: this copy has made no store call yet, so it holds nothing the first
+            // copy's run could wait for; that run commits, or fails and its handling returns.
+            await Promise.race([firstRunCommitted.promise, aCopyReturned.promise, ending.promise]);
           }
         }
         return store.inbox.forget(messageId, name);
@@ -66,9 +86,16 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
     };
 
     let duplicated = 0;
+    const watch = new DeliveryWatch();
+    // The first delivery's handling, dead-lettering included: it writes the message's inbox
+    // records after the dead letter is listed, and those writes must not pass for the replay's.
+    const original = new DeliveryWatch();
     const transport = withSubscribe(fixture.transport, (endpoint, handler) =>
       fixture.transport.subscribe(endpoint, async (delivery) => {
-        if (!(delivery.replayed === true && delivery.envelope.messageId === target && duplicated === 0)) return handler(delivery);
+        if (delivery.envelope.messageId === target && delivery.replayed !== true) return original.during(handler(original.track(delivery)));
+        if (!(delivery.replayed === true && delivery.envelope.messageId === target)) return handler(delivery);
+        const tracked = watch.track(delivery);
+        if (duplicated > 0) return watch.during(handler(tracked));
         duplicated += 1;
         // The broker's second copy: the same message, settled on its own (the broker
         // forgets it once either copy is acknowledged, so its settles change nothing here).
@@ -81,7 +108,9 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
           retry: async () => {},
           deadLetter: async () => {},
         };
-        await Promise.all([handler(delivery), handler(copy)]);
+        copiesStartedAt = performance.now();
+        const handled = (handling: Promise<void>) => handling.finally(() => aCopyReturned.resolve());
+        await watch.during(Promise.all([handled(handler(tracked)), handled(handler(copy))]));
       }),
     );
 
@@ -111,18 +140,19 @@ export async function runReplayedDuplicateCase<Tx>(factories: BusFactories<Tx>, 
       { timeoutMs: 30_000, intervalMs: 100 },
     );
 
+    await eventually(() => expect(original.done(), `the consumer is done with the first delivery (${original.describe()})`).toBe(true), { timeoutMs: 30_000, intervalMs: 50 });
     broken = false;
     replaying = true;
     expect(await deadLetters.replay(consumer, letters.map((letter) => letter.id))).toBe(1);
-    await eventually(async () => expect((await store.readEffects()).filter((id) => id === target)).toHaveLength(1), { timeoutMs: 30_000, intervalMs: 50 });
+    // Done when both copies' handling has returned and the broker's delivery was settled for
+    // good: a second run, had there been one, has committed by then, however late.
+    await eventually(() => expect(watch.done(), `the consumer is done with the replayed message (copies handed over: ${duplicated}; ${watch.describe()})`).toBe(true), { timeoutMs: 60_000, intervalMs: 50 });
     expect(duplicated, 'the replayed copy reached the consumer').toBe(1);
-    // Long enough for a second run of the duplicate to commit, had it run: it was held only
-    // until the first copy's run committed.
-    await sleep(1_000);
     expect((await store.readEffects()).filter((id) => id === target), 'the replay ran once').toHaveLength(1);
-    await eventually(() => expect(bus.health().counters.duplicates, 'the second copy was taken for a duplicate').toBeGreaterThanOrEqual(1), { timeoutMs: 15_000, intervalMs: 50 });
+    expect(bus.health().counters.duplicates, 'the second copy was taken for a duplicate').toBeGreaterThanOrEqual(1);
     expect((await deadLetters.list(consumer)).filter((letter) => letter.envelope.messageId === target), 'nothing dead-lettered again').toEqual([]);
   } finally {
+    ending.resolve();
     for (const close of closers) await close().catch(() => undefined);
   }
 }

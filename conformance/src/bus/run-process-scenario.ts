@@ -156,16 +156,59 @@ function after<T>(ms: number, value: T): Promise<T> {
 }
 
 /**
+ * What is kept back from a run's deadline for what follows its last wait: the diagnosis of
+ * a run that did not settle (each fixture's `locate` may take up to 15 s), stopping the
+ * workers (up to 5 s) and closing the fixtures.
+ */
+const VERDICT_RESERVE_MS = 30_000;
+
+/**
+ * The time a run may still spend waiting: each of its bounds is cut to it. Without a
+ * deadline the bounds apply as they are.
+ */
+class WaitBudget {
+  readonly #endsAt: number;
+
+  constructor(deadline: number | undefined) {
+    this.#endsAt = deadline === undefined ? Number.POSITIVE_INFINITY : deadline - VERDICT_RESERVE_MS;
+  }
+
+  /** `boundMs`, or less when the budget ends sooner; `cut` says which. */
+  wait(boundMs: number): { ms: number; cut: boolean } {
+    const left = Math.max(0, this.#endsAt - Date.now());
+    return left < boundMs ? { ms: left, cut: true } : { ms: boundMs, cut: false };
+  }
+}
+
+/** The words that say a wait was cut short by the run's deadline, for an error message. */
+function cutNote(cut: boolean): string {
+  return cut ? ' (cut short: that was all the time left before the case\'s deadline, which keeps the verdict ahead of the test runner\'s timeout)' : '';
+}
+
+/**
  * Waits for `child` to report `ready` (or `line`, or to exit, which may come first: a
  * fault point can be reached before `ready` is written), at most {@link START_MS}, then
- * for `line` or its exit, at most {@link REACH_FAULT_MS} more. Resolves with what came.
+ * for `line` or its exit, at most {@link REACH_FAULT_MS} more; each bound cut to what is
+ * left of `budget`. Resolves with what came and, when nothing did, how long it waited and
+ * whether the budget cut that wait.
  */
-async function startedThen(child: Child, line: string | undefined): Promise<'line' | 'exited' | 'no start' | 'timeout'> {
-  const seen = line === undefined ? new Promise<never>(() => {}) : child.sawLine(line).then(() => 'line' as const);
-  const exited = child.exited.then(() => 'exited' as const);
-  const start = await Promise.race([child.sawLine('ready').then(() => 'ready' as const), seen, exited, after(START_MS, 'no start' as const)]);
-  if (start !== 'ready') return start;
-  return Promise.race([seen, exited, after(REACH_FAULT_MS, 'timeout' as const)]);
+async function startedThen(
+  child: Child,
+  line: string | undefined,
+  budget: WaitBudget,
+): Promise<{ outcome: 'line' } | { outcome: 'exited' } | { outcome: 'no start' | 'timeout'; waitedMs: number; cut: boolean }> {
+  const seen = line === undefined ? new Promise<never>(() => {}) : child.sawLine(line).then(() => ({ outcome: 'line' as const }));
+  const exited = child.exited.then(() => ({ outcome: 'exited' as const }));
+  const start = budget.wait(START_MS);
+  const started = await Promise.race([
+    child.sawLine('ready').then(() => ({ outcome: 'ready' as const })),
+    seen,
+    exited,
+    after(start.ms, { outcome: 'no start' as const, waitedMs: start.ms, cut: start.cut }),
+  ]);
+  if (started.outcome !== 'ready') return started;
+  const reach = budget.wait(REACH_FAULT_MS);
+  return Promise.race([seen, exited, after(reach.ms, { outcome: 'timeout' as const, waitedMs: reach.ms, cut: reach.cut })]);
 }
 /**
  * How long the survivors may go without settling one more message before the run is
@@ -197,6 +240,7 @@ export async function runProcessScenario<Tx>(
   const { store, transport } = await fixtureModule.createFixture({ testId });
   const children: Child[] = [];
   const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
+  const budget = new WaitBudget(options.deadline);
   let settled = false;
   try {
     const { world, ledger, target } = await commitScenarioTraffic(testId, spec.action, store, transport.transport, options.seed, options.plan);
@@ -215,10 +259,13 @@ export async function runProcessScenario<Tx>(
           return `worker ${index} (launched ${((Date.now() - child.launchedAt) / 1000).toFixed(1)} s ago): ${lines.join(' | ')}`;
         })
         .join('\n');
+    const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
     const expectKilled = async (child: Child) => {
-      const outcome = await startedThen(child, undefined);
-      if (outcome === 'no start') throw new Error(`a worker did not start (report ready) within ${START_MS / 1000} s\n${describeChildren()}`);
-      if (outcome !== 'exited') throw new Error(`fault point '${spec.point}' was never reached in ${REACH_FAULT_MS / 1000} s after the worker reported ready\n${describeChildren()}`);
+      const started = await startedThen(child, undefined, budget);
+      if (started.outcome === 'no start') throw new Error(`a worker did not start (report ready) within ${seconds(started.waitedMs)}${cutNote(started.cut)}\n${describeChildren()}`);
+      if (started.outcome === 'timeout') {
+        throw new Error(`fault point '${spec.point}' was never reached in ${seconds(started.waitedMs)} after the worker reported ready${cutNote(started.cut)}\n${describeChildren()}`);
+      }
       const result = await child.exited;
       if (result.signal !== 'SIGKILL') throw new Error(`worker exited with ${result.code ?? result.signal} instead of being killed\n${describeChildren()}`);
     };
@@ -227,9 +274,14 @@ export async function runProcessScenario<Tx>(
       // The stale worker goes first so that it, not its successor, claims the backlog;
       // the successor starts once it has stalled and takes its batch over.
       const stale = launch({ point: spec.point, action: 'stall' });
-      const outcome = await startedThen(stale, 'stall');
-      if (outcome !== 'line') {
-        const what = outcome === 'exited' ? 'exited' : outcome === 'no start' ? `did not start within ${START_MS / 1000} s` : `did not stall within ${REACH_FAULT_MS / 1000} s after it reported ready`;
+      const started = await startedThen(stale, 'stall', budget);
+      if (started.outcome !== 'line') {
+        const what =
+          started.outcome === 'exited'
+            ? 'exited'
+            : started.outcome === 'no start'
+              ? `did not start within ${seconds(started.waitedMs)}${cutNote(started.cut)}`
+              : `did not stall within ${seconds(started.waitedMs)} after it reported ready${cutNote(started.cut)}`;
         throw new Error(`the stale worker ${what}\n${describeChildren()}`);
       }
       launch(null);
@@ -281,9 +333,12 @@ export async function runProcessScenario<Tx>(
       launch(null);
     }
 
-    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, options.timeoutMs ?? SETTLE_IDLE_MS, { transport, maxMs: Math.max(options.timeoutMs ?? 0, SETTLE_MAX_MS) })
+    const idle = budget.wait(options.timeoutMs ?? SETTLE_IDLE_MS);
+    const most = budget.wait(Math.max(options.timeoutMs ?? 0, SETTLE_MAX_MS));
+    const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, idle.ms, { transport, maxMs: most.ms })
       .catch((error: unknown) => {
-        throw new Error(`${String(error)}\n${describeChildren()}`);
+        const note = most.cut ? `\n(the survivors were given ${seconds(most.ms)} to settle: all the time left before the case's deadline, which keeps the verdict ahead of the test runner's timeout)` : '';
+        throw new Error(`${String(error)}${note}\n${describeChildren()}`);
       })
       .finally(() => {
         settled = true;

@@ -34,6 +34,13 @@ export interface ScenarioRunOptions {
   readonly tuning?: Partial<ScenarioTuning>;
   readonly plan?: Partial<TrafficPlan>;
   readonly timeoutMs?: number;
+  /**
+   * Process runs only: the time (`Date.now()`) by which the run must have given its verdict.
+   * Every wait of the run (a worker's start, its way to the fault point, the settle) is cut
+   * to what is left of it, so a caller that sets it below its test runner's timeout gets the
+   * run's own diagnosis instead of the runner's bare "timed out". Default: no deadline.
+   */
+  readonly deadline?: number;
 }
 
 /** Reads the end state of a world. */

@@ -15,22 +15,31 @@ afterEach(async () => {
 function setup(config: Partial<RabbitMqTransportConfig> = {}) {
   const prefix = `courier-${testId()}`;
   const connections: ChannelModel[] = [];
+  // Calls of the connection factory, counted as they are made (not when the connection
+  // opens, which a loaded machine can take seconds to do), and those not answered yet.
+  const factory = { calls: 0, unanswered: 0 };
   const transport = new RabbitMqTransport({
     prefix,
     delayTiersMs: TEST_TIERS_MS,
     reconnect: { initialDelayMs: 50, maxDelayMs: 500 },
     ...config,
     connection: async () => {
-      const connection = await openConnection(prefix);
-      connections.push(connection);
-      return connection;
+      factory.calls += 1;
+      factory.unanswered += 1;
+      try {
+        const connection = await openConnection(prefix);
+        connections.push(connection);
+        return connection;
+      } finally {
+        factory.unanswered -= 1;
+      }
     },
   });
   cleanups.push(async () => {
     await transport.close({ signal: AbortSignal.timeout(2_000) });
     await deleteTopology(prefix, ['c']);
   });
-  return { prefix, transport, connections, names: transport.names('c') };
+  return { prefix, transport, connections, factory, names: transport.names('c') };
 }
 
 /** Takes every message in `queue` without removing it (the channel closes, which requeues them). */
@@ -327,16 +336,26 @@ describe('RabbitMqTransport surviving the broker', () => {
   it('declares nothing after close() resolved, though close cut a handler short while a reconnect and a consumer restart were pending', async () => {
     // A user who deletes the topology after closing must not get queues back from timers
     // or a reconnect the close left behind. random 0: reconnect after 25 ms, restart after 100 ms.
-    const { prefix, transport, connections, names } = setup({ random: () => 0 });
+    const { prefix, transport, connections, factory, names } = setup({ random: () => 0 });
     await holdOneHandler(transport);
     // The channel closing schedules the consumer's restart; the connection closing, the reconnect.
     destroySocket(connections[0]!);
     await eventually(() => expect(transport.connected).toBe(false));
     await transport.close({ signal: AbortSignal.abort() });
+    const called = factory.calls;
     const opened = connections.length;
     await deleteTopology(prefix, ['c']);
-    // An absence cannot be polled for: watch for ten times the longest of those delays.
+    // An absence cannot be polled for, but what would cause it can be waited for. The
+    // reconnect and the restart close() must cancel are timers of this process, set before
+    // close() resolved and due within 500 ms (reconnect.maxDelayMs; the restart comes after
+    // 100 ms), and a reconnect calls the factory from its timer before anything else. Node
+    // runs timers in the order they fall due, however late a loaded machine runs them, so
+    // when a timer set now for 1 s fires, every one of those has fired before it.
     await sleep(1_000);
+    expect(factory.calls, 'the transport asked for a connection after close() resolved').toBe(called);
+    // A connection asked for before close() resolved must not open after it either: once every
+    // ask is answered, none may have brought one.
+    await eventually(() => expect(factory.unanswered, 'connection asks still unanswered').toBe(0), 30_000);
     expect(connections.length, 'a connection was opened after close() resolved').toBe(opened);
     const queues = [names.queue, names.deadLetterQueue, ...names.retryQueues.map((tier) => tier.name)];
     expect(await existingQueues(queues), 'queues declared again after close() resolved').toEqual([]);

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
 import { EntitySchema, type EntityManager, type MikroORM, type Options } from '@mikro-orm/core';
 import { MikroOrmInboxStore, MikroOrmOutboxStore, type MikroOrmOutboxStoreConfig } from '../../src/index.js';
+import { locateInStore } from './locate.js';
 
 /** The databases the fixtures can target. `mysql-driver` is MariaDB through `@mikro-orm/mysql` (mysql2). */
 export type FixtureDialect = 'postgresql' | 'mariadb' | 'mysql-driver' | 'sqlite';
@@ -143,6 +144,7 @@ export async function createMikroOrmFixture(dialect: FixtureDialect, context: Fi
         const rows = await sql(`SELECT effect_id FROM ${quote(effectsTable)} ORDER BY seq`);
         return rows.map((row) => String(row['effect_id']));
       },
+      locate: (ids: readonly string[]) => locateInStore({ dialect, sql, table: (name) => quote(`${tablePrefix}${name}`) }, ids),
       async close() {
         await outbox.close();
         await inbox.close();

@@ -3,6 +3,7 @@ import type { Envelope, Transport } from '@courier/core';
 import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import { fromAmqpMessage, RabbitMqTransport, type RabbitMqTransportConfig } from '../../src/index.js';
 import { deleteTopology, eventually, openConnection, rabbitmqctl, TEST_TIERS_MS } from './broker.js';
+import { locateInQueues } from './locate.js';
 
 /** Options of {@link createRabbitMqFixture}. */
 export interface RabbitMqFixtureOptions {
@@ -140,6 +141,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
             },
           },
         }),
+    locate: (ids) => locateInQueues(prefix, [...consumers], options.config?.delayTiersMs ?? TEST_TIERS_MS, ids),
     async close() {
       const abandoned = AbortSignal.timeout(2_000);
       await Promise.all(transports.map((t) => t.close({ signal: abandoned })));
