@@ -28,6 +28,17 @@ function processCaseDeadline(): number {
   return Date.now() + PROCESS_CASE_TIMEOUT_MS - PROCESS_CASE_MARGIN_MS;
 }
 
+/**
+ * What an in-process case keeps back from vitest's timeout after the run's deadline (the
+ * assertions). The run keeps its own reserve for its diagnosis and cleanup within that.
+ */
+const IN_PROCESS_CASE_MARGIN_MS = 5_000;
+
+/** The deadline of an in-process case that begins now and that vitest times out after `timeoutMs`. */
+function inProcessCaseDeadline(timeoutMs: number): number {
+  return Date.now() + timeoutMs - IN_PROCESS_CASE_MARGIN_MS;
+}
+
 /** Options of {@link describeBus}. */
 export interface BusSuiteOptions {
   /**
@@ -181,10 +192,11 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
         it(`${point}: ${spec.description}`, tracked(async (skipCase) => {
+          const deadline = inProcessCaseDeadline(90_000);
           const skip = inProcessSkip(spec, mode, await probeFeatures());
           if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
-          const result = await runInProcessScenario(factories, spec, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+          const result = await runInProcessScenario(factories, spec, mode, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
           assertScenario(spec, result);
         }), 90_000);
       }
@@ -196,17 +208,19 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         }), 90_000);
       }
       it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
+        const deadline = inProcessCaseDeadline(120_000);
         const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
         const seed = Math.floor(Math.random() * 2 ** 31);
-        const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
+        const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, deadline, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
         assertScenario(LATE_KILLS, result);
       }), 120_000);
       it(`killed after its commit: ${APPLIED_KILLS.description}`, tracked(async (skipCase) => {
+        const deadline = inProcessCaseDeadline(120_000);
         const skip = inProcessSkip(APPLIED_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
         const seed = Math.floor(Math.random() * 2 ** 31);
-        const result = await runInProcessScenario(factories, APPLIED_KILLS, mode, { seed, ...(options.tuning ? { tuning: options.tuning } : {}) });
+        const result = await runInProcessScenario(factories, APPLIED_KILLS, mode, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
         assertScenario(APPLIED_KILLS, result);
       }), 120_000);
     });
@@ -262,6 +276,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       const fixedSeed = process.env['COURIER_STRESS_SEED'];
       for (let run = 0; run < runs; run += 1) {
         it(`random scenario #${run + 1}`, tracked(async () => {
+          const deadline = inProcessCaseDeadline(120_000);
           const seed = fixedSeed !== undefined ? Number(fixedSeed) + run : Math.floor(Math.random() * 2 ** 31);
           const next = seededRandom(seed);
           const features = await probeFeatures();
@@ -271,7 +286,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           const tuning: Partial<ScenarioTuning> = { ...options.tuning, batchSize: 1 + Math.floor(next() * 20), concurrency: 1 + Math.floor(next() * 8) };
           const plan = { messages: 20 + Math.floor(next() * 40), keys: 1 + Math.floor(next() * 8), perTransaction: 1 + Math.floor(next() * 5) };
           console.log(`[conformance] ${suite} stress #${run + 1}: seed ${seed} point '${point}' (replay with COURIER_STRESS_SEED=${seed - run})`);
-          const result = await runInProcessScenario(factories, spec, mode, { seed, tuning, plan });
+          const result = await runInProcessScenario(factories, spec, mode, { seed, deadline, tuning, plan });
           assertScenario(spec, result);
         }), 120_000);
       }

@@ -64,6 +64,39 @@ describe('runInProcessScenario outages', () => {
   }, 30_000);
 });
 
+describe('runInProcessScenario bounds', () => {
+  it('names a worker start that hangs, cut to the deadline, instead of waiting for the test runner', async () => {
+    const inner = await createInMemoryTransportFixture();
+    const hanging: TransportFixture = { ...inner, connect: () => new Promise(() => {}) };
+    const startedAt = Date.now();
+    // The run keeps 30 s of its deadline for its diagnosis and cleanup: ~3 s are left to wait.
+    const error = await runInProcessScenario({ store: createInMemoryStoreFixture, transport: async () => hanging }, SCENARIOS['broker-restart'], 'freeze', {
+      seed: 7,
+      timeoutMs: 15_000,
+      deadline: Date.now() + 33_000,
+    }).then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    expect((error as Error).message).toMatch(/the first worker's start \(connect, bus\.start\(\)\) did not finish in \d+ s \(cut short/);
+    expect(Date.now() - startedAt).toBeLessThan(15_000);
+  }, 40_000);
+
+  it('fails a run that passed its checks when its cleanup hangs, naming the step', async () => {
+    const inner = await createInMemoryTransportFixture();
+    const unclosable: TransportFixture = { ...inner, close: () => new Promise(() => {}) };
+    const error = await runInProcessScenario({ store: createInMemoryStoreFixture, transport: async () => unclosable }, SCENARIOS['after-publish-before-complete'], 'freeze', {
+      seed: 7,
+      timeoutMs: 15_000,
+    }).then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    expect((error as Error).message).toMatch(/the scenario ran to its verdict, but its cleanup hung: closing the transport fixture did not finish in \d+ s/);
+    await inner.close();
+  }, 60_000);
+});
+
 describe('settle', () => {
   /** A world of `count` committed messages whose effects the test writes itself, one every `everyMs`, leaving out `skip`. */
   async function slowWorld(count: number, everyMs: number, skip: ReadonlySet<number> = new Set()) {
@@ -111,6 +144,27 @@ describe('settle', () => {
       stop();
     }
   }, 15_000);
+
+  it('looks again when a read of the end state hangs, and names the read when none answers in time', async () => {
+    const { store, transport, world, ledger, stop } = await slowWorld(3, 50);
+    try {
+      const stalled = { ...store, readEffects: () => new Promise<string[]>(() => {}) };
+      const startedAt = Date.now();
+      const error = await settle(world, ledger, stalled, transport.transport, false, 2_000, { maxMs: 3_000 }).then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect((error as Error).message).toMatch(/could not be observed .*reading the end state \(effects, dead letters, halted keys\) did not finish in 3 s/);
+      expect(Date.now() - startedAt).toBeLessThan(10_000);
+      // One stalled read is looked past: the next one answers and the run settles.
+      let reads = 0;
+      const once = { ...store, readEffects: () => (reads++ === 0 ? new Promise<string[]>(() => {}) : store.readEffects()) };
+      const { report } = await settle(world, ledger, once, transport.transport, false, 8_000, { maxMs: 8_000, readTimeoutMs: 1_000 });
+      expect(report.applied).toBe(3);
+    } finally {
+      stop();
+    }
+  }, 30_000);
 
   it('says where an unsettled message is when a fixture finds it', async () => {
     const { store, transport, world, ledger, ids, stop } = await slowWorld(3, 50, new Set([1]));

@@ -8,6 +8,7 @@ import { uniqueId } from '../support/unique-id.js';
 import { workerBundle } from './worker-bundle.js';
 import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
 import type { ScenarioSpec } from './scenarios.js';
+import { cutNote, seconds, WaitBudget } from './wait-budget.js';
 import { commitScenarioTraffic, DEFAULT_TUNING, type ScenarioTuning } from './world.js';
 
 /** Where the child processes get their fixtures, and how to start Node for them. */
@@ -163,29 +164,6 @@ function after<T>(ms: number, value: T): Promise<T> {
 const VERDICT_RESERVE_MS = 30_000;
 
 /**
- * The time a run may still spend waiting: each of its bounds is cut to it. Without a
- * deadline the bounds apply as they are.
- */
-class WaitBudget {
-  readonly #endsAt: number;
-
-  constructor(deadline: number | undefined) {
-    this.#endsAt = deadline === undefined ? Number.POSITIVE_INFINITY : deadline - VERDICT_RESERVE_MS;
-  }
-
-  /** `boundMs`, or less when the budget ends sooner; `cut` says which. */
-  wait(boundMs: number): { ms: number; cut: boolean } {
-    const left = Math.max(0, this.#endsAt - Date.now());
-    return left < boundMs ? { ms: left, cut: true } : { ms: boundMs, cut: false };
-  }
-}
-
-/** The words that say a wait was cut short by the run's deadline, for an error message. */
-function cutNote(cut: boolean): string {
-  return cut ? ' (cut short: that was all the time left before the case\'s deadline, which keeps the verdict ahead of the test runner\'s timeout)' : '';
-}
-
-/**
  * Waits for `child` to report `ready` (or `line`, or to exit, which may come first: a
  * fault point can be reached before `ready` is written), at most {@link START_MS}, then
  * for `line` or its exit, at most {@link REACH_FAULT_MS} more; each bound cut to what is
@@ -240,7 +218,7 @@ export async function runProcessScenario<Tx>(
   const { store, transport } = await fixtureModule.createFixture({ testId });
   const children: Child[] = [];
   const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
-  const budget = new WaitBudget(options.deadline);
+  const budget = new WaitBudget(options.deadline, VERDICT_RESERVE_MS);
   let settled = false;
   try {
     const { world, ledger, target } = await commitScenarioTraffic(testId, spec.action, store, transport.transport, options.seed, options.plan);
@@ -259,7 +237,6 @@ export async function runProcessScenario<Tx>(
           return `worker ${index} (launched ${((Date.now() - child.launchedAt) / 1000).toFixed(1)} s ago): ${lines.join(' | ')}`;
         })
         .join('\n');
-    const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
     const expectKilled = async (child: Child) => {
       const started = await startedThen(child, undefined, budget);
       if (started.outcome === 'no start') throw new Error(`a worker did not start (report ready) within ${seconds(started.waitedMs)}${cutNote(started.cut)}\n${describeChildren()}`);

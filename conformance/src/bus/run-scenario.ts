@@ -3,6 +3,7 @@ import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixtur
 import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
 import { uniqueId } from '../support/unique-id.js';
+import { seconds, StepTimeout, WaitBudget, within } from './wait-budget.js';
 import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, parkedAlready, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
 /** How a worker "crashes" in-process. `freeze` needs a store whose open transactions hold no locks. */
@@ -35,10 +36,11 @@ export interface ScenarioRunOptions {
   readonly plan?: Partial<TrafficPlan>;
   readonly timeoutMs?: number;
   /**
-   * Process runs only: the time (`Date.now()`) by which the run must have given its verdict.
-   * Every wait of the run (a worker's start, its way to the fault point, the settle) is cut
-   * to what is left of it, so a caller that sets it below its test runner's timeout gets the
-   * run's own diagnosis instead of the runner's bare "timed out". Default: no deadline.
+   * The time (`Date.now()`) by which the run must have given its verdict. Every wait of the
+   * run (setting up the fixtures, a worker's start, its way to the fault point, the settle)
+   * is cut to what is left of it, so a caller that sets it below its test runner's timeout
+   * gets the run's own diagnosis (which step hung, where the unsettled messages are) instead
+   * of the runner's bare "timed out". Default: no deadline (each wait has its own bound).
    */
   readonly deadline?: number;
 }
@@ -65,6 +67,11 @@ export interface SettleOptions {
   readonly maxMs?: number;
   /** The transport fixture, whose optional `locate` says where an unsettled message is. */
   readonly transport?: Pick<TransportFixture, 'locate'>;
+  /**
+   * How long one read of the end state may take before settle stops waiting for it and
+   * reads again (a read stuck on a connection that died silently). Default 15 s.
+   */
+  readonly readTimeoutMs?: number;
 }
 
 /**
@@ -95,8 +102,9 @@ export async function settle<Tx>(
   for (;;) {
     if (signal?.aborted) throw signal.reason;
     try {
-      // The database or broker may be away (an outage scenario): observe throws, and we look again.
-      const observed = await observe(world, store, transport);
+      // The database or broker may be away (an outage scenario): observe throws, or hangs on
+      // a connection that died without a word, and we look again.
+      const observed = await within(observe(world, store, transport), { ms: Math.min(options.readTimeoutMs ?? READ_TIMEOUT_MS, Math.max(1_000, giveUpAt - Date.now())), cut: false }, 'reading the end state (effects, dead letters, halted keys)');
       const report = checkInvariants(ledger, observed, { ordered });
       unsettled = unsettledIds(ledger, observed);
       if (unsettled.length === 0) return { report, observed };
@@ -117,6 +125,9 @@ export async function settle<Tx>(
   const where = await whereAre(unsettled, store, options.transport);
   throw new Error(`scenario did not settle in ${waited}: ${unsettled.length} of ${ledger.committed.size} committed messages have no end state\n${where}`);
 }
+
+/** Default of {@link SettleOptions.readTimeoutMs}. */
+const READ_TIMEOUT_MS = 15_000;
 
 /** Committed messages in no end state (not applied, not dead-lettered, not on a halted key), in commit order. */
 function unsettledIds(ledger: Ledger, observed: Observed): string[] {
@@ -157,6 +168,23 @@ async function whereAre<Tx>(ids: readonly string[], store: StoreFixture<Tx>, tra
   });
   return `where the ${ids.length} unsettled message(s) are:\n${lines.join('\n')}`;
 }
+
+/**
+ * What an in-process run keeps back from its deadline for what follows its last wait: the
+ * diagnosis of an unsettled run (each fixture's `locate` may take up to 15 s) and the
+ * cleanup ({@link CLEANUP_MS}).
+ */
+const IN_PROCESS_RESERVE_MS = 30_000;
+
+/** The bound of each step before the settle (a fixture's setup, committing the traffic, the first workers' start). */
+const SETUP_STEP_MS = 60_000;
+
+/**
+ * How long the cleanup after a run may take in all: ending an outage, stopping the workers,
+ * closing their connections and the fixtures. A step still running then is named in the
+ * run's error (a `close()` that never resolves is a defect a user meets at shutdown).
+ */
+const CLEANUP_MS = 20_000;
 
 interface Worker<Tx> {
   readonly bus: Bus<Tx>;
@@ -233,6 +261,10 @@ class OutageWindow {
  * checks the invariants. Throws if a fixture lacks what the scenario needs (callers
  * gate on that first), and throws a `FixtureFault` at once when a fixture's outage
  * fails to begin or end. An outage that began always ends before the run returns.
+ * Every wait is bounded (and cut to `options.deadline` when given): a step that hangs —
+ * a fixture's setup, a worker's start, a read of the end state, a `close()` in the
+ * cleanup — fails the run with its name instead of holding it until the test runner's
+ * timeout.
  */
 export async function runInProcessScenario<Tx>(
   factories: BusFactories<Tx>,
@@ -242,7 +274,8 @@ export async function runInProcessScenario<Tx>(
 ): Promise<ScenarioResult> {
   const testId = uniqueId();
   const context: FixtureContext = { testId };
-  const store = await factories.store(context);
+  const budget = new WaitBudget(options.deadline, IN_PROCESS_RESERVE_MS);
+  const store = await within(factories.store(context), budget.wait(SETUP_STEP_MS), 'the store fixture\'s setup');
   let transport: TransportFixture | undefined;
   const workers = new Set<Worker<Tx>>();
   const outages: OutageWindow[] = [];
@@ -255,11 +288,15 @@ export async function runInProcessScenario<Tx>(
     outages.push(window);
     return window.begin();
   };
-  try {
-    transport = await factories.transport(context);
+  const run = async (): Promise<ScenarioResult> => {
+    transport = await within(factories.transport(context), budget.wait(SETUP_STEP_MS), 'the transport fixture\'s setup');
     const fixture = transport;
     const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };
-    const { world, ledger, plan, target: chosen } = await commitScenarioTraffic(testId, spec.action, store, fixture.transport, options.seed, options.plan);
+    const { world, ledger, plan, target: chosen } = await within(
+      commitScenarioTraffic(testId, spec.action, store, fixture.transport, options.seed, options.plan),
+      budget.wait(SETUP_STEP_MS),
+      'committing the scenario\'s traffic',
+    );
     let target = chosen;
 
     let armed = true;
@@ -350,8 +387,8 @@ export async function runInProcessScenario<Tx>(
       await bus.start();
     };
 
-    await startWorker();
-    if (spec.action === 'stall') await startWorker();
+    await within(startWorker(), budget.wait(SETUP_STEP_MS), 'the first worker\'s start (connect, bus.start())');
+    if (spec.action === 'stall') await within(startWorker(), budget.wait(SETUP_STEP_MS), 'the second worker\'s start (connect, bus.start())');
     if (spec.action === 'duplicate') {
       target = newMessageId();
       const seq = plan.messages;
@@ -385,24 +422,51 @@ export async function runInProcessScenario<Tx>(
       // Both copies must reach a handler before the run is judged. A broker that hands out
       // one message of a session (or key) at a time delivers the second copy only after the
       // first settled, and a settle that saw the first copy's effect would end the run first.
-      const deadline = Date.now() + (options.timeoutMs ?? 45_000);
+      const deadline = Date.now() + budget.wait(options.timeoutMs ?? 45_000).ms;
       while ((duplicateArrivals.get(target) ?? 0) < 2 && Date.now() < deadline && !fixtureFaults.signal.aborted) await new Promise((resolve) => setTimeout(resolve, 20));
     }
 
     // A fixture that broke its outage fails the run at once, under its own name: waiting
     // for the messages would only report them lost.
-    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, options.timeoutMs ?? 45_000, { signal: fixtureFaults.signal, transport: fixture });
+    const most = budget.wait(options.timeoutMs ?? 45_000);
+    const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, most.ms, { signal: fixtureFaults.signal, transport: fixture }).catch((error: unknown) => {
+      if (!most.cut || error instanceof FixtureFault) throw error;
+      throw new Error(`${describeError(error)}\n(the run was given ${seconds(most.ms)} to settle: all the time left before the case's deadline, which keeps the verdict ahead of the test runner's timeout)`, { cause: error });
+    });
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =
       spec.action === 'crash-loop' ? crashLoops > 0 : spec.action === 'late-kills' ? lateKills > tuning.maxCrashes : spec.action === 'applied-kills' ? appliedKills > 0 : spec.action === 'duplicate' ? (duplicateArrivals.get(target!) ?? 0) >= 2 : !armed;
     const problems = [...report.problems, ...violations];
     return { ...report, problems, seed: options.seed, testId, observed, target, workersStarted: started, relayPauses: pauses, faultFired };
-  } finally {
+  };
+  const outcome = await run().then(
+    (result) => ({ ok: true as const, result }),
+    (error: unknown) => ({ ok: false as const, error }),
+  );
+  // Steps still running when the cleanup gave up on them.
+  const stuck: string[] = [];
+  {
+    const cleanupEndsAt = Date.now() + CLEANUP_MS;
+    const step = async (what: string, promise: Promise<unknown>): Promise<void> => {
+      try {
+        await within(promise, { ms: Math.max(1_000, cleanupEndsAt - Date.now()), cut: false }, what);
+      } catch (error) {
+        // Only a hang is the cleanup's finding; a close that failed has still finished.
+        if (error instanceof StepTimeout) stuck.push(error.message);
+      }
+    };
     // Before anything stops: the next scenario, and the fixture's close, need the broker and database back.
-    await Promise.all(outages.map((window) => window.end()));
-    await Promise.all([...workers].map((worker) => worker.bus.stop({ timeoutMs: 2_000 }).catch(() => undefined)));
-    await Promise.all([...workers].map((worker) => worker.connection.close().catch(() => undefined)));
-    await transport?.close().catch(() => undefined);
-    await store.close().catch(() => undefined);
+    await step('ending the outage', Promise.all(outages.map((window) => window.end())));
+    await step('stopping the workers (bus.stop with a 2 s timeout)', Promise.all([...workers].map((worker) => worker.bus.stop({ timeoutMs: 2_000 }).catch(() => undefined))));
+    await step('closing the workers\' transports', Promise.all([...workers].map((worker) => worker.connection.close().catch(() => undefined))));
+    if (transport) await step('closing the transport fixture', transport.close().catch(() => undefined));
+    await step('closing the store fixture', store.close().catch(() => undefined));
   }
+  // A run that failed already reports its own reason; one that passed must not hide a hang.
+  if (!outcome.ok) {
+    if (stuck.length > 0) console.warn(`[conformance] ${testId}: the cleanup after the failed run hung: ${stuck.join('; ')}`);
+    throw outcome.error;
+  }
+  if (stuck.length > 0) throw new Error(`the scenario ran to its verdict, but its cleanup hung: ${stuck.join('; ')}`);
+  return outcome.result;
 }

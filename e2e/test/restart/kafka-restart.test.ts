@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { SCENARIOS, runInProcessScenario, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import { describe, expect, it } from 'vitest';
 import { deleteTestObjects, plainClient } from '../../../plugins/kafka/test/support/fixture.js';
-import { kafkaTransport, postgresStore } from '../support/fixtures.js';
+import { kafkaTransport, postgresStore, RESTART_CASE_TIMEOUT_MS, restartCaseDeadline } from '../support/fixtures.js';
 
 const run = promisify(execFile);
 const script = fileURLToPath(new URL('../../../scripts/kafka.sh', import.meta.url));
@@ -88,6 +88,8 @@ const plan = { messages: 200, keys: 8, perTransaction: 5, rolledBackTransactions
 
 describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
   it('a broker killed with SIGKILL and restarted loses nothing, applies nothing twice, keeps per-key order, burns no attempts', async () => {
+    // Its own cleanup (the broker's start, the diagnosis, deleting topics) runs after the run's verdict.
+    const deadline = restartCaseDeadline(25_000);
     await run('bash', [script, 'owned'], { env: process.env, timeout: 10_000 }).catch((error: unknown) => {
       throw new Error(`the Kafka restart test SIGKILLs and restarts the broker in COURIER_KAFKA_BROKERS, so it needs one started by scripts/kafka.sh: ${String(error)}`);
     });
@@ -105,6 +107,7 @@ describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
         seed: Date.now() % 2 ** 31,
         plan,
         timeoutMs: 150_000,
+        deadline,
       }).catch(async (error: unknown) => {
         const lost = [...String(error).matchAll(/message (\S+) has no end state/g)].map((match) => match[1]!);
         if (testId !== '') console.error(`[kafka-restart] ${String(error)}\n${await diagnose(testId, lost).catch((e: unknown) => `diagnosis failed: ${String(e)}`)}`);
@@ -120,5 +123,5 @@ describe('Kafka broker SIGKILL under load (postgresql+kafka)', () => {
       for (const close of closes) await close().catch(() => undefined);
       if (testId !== '') await deleteTestObjects(testId);
     }
-  });
+  }, RESTART_CASE_TIMEOUT_MS);
 });

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { SCENARIOS, runInProcessScenario, type StoreFixture } from '@courier/conformance';
 import type { EntityManager } from '@mikro-orm/core';
 import { describe, expect, it } from 'vitest';
-import { createPostgresFixture, createRabbitMqFixture, E2E_PUBLISH_TIMEOUT_MS, postgresStore, rabbitMqTransport } from '../support/fixtures.js';
+import { createPostgresFixture, createRabbitMqFixture, E2E_PUBLISH_TIMEOUT_MS, postgresStore, rabbitMqTransport, RESTART_CASE_TIMEOUT_MS, restartCaseDeadline } from '../support/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -22,19 +22,21 @@ const plan = { messages: 200, keys: 8, perTransaction: 5, rolledBackTransactions
 
 describe('server restarts under load (postgresql+rabbitmq)', () => {
   it('a RabbitMQ restart loses nothing, applies nothing twice, keeps per-key order, burns no attempts', async () => {
+    const deadline = restartCaseDeadline(5_000);
     const result = await runInProcessScenario(
       { store: postgresStore, transport: (context) => createRabbitMqFixture(context, { outage: 'broker', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS } }) },
       SCENARIOS['broker-restart'],
       'throw',
-      { seed: Date.now() % 2 ** 31, plan, timeoutMs: 120_000 },
+      { seed: Date.now() % 2 ** 31, plan, timeoutMs: 120_000, deadline },
     );
     expect(result.faultFired).toBe(true);
     expect(result.problems).toEqual([]);
     expect(result.applied).toBe(result.committed);
     expect(result.relayPauses).toBeGreaterThan(0);
-  });
+  }, RESTART_CASE_TIMEOUT_MS);
 
   it('a PostgreSQL restart loses nothing and the relay resumes by itself', async () => {
+    const deadline = restartCaseDeadline(5_000);
     const store = async (context: { testId: string }): Promise<StoreFixture<EntityManager>> => {
       const fixture = await createPostgresFixture(context);
       return {
@@ -49,10 +51,10 @@ describe('server restarts under load (postgresql+rabbitmq)', () => {
       { store, transport: rabbitMqTransport },
       SCENARIOS['database-restart'],
       'throw',
-      { seed: Date.now() % 2 ** 31, plan, timeoutMs: 120_000 },
+      { seed: Date.now() % 2 ** 31, plan, timeoutMs: 120_000, deadline },
     );
     expect(result.faultFired).toBe(true);
     expect(result.problems).toEqual([]);
     expect(result.applied).toBe(result.committed);
-  });
+  }, RESTART_CASE_TIMEOUT_MS);
 });

@@ -7,6 +7,19 @@ import { createRabbitMqFixture } from '../../../plugins/rabbitmq/test/support/fi
 
 export { createPostgresFixture, createRabbitMqFixture };
 
+/** vitest's timeout of a restart case (each case passes it explicitly, so the deadline below cannot drift from it). */
+export const RESTART_CASE_TIMEOUT_MS = 180_000;
+
+/**
+ * The deadline of a restart case that begins now: `marginMs` before vitest's timeout, kept
+ * for what the case does after the run (its assertions, its own cleanup). Cut to it, a
+ * run that hangs ends with the kit's diagnosis (the step that hung, where each unsettled
+ * message is) instead of vitest's bare "Test timed out".
+ */
+export function restartCaseDeadline(marginMs: number): number {
+  return Date.now() + RESTART_CASE_TIMEOUT_MS - marginMs;
+}
+
 /** A PostgreSQL store fixture. */
 export const postgresStore = (context: FixtureContext): Promise<StoreFixture<EntityManager>> => createPostgresFixture(context);
 
