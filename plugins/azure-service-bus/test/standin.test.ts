@@ -182,6 +182,9 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     // A lock that ran out cannot be renewed.
     await sender.sendMessages({ messageId: 'lapsed', body: 1 });
     const [lapsed] = await holder.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    // The scenario itself: the lock is left to run out. Counted from after the message was in
+    // hand, so the lock began before; a loaded machine only makes the wait longer, the lock
+    // only more surely gone, and a renewal that still succeeds fails the case at any pace.
     await new Promise((resolve) => setTimeout(resolve, LOCK_MS + 300));
     await expect(holder.renewMessageLock(lapsed!)).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageLockLost');
     await sender.close();
@@ -317,6 +320,9 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
         expect(Date.now(), 'another receiver locked the session before its renewed lock ran out').toBeGreaterThanOrEqual(renewed.getTime());
         await (other as { close(): Promise<void> }).close();
       }
+      // Pacing, not synchronisation: a renewal every third of the lock keeps it held with room
+      // to spare. A stall longer than the lock lets it lapse, which the branch above accepts
+      // only where the renewed lock had really run out.
       await new Promise((resolve) => setTimeout(resolve, LOCK_MS / 3));
     }
     expect(refused, 'no accept was refused while the lock was renewed').toBeGreaterThan(0);

@@ -65,6 +65,9 @@ describe('ServiceBusTransport', () => {
     expect((await fixture.transport.publish([before]))[0]?.ok).toBe(true);
     await eventually(() => expect(seen).toContain(before.messageId), { timeoutMs: 10_000 });
     await fixture.outage!.begin();
+    // The outage's length, part of the scenario: begin() has already cut every connection, so
+    // the consumer must recover from a lost connection whatever a loaded machine lets it see
+    // of the outage; the constant only sets how long new connections are refused.
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     await fixture.outage!.end();
     const endedAt = Date.now();
