@@ -119,7 +119,7 @@ describe('ServiceBusTransport', () => {
     // must be gone from the subscription: a copy handed out again stays until its own handler
     // acks it, so once the count is 0 every hand-out has reached a handler and is in `seen`.
     const subscription = `${(fixture.transport as ServiceBusTransport).entityOf(topic)}/Subscriptions/${consumer}`;
-    if (server) await eventually(() => expect(server.count(subscription), 'messages left in the subscription').toBe(0), { timeoutMs: 2.5 * LOCK_MS + 20_000 });
+    if (server) await eventually(() => expect(server.count(subscription), `messages left in the subscription (handed out: ${seen.join(', ')})`).toBe(0), { timeoutMs: 2.5 * LOCK_MS + 20_000 });
     expect(seen, 'the message was handed out again while its first handler still ran').toHaveLength(1);
   }, 90_000);
 });
@@ -171,7 +171,7 @@ describe.skipIf(skipOnRealNamespace('drains answered late are a stand-in setting
         // it was handed out and acked again it is still counted there. At 0, every hand-out
         // has reached the handler and is in `seen`.
         const subscription = `${transport.entityOf(topic)}/Subscriptions/retrying`;
-        await eventually(() => expect(server.count(subscription), 'messages left in the subscription').toBe(0), { timeoutMs: 20_000 });
+        await eventually(() => expect(server.count(subscription), `messages left in the subscription (handed out: ${seen.join(', ')})`).toBe(0), { timeoutMs: 20_000 });
         if (ordered) expect(seen).toEqual(['first@1', 'first@2', 'second@1']);
         else expect([...seen].sort()).toEqual(['first@1', 'first@2', 'second@1']);
       } finally {
