@@ -176,6 +176,14 @@ export class ServiceBusStandIn {
     return this.findEntity(path)?.messages.length ?? 0;
   }
 
+  /**
+   * Next-session accepts held open on a queue or subscription, waiting for a session with
+   * messages (for tests that must act while one waits, not before it arrived).
+   */
+  waitingAccepts(path: string): number {
+    return this.findEntity(path)?.waitingAccepts.size ?? 0;
+  }
+
   /** Names of the topics that exist (for tests that list what a prefix created). */
   topicNames(): string[] {
     return [...this.topics.keys()];

@@ -117,6 +117,9 @@ describe.skipIf(skipOnRealNamespace('the outage cuts the fixture\'s proxies'))('
       expect((await fixture.transport.publish([before]))[0]?.ok).toBe(true);
       await eventually(() => expect(seen).toContain(before.messageId), { timeoutMs: 10_000 });
       await fixture.outage!.begin();
+      // The outage's length, part of the scenario: begin() has already cut every connection,
+      // and the replaced client is checked below whatever a loaded machine lets the consumer
+      // see of the outage; the constant only sets how long new connections are refused.
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       await fixture.outage!.end();
       const endedAt = Date.now();

@@ -14,6 +14,8 @@ function fakeAdmin() {
   const calls: string[] = [];
   const conflict = () => Object.assign(new Error('exists'), { statusCode: 409, code: 'MessageEntityAlreadyExistsError' });
   const missing = () => Object.assign(new Error('missing'), { statusCode: 404, code: 'MessageEntityNotFoundError' });
+  // An answer takes a while, as over HTTP, so calls made together overlap. Their length decides
+  // nothing: Promise.all starts every call before any timer fires, and a slower one only overlaps more.
   const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
   const admin = {
     topicExists: async (name: string) => (await tick(), topics.has(name)),

@@ -77,6 +77,7 @@ describe.skipIf(skipOnRealNamespace('the slow link is a local proxy in front of 
         expect(error).toBeInstanceOf(CourierError);
         expect((error as CourierError).retriable, String(error)).toBe(true);
         attempts.push(`${Date.now() - startedAt} ms: ${(error as Error).message}`);
+        // The relay's pause between tries, part of the scenario: its length decides nothing.
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
     }
