@@ -683,6 +683,20 @@ export class ServiceBusStandIn {
     const receiver = this.receiverOf(link);
     const entity = receiver?.entity;
     const message = entity?.messages.find((candidate) => candidate.lock?.delivery === delivery);
+    const outcomes = rhea.message as unknown as Record<'accepted' | 'released' | 'rejected', (fields?: object) => { described(): unknown }>;
+    const answer = (state: unknown) => (delivery as unknown as { update(settled: boolean, state: unknown): void }).update(true, state);
+    if (entity && receiver.peekLock && (!message || !this.lockHeld(entity, message))) {
+      // The lock ran out (or this delivery's message was settled already): Service Bus
+      // refuses the settlement, the SDK throws MessageLockLost, and the message stays (or
+      // becomes) available to the next receiver with its delivery count
+      // (https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#peeklock).
+      if (message) {
+        message.lock = undefined;
+        this.pump(entity);
+      }
+      answer(outcomes.rejected({ error: { condition: 'com.microsoft:message-lock-lost', description: 'The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.' } }).described());
+      return;
+    }
     if (entity && message) {
       const state = (delivery as unknown as { remote_state?: { constructor?: { name?: string }; undeliverable_here?: boolean; message_annotations?: Record<string, unknown>; error?: { condition?: string; info?: Record<string, unknown> } } }).remote_state;
       // Abandon and defer carry propertiesToModify as the modified outcome's message
@@ -691,8 +705,17 @@ export class ServiceBusStandIn {
       this.settle(entity, message, outcome, state?.undeliverable_here === true, outcome === 'rejected' ? state?.error?.info : state?.message_annotations);
     }
     // Settle with the outcome applied: the SDK waits for this before its settle call resolves.
-    const outcomes = rhea.message as unknown as Record<'accepted' | 'released' | 'rejected', (fields?: object) => { described(): unknown }>;
-    (delivery as unknown as { update(settled: boolean, state: unknown): void }).update(true, outcomes[outcome]({}).described());
+    answer(outcomes[outcome]({}).described());
+  }
+
+  /** Whether `message`'s lock still holds: its own, or in a session its receiver's session lock (renewed with it). */
+  private lockHeld(entity: MessageEntity, message: StoredMessage): boolean {
+    const lock = message.lock;
+    if (!lock) return false;
+    const now = Date.now();
+    if (lock.until > now) return true;
+    const sessionHold = message.sessionId === undefined ? undefined : entity.sessionLocks.get(message.sessionId);
+    return entity.options.requiresSession === true && sessionHold !== undefined && sessionHold.link.link === lock.link && sessionHold.until > now;
   }
 
   /** Applies a settlement (https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#settling-receive-operations). */

@@ -187,6 +187,12 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     // only more surely gone, and a renewal that still succeeds fails the case at any pace.
     await new Promise((resolve) => setTimeout(resolve, LOCK_MS + 300));
     await expect(holder.renewMessageLock(lapsed!)).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageLockLost');
+    // Nor can a message whose lock ran out be completed: the settlement is refused, and the
+    // message comes back with its delivery count.
+    await expect(holder.completeMessage(lapsed!)).rejects.toSatisfy((error: unknown) => isServiceBusError(error) && error.code === 'MessageLockLost');
+    const [again] = await other.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    expect(again).toMatchObject({ messageId: 'lapsed', deliveryCount: 2 });
+    await other.completeMessage(again!);
     await sender.close();
     await holder.close();
     await other.close();
