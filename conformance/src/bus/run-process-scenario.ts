@@ -4,11 +4,12 @@ import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { ProcessFixtureModule, TransportFixture } from '../fixtures.js';
 import type { WorkerConfig } from './process-worker.js';
+import { after } from '../support/after.js';
 import { uniqueId } from '../support/unique-id.js';
 import { workerBundle } from './worker-bundle.js';
 import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
 import type { ScenarioSpec } from './scenarios.js';
-import { cutNote, seconds, WaitBudget } from './wait-budget.js';
+import { cutNote, seconds, settleCutNote, WaitBudget } from './wait-budget.js';
 import { commitScenarioTraffic, DEFAULT_TUNING, type ScenarioTuning } from './world.js';
 
 /** Where the child processes get their fixtures, and how to start Node for them. */
@@ -150,11 +151,6 @@ const START_MS = 120_000;
  * Counted from the launch instead, a slow start left too little of it.
  */
 const REACH_FAULT_MS = 90_000;
-
-/** A promise of `value` after `ms` (unref'd: it never holds the process open). */
-function after<T>(ms: number, value: T): Promise<T> {
-  return new Promise((resolve) => setTimeout(() => resolve(value), ms).unref());
-}
 
 /**
  * What is kept back from a run's deadline for what follows its last wait: the diagnosis of
@@ -314,8 +310,7 @@ export async function runProcessScenario<Tx>(
     const most = budget.wait(Math.max(options.timeoutMs ?? 0, SETTLE_MAX_MS));
     const { report, observed } = await settle(world, ledger, store, transport.transport, tuning.ordered, idle.ms, { transport, maxMs: most.ms })
       .catch((error: unknown) => {
-        const note = most.cut ? `\n(the survivors were given ${seconds(most.ms)} to settle: all the time left before the case's deadline, which keeps the verdict ahead of the test runner's timeout)` : '';
-        throw new Error(`${String(error)}${note}\n${describeChildren()}`);
+        throw new Error(`${String(error)}${settleCutNote('the survivors were', most)}\n${describeChildren()}`);
       })
       .finally(() => {
         settled = true;

@@ -3,7 +3,7 @@ import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixtur
 import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
 import { uniqueId } from '../support/unique-id.js';
-import { seconds, StepTimeout, WaitBudget, within } from './wait-budget.js';
+import { settleCutNote, StepTimeout, WaitBudget, within } from './wait-budget.js';
 import { commitScenarioTraffic, crashWindowWatch, createWorkerBus, DEFAULT_TUNING, envLogger, parkedAlready, type ScenarioTuning, type TrafficPlan, type World } from './world.js';
 
 /** How a worker "crashes" in-process. `freeze` needs a store whose open transactions hold no locks. */
@@ -152,9 +152,8 @@ async function whereAre<Tx>(ids: readonly string[], store: StoreFixture<Tx>, tra
   }
   const ask = async (what: string, locate: ((ids: readonly string[]) => Promise<ReadonlyMap<string, string>>) | undefined) => {
     if (!locate) return new Map<string, string>();
-    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer in ${LOCATE_TIMEOUT_MS} ms`)), LOCATE_TIMEOUT_MS).unref());
     try {
-      return await Promise.race([locate(ids), timeout]);
+      return await within(locate(ids), { ms: LOCATE_TIMEOUT_MS, cut: false }, 'locate()');
     } catch (error) {
       return new Map(ids.map((id) => [id, `${what}: locate failed (${describeError(error)})`] as const));
     }
@@ -431,7 +430,7 @@ export async function runInProcessScenario<Tx>(
     const most = budget.wait(options.timeoutMs ?? 45_000);
     const { report, observed } = await settle(world, ledger, store, fixture.transport, tuning.ordered, most.ms, { signal: fixtureFaults.signal, transport: fixture }).catch((error: unknown) => {
       if (!most.cut || error instanceof FixtureFault) throw error;
-      throw new Error(`${describeError(error)}\n(the run was given ${seconds(most.ms)} to settle: all the time left before the case's deadline, which keeps the verdict ahead of the test runner's timeout)`, { cause: error });
+      throw new Error(`${describeError(error)}${settleCutNote('the run was', most)}`, { cause: error });
     });
     for (const worker of workers) pauses += worker.bus.health().counters.relayPauses;
     const faultFired =

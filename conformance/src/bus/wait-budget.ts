@@ -26,6 +26,14 @@ export function cutNote(cut: boolean): string {
   return cut ? ' (cut short: that was all the time left before the case\'s deadline, which keeps the verdict ahead of the test runner\'s timeout)' : '';
 }
 
+/**
+ * The line a failed settle gets when the deadline cut its wait (`who` were given it), so the
+ * reader knows the run was stopped early rather than given its full bound; '' otherwise.
+ */
+export function settleCutNote(who: string, wait: { ms: number; cut: boolean }): string {
+  return wait.cut ? `\n(${who} given ${seconds(wait.ms)} to settle: all the time left before the case's deadline, which keeps the verdict ahead of the test runner's timeout)` : '';
+}
+
 /** `ms` as whole seconds, for messages. */
 export function seconds(ms: number): string {
   return `${Math.round(ms / 1000)} s`;
