@@ -15,7 +15,7 @@ import type { EntityManager } from '@mikro-orm/core';
 import pg from 'pg';
 import { LatencyHistogram } from './histogram.js';
 import { handWrittenInsert, pgPool, rawPgProducerTx } from './ceilings.js';
-import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, outboxValues, runId, sleep } from './setup.js';
+import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, outboxValues, runId, sleep, statementShape } from './setup.js';
 
 type Mode = 'raw' | 'business' | 'hand' | 'courier' | 'relay';
 
@@ -30,9 +30,7 @@ const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
 pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]): unknown {
   const into = trips;
   if (!into) return query.apply(this, args);
-  const first = args[0];
-  const text = typeof first === 'string' ? first : (first as { text?: string } | null)?.text ?? '?';
-  const shape = text.replace(/"bench_[0-9a-f]+_[a-z]+_/g, '"').replace(/'[^']*'|-?\b\d+\b/g, '?').replace(/\s+/g, ' ').slice(0, 40);
+  const shape = statementShape(args[0], 40);
   const started = performance.now();
   const record = () => void into.push([shape, performance.now() - started]);
   const last = args.at(-1);

@@ -15,7 +15,7 @@ import type { EntityManager } from '@mikro-orm/core';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { handWrittenInsert, pgPool, rawPgProducerTx } from './ceilings.js';
-import { openDb, OrderPlaced, orderPayload, outboxValues, runId } from './setup.js';
+import { openDb, OrderPlaced, orderPayload, outboxValues, runId, statementShape } from './setup.js';
 
 type Mode = 'business' | 'hand' | 'courier' | 'keyless' | 'raw';
 
@@ -28,10 +28,7 @@ let counting = false;
 const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
 pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]): unknown {
   if (counting) {
-    const first = args[0];
-    const text = typeof first === 'string' ? first : (first as { text?: string } | null)?.text ?? '?';
-    // MikroORM inlines parameters into the text: keep the statement's shape only.
-    const shape = text.replace(/"bench_[0-9a-f]+_[a-z]+_/g, '"').replace(/'[^']*'|-?\b\d+\b/g, '?').replace(/\s+/g, ' ').slice(0, 50);
+    const shape = statementShape(args[0], 50);
     statements.set(shape, (statements.get(shape) ?? 0) + 1);
   }
   return query.apply(this, args);

@@ -19,6 +19,16 @@ export function runId(): string {
   return `bench_${randomBytes(4).toString('hex')}`;
 }
 
+/**
+ * The shape of a statement a `pg.Client.query` call sends (its first argument: text or a
+ * query config), for scripts that count or time statements by kind: the run's table prefix
+ * dropped and literals made `?` (MikroORM inlines parameters into the text), cut to `length`.
+ */
+export function statementShape(query: unknown, length: number): string {
+  const text = typeof query === 'string' ? query : (query as { text?: string } | null)?.text ?? '?';
+  return text.replace(/"bench_bench_[0-9a-f]+_[a-z]+_/g, '"').replace(/'[^']*'|-?\b\d+\b/g, '?').replace(/\s+/g, ' ').slice(0, length);
+}
+
 export function orderPayload(orderId: string): { orderId: string; customerId: string; totalCents: number; currency: string } {
   return { orderId, customerId: `c-${orderId.slice(-6)}`, totalCents: 12_345, currency: 'EUR' };
 }
