@@ -34,6 +34,10 @@ function processCaseDeadline(): number {
  */
 const IN_PROCESS_CASE_MARGIN_MS = 5_000;
 
+/** vitest's timeout of an in-process fault-point case, and of the longer ones (several crashes, random stress scenarios). */
+const IN_PROCESS_CASE_TIMEOUT_MS = 90_000;
+const IN_PROCESS_LONG_CASE_TIMEOUT_MS = 120_000;
+
 /** The deadline of an in-process case that begins now and that vitest times out after `timeoutMs`. */
 function inProcessCaseDeadline(timeoutMs: number): number {
   return Date.now() + timeoutMs - IN_PROCESS_CASE_MARGIN_MS;
@@ -192,13 +196,13 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
         it(`${point}: ${spec.description}`, tracked(async (skipCase) => {
-          const deadline = inProcessCaseDeadline(90_000);
+          const deadline = inProcessCaseDeadline(IN_PROCESS_CASE_TIMEOUT_MS);
           const skip = inProcessSkip(spec, mode, await probeFeatures());
           if (skip) return skipCase(skip);
           const seed = Math.floor(Math.random() * 2 ** 31);
           const result = await runInProcessScenario(factories, spec, mode, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
           assertScenario(spec, result);
-        }), 90_000);
+        }), IN_PROCESS_CASE_TIMEOUT_MS);
       }
       for (const action of ['retry', 'park'] as const) {
         it(`poison 'halt' on an ordered key: the key is held while others flow; resume '${action}' applies the rest in order, once each`, tracked(async (skipCase) => {
@@ -208,21 +212,21 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         }), 90_000);
       }
       it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
-        const deadline = inProcessCaseDeadline(120_000);
+        const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
         const seed = Math.floor(Math.random() * 2 ** 31);
         const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, deadline, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
         assertScenario(LATE_KILLS, result);
-      }), 120_000);
+      }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
       it(`killed after its commit: ${APPLIED_KILLS.description}`, tracked(async (skipCase) => {
-        const deadline = inProcessCaseDeadline(120_000);
+        const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(APPLIED_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
         const seed = Math.floor(Math.random() * 2 ** 31);
         const result = await runInProcessScenario(factories, APPLIED_KILLS, mode, { seed, deadline, ...(options.tuning ? { tuning: options.tuning } : {}) });
         assertScenario(APPLIED_KILLS, result);
-      }), 120_000);
+      }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
     });
 
     it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
@@ -276,7 +280,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       const fixedSeed = process.env['COURIER_STRESS_SEED'];
       for (let run = 0; run < runs; run += 1) {
         it(`random scenario #${run + 1}`, tracked(async () => {
-          const deadline = inProcessCaseDeadline(120_000);
+          const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
           const seed = fixedSeed !== undefined ? Number(fixedSeed) + run : Math.floor(Math.random() * 2 ** 31);
           const next = seededRandom(seed);
           const features = await probeFeatures();
@@ -288,7 +292,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           console.log(`[conformance] ${suite} stress #${run + 1}: seed ${seed} point '${point}' (replay with COURIER_STRESS_SEED=${seed - run})`);
           const result = await runInProcessScenario(factories, spec, mode, { seed, deadline, tuning, plan });
           assertScenario(spec, result);
-        }), 120_000);
+        }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
       }
     });
   });
