@@ -19,7 +19,7 @@ export interface LatencyLine {
   readonly summary: LatencySummary;
 }
 
-/** A target of issue 5, recorded as met or missed. */
+/** A target of issue 14 (issue 5's, where 14 did not restate it), recorded as met or missed. */
 export interface TargetResult {
   readonly target: string;
   readonly actual: string;

@@ -154,6 +154,10 @@ export const steadyScenario: Scenario = {
       const summary = histograms.commitToConfirm.summary();
       report.target('steady commit→confirm p50 ≤ 10 ms', `${summary.p50} ms`, summary.p50 <= 10);
       report.target('steady commit→confirm p99 ≤ 50 ms', `${summary.p99} ms`, summary.p99 <= 50);
+      // Issue 14's 4b: the same schedule as the consumer sees it (relay, broker and delivery).
+      const handler = histograms.commitToHandler.summary();
+      report.target('steady commit→handler p50 ≤ 15 ms', `${handler.p50} ms`, handler.p50 <= 15);
+      report.target('steady commit→handler p99 ≤ 60 ms', `${handler.p99} ms`, handler.p99 <= 60);
       report.note(
         `maximum rate = what ${WRITERS} closed-loop producers reach with the relay and a consumer (concurrency 8, inbox) running in the same process; ` +
           `then ${seconds} s at half of it on an open-loop schedule. Confirm time = when the transport's publish of the relay's batch resolved.`,
