@@ -4,9 +4,10 @@
 // the copy must be absorbed by the inbox: applied once, nothing dead-lettered or lost, and
 // the consumer keeps running.
 import { ServiceBusClient, isServiceBusError } from '@azure/service-bus';
-import { TransportError, type Delivery } from '@courier/core';
+import { TransportError, createBus, defineMessage, type Delivery, type FaultPoint, type Logger, type RetryPolicy } from '@courier/core';
 import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createPostgresFixture } from '../../mikro-orm/test/support/fixture.js';
 import { ServiceBusTransport } from '../src/index.js';
 import { LOCK_MS, skipOnRealNamespace } from './support/namespace.js';
 import { standIn } from './support/standin-server.js';
@@ -92,4 +93,116 @@ describe.skipIf(skipOnRealNamespace('the handler waits on the stand-in\'s lock s
     await eventually(() => expect(server!.count(subscription)).toBe(0), { timeoutMs: 20_000 });
     expect(seen).toEqual(['lapsing@1', 'lapsing@1 redelivered', 'later@1']);
   }, 60_000);
+});
+
+const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
+const orderOf = (payload: unknown): string => String((payload as { orderId?: unknown }).orderId);
+
+describe.skipIf(skipOnRealNamespace('the commit is held on the stand-in\'s lock state (locked())'))('a bus (MikroORM PostgreSQL store, inbox) on Service Bus: an ack after the lock lapsed', () => {
+  // The refusal lands on the first of several attempts, and on the last one: a consumer that
+  // took it for a handler failure would retry the first and dead-letter the second.
+  const policies: { readonly name: string; readonly retry: Partial<RetryPolicy> }[] = [
+    { name: 'attempts left', retry: {} },
+    { name: 'no attempt left (maxAttempts 1)', retry: { maxAttempts: 1 } },
+  ];
+  for (const { name, retry } of policies) {
+    it(`${name}: the effects are applied once, the redelivered copy is acked as a duplicate, nothing is retried or dead-lettered, the refusal is logged as a warning naming MessageLockLost, and the consumer keeps running`, async () => {
+      const { server } = await standIn();
+      const testId = uniqueId();
+      const store = await createPostgresFixture({ testId });
+      closers.push(() => store.close());
+      const transport = await unrenewedTransport();
+      const consumer = 'lapsing';
+      const subscription = `${transport.entityOf(Placed.topic)}/Subscriptions/${consumer}`;
+
+      // What the core is handed and what it asks of each delivery, seen at the transport's edge.
+      const deliveries: string[] = [];
+      const settles: string[] = [];
+      const subscribe = transport.subscribe.bind(transport);
+      transport.subscribe = (endpoint, handler) =>
+        subscribe(endpoint, (delivery: Delivery) => {
+          const order = orderOf(JSON.parse(delivery.envelope.payload));
+          deliveries.push(`${order}@${delivery.attempt}${delivery.redelivered ? ' redelivered' : ''}`);
+          return handler({
+            ...delivery,
+            ack: () =>
+              delivery.ack().then(
+                () => void settles.push(`${order}: ack`),
+                (error: unknown) => {
+                  settles.push(`${order}: ack refused${error instanceof TransportError && error.message.includes('[MessageLockLost]') ? ' (MessageLockLost)' : `: ${String(error)}`}`);
+                  throw error;
+                },
+              ),
+            retry: (delayMs, reason) => {
+              settles.push(`${order}: retry ${reason.code}`);
+              return delivery.retry(delayMs, reason);
+            },
+            deadLetter: (reason) => {
+              settles.push(`${order}: deadLetter ${reason.code}`);
+              return delivery.deadLetter(reason);
+            },
+          });
+        });
+
+      const logs: { level: keyof Logger; message: string; fields: Readonly<Record<string, unknown>> }[] = [];
+      const logger: Logger = {
+        debug: (message, fields = {}) => void logs.push({ level: 'debug', message, fields }),
+        info: (message, fields = {}) => void logs.push({ level: 'info', message, fields }),
+        warn: (message, fields = {}) => void logs.push({ level: 'warn', message, fields }),
+        error: (message, fields = {}) => void logs.push({ level: 'error', message, fields }),
+      };
+      let stalls = 0;
+      const bus = createBus({
+        outbox: store.outbox,
+        inbox: store.inbox,
+        transport,
+        logger,
+        relay: { pollIntervalMs: 50 },
+        // The scenario: the handler's unit of work has committed, and the process stalls (an
+        // event loop blocked longer than the lock, a renewal that failed) before the ack, until
+        // the lock has lapsed on the broker. Waited on, not slept: a loaded machine only makes
+        // the stall longer. Once: the redelivered copy then goes its normal way.
+        faults: async (point: FaultPoint) => {
+          if (point !== 'after-handler-commit-before-ack' || stalls > 0) return;
+          stalls += 1;
+          await eventually(() => expect(server!.locked(subscription), 'the delivery\'s lock still holds').toBe(0), { timeoutMs: LOCK_MS + 20_000, intervalMs: 50 });
+        },
+      });
+      closers.push(() => bus.stop({ timeoutMs: 10_000 }));
+      // One handler slot: while the message is in hand the receiver asks for nothing more, so
+      // the lapsed message waits in the subscription for the refused ack instead of reaching
+      // a second slot beside the first (that is the concurrent-duplicate scenario).
+      bus.subscribe(consumer, Placed, async (message, ctx) => store.recordEffect(ctx.tx, orderOf(message.payload)), { concurrency: 1, retry });
+      await bus.start();
+      const publish = (orderId: string) => store.transaction(async (tx) => void bus.outbox(tx).publish(Placed, { orderId }));
+
+      await publish('lapsing');
+      // Judged once the message was handed out and the subscription is empty again: the
+      // refused message stays there until a later delivery of it is completed, so at 0 every
+      // hand-out has been settled.
+      await eventually(() => expect(deliveries.length, 'hand-outs').toBeGreaterThan(0), { timeoutMs: 20_000 });
+      await eventually(() => expect(server!.count(subscription), `messages left (deliveries: ${deliveries.join(', ')}; settles: ${settles.join(', ')})`).toBe(0), {
+        timeoutMs: LOCK_MS + 30_000,
+        intervalMs: 50,
+      });
+      expect(stalls, 'the stall between commit and ack happened').toBe(1);
+      expect(deliveries).toEqual(['lapsing@1', 'lapsing@1 redelivered']);
+      expect(settles).toEqual(['lapsing: ack refused (MessageLockLost)', 'lapsing: ack']);
+      expect(await store.readEffects()).toEqual(['lapsing']);
+      expect(bus.health().counters).toMatchObject({ processed: 1, duplicates: 1, retries: 0, deadLettered: 0 });
+      expect(await transport.deadLetters.list(consumer)).toEqual([]);
+      // The refusal is neither swallowed nor taken for the handler's failure: one warning
+      // that names it, and nothing at error level.
+      const refusals = logs.filter((entry) => JSON.stringify(entry.fields).includes('MessageLockLost'));
+      expect(refusals.map((entry) => entry.level), `logged: ${JSON.stringify(logs)}`).toEqual(['warn']);
+      expect(logs.filter((entry) => entry.level === 'error'), 'errors logged').toEqual([]);
+      expect(logs.filter((entry) => /handler failed|dead-lettered/.test(entry.message)), 'logged as a handler failure or a dead letter').toEqual([]);
+
+      // The consumer keeps running: the next message is applied and acknowledged.
+      await publish('later');
+      await eventually(() => expect(settles).toContain('later: ack'), { timeoutMs: 20_000 });
+      expect(await store.readEffects()).toEqual(['lapsing', 'later']);
+      expect(bus.health().consumers.map((entry) => entry.connected)).toEqual([true]);
+    }, 90_000);
+  }
 });
