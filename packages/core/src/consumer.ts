@@ -99,6 +99,10 @@ export interface ConsumerDependencies<Tx> {
  *   without counting an attempt; once the handler has run, any failure, including the
  *   commit of its unit of work (a statement timeout, a deferred constraint), counts one,
  *   so such a message is dead-lettered after `maxAttempts` instead of retried forever;
+ * - an ack that fails once the inbox recorded the message (a lock that lapsed before it, a
+ *   lost connection) is logged as a warning and counts no attempt: the broker redelivers
+ *   the message and the inbox acknowledges that copy, so it is never retried, dead-lettered
+ *   or halted for it;
  * - pauses release the bus-wide gate and take it again before the next try.
  */
 export class Consumer<Tx> {
@@ -403,6 +407,8 @@ export class Consumer<Tx> {
       // Whether the store got as far as the handler: before it, a retriable failure is the
       // store's (unreachable); after it, the failure is this run's, commit included.
       let handlerRan = false;
+      // Whether the inbox's part is over (applied, duplicate or held) and only the ack is left.
+      let acking = false;
       try {
         const hold = this.#haltable(envelope) ? { hold: { topic: envelope.topic, key: envelope.key!, envelope } } : undefined;
         const result = await inbox.run(
@@ -419,10 +425,24 @@ export class Consumer<Tx> {
           this.#deps.logger.info('key halted; message held behind its head', { consumer, messageId: envelope.messageId, topic: envelope.topic, key: envelope.key });
         } else this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
         await fault('after-handler-commit-before-ack', { messageIds, consumer });
+        acking = true;
         await delivery.ack();
         this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes.of(envelope.topic));
         return;
       } catch (error) {
+        if (acking) {
+          // The ack was refused or lost (a lock that lapsed before it, a dropped connection)
+          // after the inbox recorded the message: the broker hands it out again and the inbox
+          // acknowledges that copy without running it. Not this run's failure: counted as
+          // one, it was retried, or on its last attempt dead-lettered or its key halted, while
+          // applied. Nothing else to settle either (a delivery's later settles are ignored).
+          this.#deps.logger.warn('acknowledgement failed after the inbox recorded the message; the broker redelivers it and the inbox drops that copy', {
+            consumer,
+            messageId: envelope.messageId,
+            error: describeError(error),
+          });
+          return;
+        }
         if (this.#abort.signal.aborted) return;
         if (!handlerRan && error instanceof StorageError && error.retriable) {
           // The inbox store failed before the handler ran: it is unwell, not the message.

@@ -4,13 +4,17 @@ import {
   InMemoryDatabase,
   InMemoryInboxStore,
   StorageError,
+  TransportError,
   UnrecoverableError,
   defineMessage,
   type Delivery,
   type Envelope,
   type InboxResult,
   type InMemoryTransaction,
+  type Logger,
   type ReceivedMessage,
+  type SubscribeOptions,
+  type Transport,
 } from '@courier/core';
 import { eventually, harness, spyTransport, type Settlement } from './support/harness.js';
 
@@ -618,4 +622,89 @@ describe('consumer: crash-loop accounting', () => {
     await using h = harness();
     expect(() => h.bus.subscribe('billing', Placed, async () => {}, { crashWindowMs: 0 })).toThrow("consumer 'billing': 'crashWindowMs' must be an integer of 1 or more (milliseconds)");
   });
+});
+
+/**
+ * Wraps `inner` so that the first ack of order `lapsing` is refused, as Service Bus refuses
+ * the complete of a delivery whose lock lapsed (MessageLockLost): that ack rejects with a
+ * TransportError, later settles of the same delivery are ignored (the Delivery contract),
+ * and the delivery is left unsettled, so the broker hands the message out again. `asked`
+ * records what the consumer asked of each delivery, by order id.
+ */
+function refusingFirstAck(inner: Transport, lapsing: string, asked: string[]): Transport {
+  let refused = false;
+  return {
+    capabilities: inner.capabilities,
+    ...(inner.deadLetters ? { deadLetters: inner.deadLetters } : {}),
+    publish: (messages, options) => inner.publish(messages, options),
+    subscribe: (endpoint, handler) =>
+      inner.subscribe(endpoint, (delivery) => {
+        const { messageId } = delivery.envelope;
+        const order = String((JSON.parse(delivery.envelope.payload) as { orderId?: unknown }).orderId);
+        let lapsed = false;
+        const ignoredOr = (settle: () => Promise<void>) => (lapsed ? Promise.resolve() : settle());
+        return handler({
+          envelope: delivery.envelope,
+          attempt: delivery.attempt,
+          redelivered: delivery.redelivered,
+          ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+          ack: async () => {
+            if (order === lapsing && !refused) {
+              refused = true;
+              lapsed = true;
+              asked.push(`${order}: ack refused`);
+              throw new TransportError(`complete of ${messageId} failed: [MessageLockLost] the lock lapsed before the complete`);
+            }
+            asked.push(`${order}: ack`);
+            await ignoredOr(() => delivery.ack());
+          },
+          retry: async (delayMs, reason) => {
+            asked.push(`${order}: retry ${reason.code}`);
+            await ignoredOr(() => delivery.retry(delayMs, reason));
+          },
+          deadLetter: async (reason) => {
+            asked.push(`${order}: deadLetter ${reason.code}`);
+            await ignoredOr(() => delivery.deadLetter(reason));
+          },
+        });
+      }),
+    close: () => inner.close(),
+  };
+}
+
+describe('consumer: an ack refused after the unit of work committed', () => {
+  // The refusal on the first of several attempts, on the last one, and on the last one of
+  // an ordered subscription that halts keys: the effects are committed each time, so none
+  // of them may end in a retry, a dead letter or a halted key.
+  const cases: { readonly name: string; readonly options: SubscribeOptions }[] = [
+    { name: 'with attempts left', options: {} },
+    { name: 'on its last attempt', options: { retry: { maxAttempts: 1 } } },
+    { name: "on its last attempt, ordered with poison 'halt'", options: { ordered: true, poison: 'halt', retry: { maxAttempts: 1 } } },
+  ];
+  for (const { name, options } of cases) {
+    it(`${name}: is logged as a warning naming the error, nothing is retried, dead-lettered or halted, and the redelivered copy is acked as a duplicate`, async () => {
+      const asked: string[] = [];
+      const logs: { level: string; message: string; error: string }[] = [];
+      const log = (level: string) => (message: string, fields?: Readonly<Record<string, unknown>>) => void logs.push({ level, message, error: String(fields?.['error'] ?? '') });
+      const logger: Logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+      await using h = harness({ transport: (transport) => refusingFirstAck(transport, 'first', asked), bus: { logger } });
+      const effects: string[] = [];
+      h.bus.subscribe('billing', Placed, async (message, ctx) => recordEffect(effects, ctx.tx, message.payload.orderId), options);
+      await h.bus.start();
+      await h.commit((tx) => void h.bus.outbox(tx).publish(Placed, { orderId: 'first' }, { key: 'k' }));
+      await eventually(() => expect(asked).toContain('first: ack'));
+      // The next message of the same key flows: its key was not halted.
+      await h.commit((tx) => void h.bus.outbox(tx).publish(Placed, { orderId: 'second' }, { key: 'k' }));
+      await eventually(() => expect(asked).toContain('second: ack'));
+      const { processed, duplicates, retries, deadLettered, haltedKeys } = h.bus.health().counters;
+      // One comparison, so a failure shows the whole outcome at once.
+      expect({ asked, effects, counters: { processed, duplicates, retries, deadLettered, haltedKeys } }).toEqual({
+        asked: ['first: ack refused', 'first: ack', 'second: ack'],
+        effects: ['first', 'second'],
+        counters: { processed: 2, duplicates: 1, retries: 0, deadLettered: 0, haltedKeys: 0 },
+      });
+      expect(logs.filter((entry) => entry.error.includes('MessageLockLost')).map((entry) => entry.level), JSON.stringify(logs)).toEqual(['warn']);
+      expect(logs.filter((entry) => entry.level === 'error'), 'errors logged').toEqual([]);
+    });
+  }
 });

@@ -873,7 +873,10 @@ class ServiceBusSubscription implements Subscription {
       try {
         await action();
       } catch (error) {
-        throw new TransportError(`${what} of ${envelope.messageId} failed: ${describe(error)}`, { cause: error });
+        // The ServiceBusError code (MessageLockLost: the lock lapsed before the settle) says
+        // what happened in every log line, whatever wording the service gives its description.
+        const code = codeOf(error);
+        throw new TransportError(`${what} of ${envelope.messageId} failed: ${code ? `[${code}] ` : ''}${describe(error)}`, { cause: error });
       }
     };
     const delivery: Delivery = {

@@ -177,6 +177,15 @@ export class ServiceBusStandIn {
   }
 
   /**
+   * Messages of a queue or subscription whose lock holds now (for tests that must act once a
+   * lock ran out, not after a sleep that guesses when it has).
+   */
+  locked(path: string): number {
+    const entity = this.findEntity(path);
+    return entity ? entity.messages.filter((message) => this.lockHeld(entity, message)).length : 0;
+  }
+
+  /**
    * Next-session accepts held open on a queue or subscription, waiting for a session with
    * messages (for tests that must act while one waits, not before it arrived).
    */
