@@ -115,9 +115,9 @@ describe('ServiceBusTransport', () => {
     // machine's pace), but the outcome shows it. A real namespace refuses the ack of a lost lock.
     await eventually(() => expect(acks.length, 'handlers done').toBeGreaterThan(0), { timeoutMs: 2.5 * LOCK_MS + 20_000 });
     expect(acks[0], 'the first handler\'s ack').toBe('acked');
-    // The stand-in answers such an ack without completing anything, so there the message
-    // must be gone from the subscription: a copy handed out again stays until its own handler
-    // acks it, so once the count is 0 every hand-out has reached a handler and is in `seen`.
+    // The stand-in refuses such an ack as Service Bus does (MessageLockLost), and a copy
+    // handed out again stays in the subscription until its own handler acks it: so there,
+    // once the count is 0, every hand-out has reached a handler and is in `seen`.
     const subscription = `${(fixture.transport as ServiceBusTransport).entityOf(topic)}/Subscriptions/${consumer}`;
     if (server) await eventually(() => expect(server.count(subscription), `messages left in the subscription (handed out: ${seen.join(', ')})`).toBe(0), { timeoutMs: 2.5 * LOCK_MS + 20_000 });
     expect(seen, 'the message was handed out again while its first handler still ran').toHaveLength(1);
