@@ -34,11 +34,18 @@ export async function openSqliteOrm(file: string): Promise<MikroORM> {
   return LibSqlOrm.init(withSqliteBusyTimeout({ ...COMMON, dbName: file } as Options)) as Promise<MikroORM>;
 }
 
-/** Opens MikroORM on PostgreSQL with `schema` as the entities' schema; fails with how to start the server. */
-export async function openPostgresOrm(url: string, schema: string, poolMax = 10): Promise<MikroORM> {
+/**
+ * Opens MikroORM on PostgreSQL with `schema` as the entities' schema. The runner (`waitForServer`
+ * false) fails at once with how to start the server; a worker process opens it without
+ * connecting, as the README's quick start does, so a worker started while PostgreSQL restarts
+ * comes up and its bus waits for the server instead of the process dying.
+ */
+export async function openPostgresOrm(url: string, schema: string, poolMax = 10, options: { readonly waitForServer?: boolean } = {}): Promise<MikroORM> {
   // Loaded on demand (the in-memory setup needs no driver), with `require`: see mikro-orm-shop.ts.
   const { MikroORM: PgOrm } = requireCjs('@mikro-orm/postgresql') as typeof import('@mikro-orm/postgresql');
-  const orm = (await PgOrm.init({ ...COMMON, clientUrl: url, schema, pool: { min: 0, max: poolMax } } as Options)) as MikroORM;
+  const config = { ...COMMON, clientUrl: url, schema, pool: { min: 0, max: poolMax } } as Options;
+  if (options.waitForServer) return (await PgOrm.init({ ...config, connect: false })) as MikroORM;
+  const orm = (await PgOrm.init(config)) as MikroORM;
   const check = await orm.em.getConnection().checkConnection();
   if (!check.ok) {
     await orm.close(true).catch(() => undefined);

@@ -81,17 +81,19 @@ export interface RunBackend {
  * does: PostgreSQL (the run's schema) and RabbitMQ or Kafka, or the run's SQLite file with the SQL
  * transport on the same ORM (one connection per process: libsql waits for the file lock
  * synchronously, so two connections of one process could wait on each other).
+ * `waitForServer` opens PostgreSQL without connecting (see {@link openPostgresOrm}).
  */
 export async function openBackend(
   config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'kafkaBrokers' | 'prefix'>,
   logger: Logger,
   poolMax: number,
+  { waitForServer = false }: { readonly waitForServer?: boolean } = {},
 ): Promise<RunBackend> {
   if (config.setup === 'sqlite-sql') {
     const orm = await openSqliteOrm(config.sqliteFile);
     return { orm, transport: sqlTransport(orm, logger), schema: undefined };
   }
-  const orm = await openPostgresOrm(config.pgUrl, config.schema, poolMax);
+  const orm = await openPostgresOrm(config.pgUrl, config.schema, poolMax, { waitForServer });
   const transport = config.setup === 'postgres-kafka' ? kafkaTransport(config.kafkaBrokers, config.prefix, config.prefix) : rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
   return { orm, transport, schema: config.schema };
 }

@@ -35,32 +35,46 @@ export interface PlaceOrdersOptions {
   /** Orders placed at once (each in its own transaction). Default 8. */
   readonly concurrency?: number;
   readonly signal?: AbortSignal;
+  /**
+   * How long a database that keeps failing in a way a retry can cure (a restart, a lost
+   * connection, a lock) is waited for before placing fails. Default 60 s.
+   */
+  readonly patienceMs?: number;
 }
 
 /**
  * Places every order of `orders` that is not committed yet, each in its own transaction
  * that saves the order and appends its `orders.OrderPlaced` to the outbox: both commit,
  * or neither. Safe to call again after a crash: committed orders are skipped (and the
- * order's primary key refuses a second copy). Returns how many it placed.
+ * order's primary key refuses a second copy). A database that goes away meanwhile (a
+ * restart) is waited for, up to `patienceMs`, as a producer in a service would. Returns how
+ * many it placed.
  */
 export async function placeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, orders: readonly CatalogOrder[], options: PlaceOrdersOptions = {}): Promise<number> {
-  const existing = await storage.orderIds();
+  const patience = { patienceMs: options.patienceMs ?? 60_000, ...(options.signal ? { signal: options.signal } : {}) };
+  const existing = await retryTransient(() => storage.orderIds(), patience);
   const queue = orders.filter((order) => !existing.has(order.orderId));
   let placed = 0;
   const worker = async (): Promise<void> => {
     for (let order = queue.shift(); order !== undefined && !options.signal?.aborted; order = queue.shift()) {
       const current = order;
-      await retryTransient(() => storage.transaction(async (tx) => {
-        const outbox = bus.outbox(tx);
-        const placedMessageId = current.legacy
-          ? outbox.publish(OrderPlacedV1, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents }, { key: current.orderId })
-          : outbox.publish(
-              OrderPlaced,
-              { orderId: current.orderId, customerId: current.customerId, total: { amountCents: current.totalCents, currency: 'EUR' } },
-              { key: current.orderId },
-            );
-        storage.addOrder(tx, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents, currency: 'EUR', placedMessageId });
-      }));
+      await retryTransient(
+        () =>
+          storage.transaction(async (tx) => {
+            const outbox = bus.outbox(tx);
+            const placedMessageId = current.legacy
+              ? outbox.publish(OrderPlacedV1, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents }, { key: current.orderId })
+              : outbox.publish(
+                  OrderPlaced,
+                  { orderId: current.orderId, customerId: current.customerId, total: { amountCents: current.totalCents, currency: 'EUR' } },
+                  { key: current.orderId },
+                );
+            storage.addOrder(tx, { orderId: current.orderId, customerId: current.customerId, totalCents: current.totalCents, currency: 'EUR', placedMessageId });
+          }),
+        // A try whose commit went through unnoticed (the connection dropped before its
+        // answer) makes the next try meet the order's primary key: the order is placed.
+        { ...patience, alreadyDone: (error) => (classifyDriverError(error) === 'duplicate' ? { value: undefined } : undefined) },
+      );
       placed += 1;
       // The relay may be sleeping between polls: a commit in this process wakes it.
       bus.wake();
@@ -71,18 +85,27 @@ export async function placeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, or
 }
 
 /**
- * Runs `work` again (up to 5 tries, with backoff) when it failed in a way a retry can cure:
- * a lock the database could not grant in time (a SQLite file busy with another process's
- * writer, a deadlock) or a lost connection. Nothing of a failed try was committed, and
- * the order's id is its primary key, so a try that did commit unnoticed cannot place it twice.
+ * Runs `work` again, with capped backoff, while it fails in a way a retry can cure: a lock
+ * the database could not grant in time (a SQLite file busy with another process's writer, a
+ * deadlock) or a lost or refused connection (a restart) — until `patienceMs` passed since
+ * the first failure, or `signal` aborted. Nothing of a failed try was committed unless its
+ * answer was lost; `alreadyDone` recognises that on a retry and gives the result to resolve with.
  */
-async function retryTransient<T>(work: () => Promise<T>): Promise<T> {
+async function retryTransient<T>(
+  work: () => Promise<T>,
+  options: { readonly patienceMs: number; readonly signal?: AbortSignal; readonly alreadyDone?: (error: unknown) => { readonly value: T } | undefined },
+): Promise<T> {
+  let firstFailure: number | undefined;
   for (let attempt = 1; ; attempt += 1) {
     try {
       return await work();
     } catch (error) {
-      if (attempt >= 5 || !(isRetriable(error) || classifyDriverError(error) === 'transient')) throw error;
-      await sleep(100 * 2 ** attempt);
+      const done = attempt > 1 ? options.alreadyDone?.(error) : undefined;
+      if (done) return done.value;
+      firstFailure ??= Date.now();
+      const curable = isRetriable(error) || classifyDriverError(error) === 'transient';
+      if (!curable || options.signal?.aborted || Date.now() - firstFailure >= options.patienceMs) throw error;
+      await sleep(Math.min(2_000, 100 * 2 ** attempt));
     }
   }
 }

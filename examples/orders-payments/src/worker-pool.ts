@@ -18,12 +18,21 @@ interface Running {
 }
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
+const EXAMPLE_DIR = fileURLToPath(new URL('..', import.meta.url));
 
 /**
- * The worker processes of a postgres-rabbitmq run: one per role, started as child
- * processes of the runner (with the runner's own Node flags, so tsx and the source
- * export condition carry over), killed and restarted by the chaos monkey, stopped
- * gracefully at the end. Keeps the last counters each process lifetime reported.
+ * The workers' Node flags: the runner's own when it runs the example's `start` script (tsx
+ * and the source export condition carry over); otherwise — a runner inside a test runner,
+ * whose flags are its own — the two the TypeScript entry needs.
+ */
+const WORKER_FLAGS: readonly string[] = process.execArgv.some((flag) => flag === 'tsx' || /^--(import|loader)=tsx$/.test(flag))
+  ? process.execArgv
+  : ['--conditions=@courier/source', '--import', 'tsx'];
+
+/**
+ * The worker processes of a distributed run: one per role, started as child processes of
+ * the runner (Node flags: see WORKER_FLAGS), killed and restarted by the chaos monkey,
+ * stopped gracefully at the end. Keeps the last counters each process lifetime reported.
  */
 export class WorkerPool {
   readonly #config: Omit<WorkerConfig, 'incarnation'>;
@@ -57,7 +66,9 @@ export class WorkerPool {
     const incarnation = ++this.#incarnations[role];
     const config: WorkerConfig = { ...this.#config, incarnation };
     const child = fork(MAIN, ['--worker', role, '--worker-config', JSON.stringify(config)], {
-      execArgv: process.execArgv,
+      execArgv: [...WORKER_FLAGS],
+      // The example's own directory, where `--import tsx` resolves (a test runner's is the repository's).
+      cwd: EXAMPLE_DIR,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const key = `${role}#${incarnation}`;

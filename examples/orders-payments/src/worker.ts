@@ -28,7 +28,8 @@ function send(message: WorkerMessage): void {
 export async function runWorker(role: WorkerRole, configText: string): Promise<number> {
   const config = JSON.parse(configText) as WorkerConfig;
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
-  const { orm, transport, schema } = await openBackend(config, logger, 8);
+  // A worker comes up while the database restarts (the runner checked it before starting any).
+  const { orm, transport, schema } = await openBackend(config, logger, 8, { waitForServer: true });
   const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
   const outbox = new MikroOrmOutboxStore({ ...tables, logger });
   const inbox = new MikroOrmInboxStore(tables);
