@@ -63,7 +63,7 @@ function recording(delivery: Delivery, calls: SettleCalls, firstAck: () => Promi
 
 /** What a connection that dropped says about a settle it could not carry: retriable, as the Delivery contract has it. */
 function connectionLost(messageId: string, what: string): TransportError {
-  return new TransportError(`lost-ack case: the connection dropped ${what} of '${messageId}'`);
+  return new TransportError(`lost-ack case: settling '${messageId}': the connection dropped ${what}`);
 }
 
 /** The counters a failed ack moves: the ones that must stay 0, and `ackFailures`, summed over `buses`. */
