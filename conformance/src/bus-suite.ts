@@ -5,6 +5,7 @@ import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runGivenUpWhileAppliedCase } from './bus/given-up-while-applied-case.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
+import { runAckAnswerLostCase, runAckNeverArrivedCase } from './bus/lost-ack-cases.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
@@ -37,6 +38,12 @@ const IN_PROCESS_CASE_MARGIN_MS = 5_000;
 /** vitest's timeout of an in-process fault-point case, and of the longer ones (several crashes, random stress scenarios). */
 const IN_PROCESS_CASE_TIMEOUT_MS = 90_000;
 const IN_PROCESS_LONG_CASE_TIMEOUT_MS = 120_000;
+
+/**
+ * vitest's timeout of a lost-ack case: a consumer started (twice in one of them), a message
+ * handled, and a redelivery that may wait for a Kafka session timeout or a lapsed lock.
+ */
+const LOST_ACK_CASE_TIMEOUT_MS = 120_000;
 
 /** The deadline of an in-process case that begins now and that vitest times out after `timeoutMs`. */
 function inProcessCaseDeadline(timeoutMs: number): number {
@@ -232,6 +239,24 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
 
     it('a copy given up on while another copy is applied: applied once, replays included', tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
+
+    it(
+      "an ack that reached the broker but whose answer was lost: applied once, not retried, dead-lettered or settled again; the key's next message is applied",
+      tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: false }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+      LOST_ACK_CASE_TIMEOUT_MS,
+    );
+
+    it(
+      "an ack that reached the broker but whose answer was lost, ordered with poison 'halt': the key is not halted; its next message is applied",
+      tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: true }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+      LOST_ACK_CASE_TIMEOUT_MS,
+    );
+
+    it(
+      'an ack that never reached the broker: the message comes back and is acknowledged as a duplicate, applied once, nothing retried or dead-lettered',
+      tracked(() => runAckNeverArrivedCase(factories, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+      LOST_ACK_CASE_TIMEOUT_MS,
+    );
 
     describe('process-level (SIGKILL)', () => {
       for (const point of FAULT_POINTS) {

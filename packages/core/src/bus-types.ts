@@ -209,6 +209,13 @@ export interface BusCounters {
   readonly duplicates: number;
   /** Keys halted by the relay's poison policy plus keys halted by ordered subscriptions with `poison: 'halt'`. */
   readonly haltedKeys: number;
+  /**
+   * Consumer acknowledgements that failed after the inbox recorded the message (a lock that
+   * lapsed, a lost connection): each logged as a warning, none taken for the message's
+   * failure; the broker redelivers the message and the inbox drops that copy. A steady rise
+   * says locks or leases are too short for the handlers, or the connection is unwell.
+   */
+  readonly ackFailures: number;
 }
 
 /**

@@ -32,6 +32,12 @@ const REPLAY_SUFFIX = '~rerun';
 /** Every suffix appended to the consumer's name in inbox calls: the bus refuses names too long to carry them. */
 export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX, REPLAY_SUFFIX];
 
+/**
+ * What the inbox store recorded of a message before its ack (see `Consumer.#ackSettled`): run
+ * and committed, a copy of one that was, held behind its key's halt, or its key halted at it.
+ */
+type AckedAfter = 'applied' | 'duplicate' | 'held' | 'halted';
+
 /** Thrown inside an inbox unit of work to read without writing: the work rolls back. */
 class ReadOnly extends Error {}
 
@@ -99,10 +105,12 @@ export interface ConsumerDependencies<Tx> {
  *   without counting an attempt; once the handler has run, any failure, including the
  *   commit of its unit of work (a statement timeout, a deferred constraint), counts one,
  *   so such a message is dead-lettered after `maxAttempts` instead of retried forever;
- * - an ack that fails once the inbox recorded the message (a lock that lapsed before it, a
- *   lost connection) is logged as a warning and counts no attempt: the broker redelivers
- *   the message and the inbox acknowledges that copy, so it is never retried, dead-lettered
- *   or halted for it;
+ * - an ack that fails once the inbox store recorded how the message ended — applied, a
+ *   duplicate (a suspect already applied included), held behind a halted key, or its key
+ *   halted at it — (a lock that lapsed before it, a lost connection) is logged as a warning,
+ *   counted in `ackFailures` and counts no attempt: the broker redelivers the message and the
+ *   inbox acknowledges that copy (or holds it again), so it is never retried, dead-lettered,
+ *   halted or settled again for it;
  * - pauses release the bus-wide gate and take it again before the next try.
  */
 export class Consumer<Tx> {
@@ -355,7 +363,7 @@ export class Consumer<Tx> {
             this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
             this.#deps.logger.info('suspect already applied; acknowledged as a duplicate, not parked', { consumer, messageId: envelope.messageId, runs: crashes });
             await this.#clearCrashes(envelope.messageId);
-            await delivery.ack();
+            await this.#ackSettled(delivery, 'duplicate');
             return;
           }
           if (this.#abort.signal.aborted) return;
@@ -407,8 +415,7 @@ export class Consumer<Tx> {
       // Whether the store got as far as the handler: before it, a retriable failure is the
       // store's (unreachable); after it, the failure is this run's, commit included.
       let handlerRan = false;
-      // Whether the inbox's part is over (applied, duplicate or held) and only the ack is left.
-      let acking = false;
+      let recorded: AckedAfter;
       try {
         const hold = this.#haltable(envelope) ? { hold: { topic: envelope.topic, key: envelope.key!, envelope } } : undefined;
         const result = await inbox.run(
@@ -420,29 +427,18 @@ export class Consumer<Tx> {
           },
           hold,
         );
-        if (result.duplicate) this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
-        else if ('held' in result) {
+        if (result.duplicate) {
+          this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
+          recorded = 'duplicate';
+        } else if ('held' in result) {
           this.#deps.logger.info('key halted; message held behind its head', { consumer, messageId: envelope.messageId, topic: envelope.topic, key: envelope.key });
-        } else this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
-        await fault('after-handler-commit-before-ack', { messageIds, consumer });
-        acking = true;
-        await delivery.ack();
-        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes.of(envelope.topic));
-        return;
-      } catch (error) {
-        if (acking) {
-          // The ack was refused or lost (a lock that lapsed before it, a dropped connection)
-          // after the inbox recorded the message: the broker hands it out again and the inbox
-          // acknowledges that copy without running it. Not this run's failure: counted as
-          // one, it was retried, or on its last attempt dead-lettered or its key halted, while
-          // applied. Nothing else to settle either (a delivery's later settles are ignored).
-          this.#deps.logger.warn('acknowledgement failed after the inbox recorded the message; the broker redelivers it and the inbox drops that copy', {
-            consumer,
-            messageId: envelope.messageId,
-            error: describeError(error),
-          });
-          return;
+          recorded = 'held';
+        } else {
+          this.#deps.instruments.processed.add(1, { [CONSUMER_GROUP]: consumer });
+          recorded = 'applied';
         }
+        await fault('after-handler-commit-before-ack', { messageIds, consumer });
+      } catch (error) {
         if (this.#abort.signal.aborted) return;
         if (!handlerRan && error instanceof StorageError && error.retriable) {
           // The inbox store failed before the handler ran: it is unwell, not the message.
@@ -469,6 +465,11 @@ export class Consumer<Tx> {
         await delivery.retry(delay, reason);
         return;
       }
+      // Outside the try: a failed ack is not this run's failure (see #ackSettled).
+      if (await this.#ackSettled(delivery, recorded)) {
+        this.#deps.durations?.deliveryToAck.record((performance.now() - receivedAt) / 1000, this.#ackAttributes.of(envelope.topic));
+      }
+      return;
     }
   }
 
@@ -559,7 +560,39 @@ export class Consumer<Tx> {
         error: reason.message,
       });
     }
-    await delivery.ack();
+    await this.#ackSettled(delivery, outcome);
+  }
+
+  /**
+   * Acknowledges a delivery whose end the inbox store has already recorded — applied, a
+   * duplicate, held behind a halted key, or its key halted at it — and resolves whether the
+   * broker answered the ack.
+   *
+   * Guarantees: never rejects, and asks nothing else of the delivery. An ack that fails
+   * there (a lock that lapsed before it, a connection that dropped before or after the
+   * broker took it) is logged once as a warning and counted (`ackFailures`), never taken for
+   * the message's failure: the store's record already says how the message ended, so the
+   * copy the broker hands out again (it does for an unsettled delivery) is acknowledged by
+   * the inbox without running, or held again behind its halt. Retried, dead-lettered or
+   * halted for it instead, an applied message would run its attempts again, end applied and
+   * dead, or hold its key's next message; and a second settle of a delivery the broker did
+   * take closes a RabbitMQ channel.
+   */
+  async #ackSettled(delivery: Delivery, recorded: AckedAfter): Promise<boolean> {
+    try {
+      await delivery.ack();
+      return true;
+    } catch (error) {
+      const { consumer } = this.#settings;
+      this.#deps.instruments.ackFailures.add(1, { [CONSUMER_GROUP]: consumer });
+      this.#deps.logger.warn('acknowledgement failed after the inbox recorded the message; the broker redelivers it and the inbox drops that copy', {
+        consumer,
+        messageId: delivery.envelope.messageId,
+        recorded,
+        error: describeError(error),
+      });
+      return false;
+    }
   }
 
   /** Looks for keys an operator resumed, and drains them, every `haltPollMs` until `signal` aborts; never rejects. */

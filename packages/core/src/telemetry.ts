@@ -135,6 +135,7 @@ export class Instruments {
   readonly haltedKeys: CountingCounter;
   /** Keys an ordered subscription halted (`poison: 'halt'`); counted in the snapshot's `haltedKeys` too. */
   readonly consumerHaltedKeys: CountingCounter;
+  readonly ackFailures: CountingCounter;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
     const counter = (name: string, description: string) => new CountingCounter(meter.createCounter(name, { description }));
@@ -147,12 +148,13 @@ export class Instruments {
     this.duplicates = counter('courier.consumer.duplicates', 'redeliveries suppressed by the inbox');
     this.haltedKeys = counter('courier.relay.halted_keys', 'keys halted by the poison-head policy');
     this.consumerHaltedKeys = counter('courier.consumer.halted_keys', "keys an ordered subscription halted (poison 'halt')");
+    this.ackFailures = counter('courier.consumer.ack_failures', 'acknowledgements that failed after the inbox recorded the message (the broker redelivers it; the inbox drops that copy)');
   }
 
   /** Totals since this bus was created. */
   snapshot(): {
     published: number; publishFailures: number; relayPauses: number; processed: number;
-    retries: number; deadLettered: number; duplicates: number; haltedKeys: number;
+    retries: number; deadLettered: number; duplicates: number; haltedKeys: number; ackFailures: number;
   } {
     return {
       published: this.published.total,
@@ -163,6 +165,7 @@ export class Instruments {
       deadLettered: this.deadLettered.total,
       duplicates: this.duplicates.total,
       haltedKeys: this.haltedKeys.total + this.consumerHaltedKeys.total,
+      ackFailures: this.ackFailures.total,
     };
   }
 }

@@ -696,15 +696,84 @@ describe('consumer: an ack refused after the unit of work committed', () => {
       // The next message of the same key flows: its key was not halted.
       await h.commit((tx) => void h.bus.outbox(tx).publish(Placed, { orderId: 'second' }, { key: 'k' }));
       await eventually(() => expect(asked).toContain('second: ack'));
-      const { processed, duplicates, retries, deadLettered, haltedKeys } = h.bus.health().counters;
+      const { processed, duplicates, retries, deadLettered, haltedKeys, ackFailures } = h.bus.health().counters;
       // One comparison, so a failure shows the whole outcome at once.
-      expect({ asked, effects, counters: { processed, duplicates, retries, deadLettered, haltedKeys } }).toEqual({
+      expect({ asked, effects, counters: { processed, duplicates, retries, deadLettered, haltedKeys, ackFailures } }).toEqual({
         asked: ['first: ack refused', 'first: ack', 'second: ack'],
         effects: ['first', 'second'],
-        counters: { processed: 2, duplicates: 1, retries: 0, deadLettered: 0, haltedKeys: 0 },
+        counters: { processed: 2, duplicates: 1, retries: 0, deadLettered: 0, haltedKeys: 0, ackFailures: 1 },
       });
       expect(logs.filter((entry) => entry.error.includes('MessageLockLost')).map((entry) => entry.level), JSON.stringify(logs)).toEqual(['warn']);
       expect(logs.filter((entry) => entry.level === 'error'), 'errors logged').toEqual([]);
     });
   }
+
+  // The other two acks that follow the store's part: a suspect found already applied, and a
+  // head given up on whose key was halted. A refused ack there was taken for a failure outside
+  // the handler: the delivery was asked to retry as well (a second settle of a delivery the
+  // broker may have taken) and the refusal logged as the delivery's failure.
+  const logging = () => {
+    const logs: { level: string; message: string; error: string }[] = [];
+    const log = (level: string) => (message: string, fields?: Readonly<Record<string, unknown>>) => void logs.push({ level, message, error: String(fields?.['error'] ?? '') });
+    const logger: Logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    return { logs, logger };
+  };
+
+  it('of a suspect found already applied: a warning, no retry, and the copy brought back is acked as a duplicate', async () => {
+    const asked: string[] = [];
+    const { logs, logger } = logging();
+    const flagged = (delivery: Delivery) => delivery.redelivered || delivery.envelope.messageId === 'applied-1';
+    // maxCrashes 2: its count alone (one, left by a run that died after its commit) plus this
+    // delivery's reaches it, so the inbox is read and the message found applied.
+    await using h = harness({ transport: (inner) => refusingFirstAck(spyTransport(inner, {}, flagged), 'a', asked), bus: { logger } });
+    const handled: string[] = [];
+    h.bus.subscribe(
+      'billing',
+      Placed,
+      async (message) => {
+        handled.push(message.messageId);
+      },
+      { maxCrashes: 2 },
+    );
+    expect(await h.inbox.recordStart('applied-1', 'billing~alone')).toBe(1);
+    await h.inbox.run('applied-1', 'billing', async () => undefined);
+    await h.bus.start();
+    await h.connection.publish([rawEnvelope('applied-1', Placed.type, Placed.topic, JSON.stringify({ orderId: 'a' }))]);
+    await eventually(() => expect(asked).toContain('a: ack'));
+    const { duplicates, retries, deadLettered, haltedKeys, ackFailures } = h.bus.health().counters;
+    expect({ asked, handled, counters: { duplicates, retries, deadLettered, haltedKeys, ackFailures } }).toEqual({
+      asked: ['a: ack refused', 'a: ack'],
+      handled: [],
+      counters: { duplicates: 2, retries: 0, deadLettered: 0, haltedKeys: 0, ackFailures: 1 },
+    });
+    expect(logs.filter((entry) => entry.error.includes('MessageLockLost')).map((entry) => entry.level), JSON.stringify(logs)).toEqual(['warn']);
+    expect(logs.filter((entry) => entry.level === 'error'), 'errors logged').toEqual([]);
+  });
+
+  it("of a head whose key was halted (poison 'halt'): a warning, no retry, the halt stays, and the copy brought back is held behind it", async () => {
+    const asked: string[] = [];
+    const { logs, logger } = logging();
+    await using h = harness({ transport: (transport) => refusingFirstAck(transport, 'first', asked), bus: { logger } });
+    h.bus.subscribe(
+      'billing',
+      Placed,
+      async (message) => {
+        throw new UnrecoverableError(`${message.payload.orderId} fails for good`);
+      },
+      { ordered: true, poison: 'halt' },
+    );
+    await h.bus.start();
+    await h.commit((tx) => void h.bus.outbox(tx).publish(Placed, { orderId: 'first' }, { key: 'k' }));
+    await eventually(() => expect(asked).toContain('first: ack'));
+    const { retries, deadLettered, haltedKeys, ackFailures } = h.bus.health().counters;
+    const halts = (await h.inbox.listHalted({ consumer: 'billing' })).map((halt) => ({ key: halt.key, head: halt.head?.envelope.messageId === undefined ? 'none' : String((JSON.parse(halt.head.envelope.payload) as { orderId: string }).orderId) }));
+    expect({ asked, halts, counters: { retries, deadLettered, haltedKeys, ackFailures } }).toEqual({
+      asked: ['first: ack refused', 'first: ack'],
+      halts: [{ key: 'k', head: 'first' }],
+      counters: { retries: 0, deadLettered: 0, haltedKeys: 1, ackFailures: 1 },
+    });
+    expect(logs.filter((entry) => entry.error.includes('MessageLockLost')).map((entry) => entry.level), JSON.stringify(logs)).toEqual(['warn']);
+    // The halt itself is an error for an operator; the refused ack is not.
+    expect(logs.filter((entry) => entry.level === 'error').map((entry) => entry.message)).toEqual(['key halted: its head was given up on; the key waits for an operator (courier halted resume)']);
+  });
 });
