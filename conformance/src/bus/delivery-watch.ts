@@ -1,4 +1,5 @@
 import type { Delivery } from '@courier/core';
+import { withSettles } from '../support/wrap-transport.js';
 
 /** How a delivery was settled. */
 type Settle = 'ack' | 'retry' | 'deadLetter';
@@ -28,11 +29,7 @@ export class DeliveryWatch {
       if (settle === 'retry') this.#retriesOwed += 1;
       else this.#final += 1;
     };
-    return {
-      envelope: delivery.envelope,
-      attempt: delivery.attempt,
-      redelivered: delivery.redelivered,
-      ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+    return withSettles(delivery, {
       ack: async () => {
         await delivery.ack();
         record('ack');
@@ -45,7 +42,7 @@ export class DeliveryWatch {
         await delivery.deadLetter(reason);
         record('deadLetter');
       },
-    };
+    });
   }
 
   /** Counts `handling` (the handlers of one delivery and of any copies of it) as in hand until it settles; never rejects. */

@@ -4,7 +4,7 @@ import type { FixtureContext, StoreFixture, TransportFixture } from '../fixtures
 import { eventually } from '../support/eventually.js';
 import { makeEnvelope } from '../support/make-envelope.js';
 import { uniqueId } from '../support/unique-id.js';
-import { withSubscribe } from '../support/wrap-transport.js';
+import { withSettles, withSubscribe } from '../support/wrap-transport.js';
 import type { BusFactories } from './run-scenario.js';
 import { WaitBudget, cutNote } from './wait-budget.js';
 import { envLogger } from './world.js';
@@ -37,11 +37,7 @@ type SettleCalls = string[];
  */
 function recording(delivery: Delivery, calls: SettleCalls, firstAck: () => Promise<void>, later: (settle: () => Promise<void>) => Promise<void>): Delivery {
   let acked = false;
-  return {
-    envelope: delivery.envelope,
-    attempt: delivery.attempt,
-    redelivered: delivery.redelivered,
-    ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+  return withSettles(delivery, {
     ack: async () => {
       calls.push('ack');
       if (!acked) {
@@ -58,7 +54,7 @@ function recording(delivery: Delivery, calls: SettleCalls, firstAck: () => Promi
       calls.push(`deadLetter ${reason.code}`);
       return later(() => delivery.deadLetter(reason));
     },
-  };
+  });
 }
 
 /** What a connection that dropped says about a settle it could not carry: retriable, as the Delivery contract has it. */
@@ -130,11 +126,7 @@ export async function runAckAnswerLostCase<Tx>(factories: BusFactories<Tx>, skip
         const { messageId } = delivery.envelope;
         if (messageId === next.messageId) {
           // Settled for good once its ack went through (applied, or held behind a halt).
-          return handler({
-            envelope: delivery.envelope,
-            attempt: delivery.attempt,
-            redelivered: delivery.redelivered,
-            ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+          return handler(withSettles(delivery, {
             ack: async () => {
               await delivery.ack();
               nextDone = true;
@@ -144,7 +136,7 @@ export async function runAckAnswerLostCase<Tx>(factories: BusFactories<Tx>, skip
               await delivery.deadLetter(reason);
               nextDone = true;
             },
-          });
+          }));
         }
         if (messageId !== first.messageId || handedOver > 0) return handler(delivery);
         handedOver += 1;
@@ -258,18 +250,14 @@ export async function runAckNeverArrivedCase<Tx>(factories: BusFactories<Tx>, de
           handedOver += 1;
           if (handedOver > 1) {
             // A later copy: its ack counts once the broker took it.
-            return handler({
-              envelope: delivery.envelope,
-              attempt: delivery.attempt,
-              redelivered: delivery.redelivered,
-              ...(delivery.replayed !== undefined ? { replayed: delivery.replayed } : {}),
+            return handler(withSettles(delivery, {
               ack: async () => {
                 await delivery.ack();
                 laterAcks += 1;
               },
               retry: (delayMs, reason) => delivery.retry(delayMs, reason),
               deadLetter: (reason) => delivery.deadLetter(reason),
-            });
+            }));
           }
           const watched = recording(
             delivery,
