@@ -581,6 +581,55 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // The operations guide promises a replay reaches the one consumer it is replayed for. A
+    // copy handed to every group of the topic is run again by any group whose inbox record
+    // was pruned (issue 29: Service Bus published replays to the topic).
+    name: "a replay reaches only the consumer it was replayed for, not the topic's other groups",
+    async run(env) {
+      const deadLetters = env.transport.deadLetters;
+      if (!env.transport.capabilities.nativeDeadLetter || !deadLetters) {
+        return env.skip('transport declares nativeDeadLetter: false (nothing can be replayed)');
+      }
+      if (env.transport.capabilities.fanOut === false) {
+        return env.skip('transport declares fanOut: false (a topic has one group, so there is no other group to keep the replay from)');
+      }
+      const parking = env.consumer('replay-own');
+      const bystander = env.consumer('replay-other');
+      // Ordered where the transport keeps a key's order: the marker published after the
+      // replay then reaches the bystander after any copy of the replay would have.
+      const ordered = env.transport.capabilities.orderingByKey;
+      const parked = message(env, 'replay-only');
+      let replaying = false;
+      const replays = await collect(env, { consumer: parking, ordered, concurrency: 1 }, async (delivery) =>
+        replaying ? delivery.ack() : delivery.deadLetter({ code: 'CONFORMANCE_POISON', message: 'park it' }),
+      );
+      const other = await collect(env, { consumer: bystander, ordered, concurrency: 1 });
+      await publishOk(env.transport, [parked]);
+      await eventually(() => expect(other.ids()).toEqual([parked.messageId]), { timeoutMs: env.options.timeoutMs });
+      const letter = await eventually(
+        async () => {
+          const list = await deadLetters.list(parking);
+          expect(list).toHaveLength(1);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      replaying = true;
+      expect(await deadLetters.replay(parking, [letter.id])).toBe(1);
+      await eventually(() => expect(replays.received.filter((item) => item.delivery.replayed === true)).toHaveLength(1), { timeoutMs: env.options.timeoutMs });
+      const marker = message(env, 'replay-only');
+      await publishOk(env.transport, [marker]);
+      await eventually(() => expect(other.ids()).toContain(marker.messageId), { timeoutMs: env.options.timeoutMs });
+      expect(
+        other.received.map((item) => [item.delivery.envelope.messageId, item.delivery.replayed === true]),
+        `consumer ${bystander} must not be handed the replay meant for ${parking}`,
+      ).toEqual([
+        [parked.messageId, false],
+        [marker.messageId, false],
+      ]);
+    },
+  },
+  {
     name: 'competing consumers of one group split the work',
     async run(env) {
       const { first, second, other } = await competingInstances(env);

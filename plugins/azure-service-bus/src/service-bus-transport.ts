@@ -864,6 +864,15 @@ class ServiceBusSubscription implements Subscription {
       ).catch(() => undefined);
       return undefined;
     }
+    const replayedFor = message.applicationProperties?.[P.replayedFor];
+    if (!this.transport.queueMode && replayedFor !== undefined && replayedFor !== this.endpoint.consumer) {
+      // A replay is sent to the topic (Service Bus takes no sends to a subscription), so every
+      // subscription gets a copy; it is meant for `replayedFor` alone. Completed unrun here,
+      // else a group whose inbox record was pruned would run the message again. (A queue has
+      // one group, which takes every replay: queue mode never drops one.)
+      await onLiveClient(receiver.completeMessage(message), givenUp).catch(() => undefined);
+      return undefined;
+    }
     const attempt = ServiceBusTransport.attemptOf(message);
     let settled = false;
     let parked: ParkedRetry | undefined;
