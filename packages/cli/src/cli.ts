@@ -444,20 +444,26 @@ Examples:
       .command('relay')
       .description('Run the relay alone as a long-running process. SIGTERM/SIGINT stops it gracefully: the batch in hand finishes, leases are released. Logs are JSON lines.')
       .option('--port <port>', 'serve /health (200 ready, 503 not) and Prometheus /metrics on this port')
-      .option('--host <host>', 'address to listen on with --port', '0.0.0.0')
+      .option('--host <host>', 'address to listen on with --port (0.0.0.0: every interface; give a token then)', '127.0.0.1')
+      .option('--token <token>', 'with --port, require "Authorization: Bearer <token>" (prefer the COURIER_RELAY_TOKEN environment variable: arguments show in ps)')
+      .option('--metrics-max-age <duration>', 'with --port, how long one metrics collection answers scrapes', '5s')
       .option('--stop-timeout <duration>', 'longest a graceful stop waits for the batch in hand', '30s')
-      .action(async (options: { port?: string; host: string; stopTimeout: string }) => {
+      .action(async (options: { port?: string; host: string; token?: string; metricsMaxAge: string; stopTimeout: string }) => {
         const port = options.port !== undefined ? parsePort(options.port) : undefined;
+        const metricsMaxAgeMs = parseDuration(options.metricsMaxAge, '--metrics-max-age');
+        const token = options.token ?? (process.env['COURIER_RELAY_TOKEN'] || undefined);
+        if (token !== undefined && token.trim() === '') throw new UsageError('--token must not be empty');
         const stopTimeoutMs = parseDuration(options.stopTimeout, '--stop-timeout');
         const setup = await open('relay', configOf());
         const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
         const deadLetters = setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {};
         setExit(
-          await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...(setup.inbox ? { inbox: setup.inbox } : {}), ...deadLetters, port, host: options.host, stopTimeoutMs }),
+          await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...(setup.inbox ? { inbox: setup.inbox } : {}), ...deadLetters, port, host: options.host, token, metricsMaxAgeMs, stopTimeoutMs }),
         );
       }),
     `  courier relay
-  courier relay --port 9464 --stop-timeout 60s`,
+  courier relay --port 9464 --stop-timeout 60s
+  COURIER_RELAY_TOKEN=… courier relay --port 9464 --host 0.0.0.0`,
   );
 
   return program;

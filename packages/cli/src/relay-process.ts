@@ -1,7 +1,6 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { metrics } from '@opentelemetry/api';
-import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import {
   consoleLogger,
@@ -19,6 +18,7 @@ import {
   type TransportDeadLetters,
 } from '@courier/core';
 import type { CourierRelaySetup } from './config.js';
+import { isLoopback, serveRelayHttp } from './relay-http.js';
 
 /** Arguments of {@link runRelay}. */
 export interface RunRelayOptions {
@@ -39,6 +39,10 @@ export interface RunRelayOptions {
   readonly inbox?: InboxOperations;
   readonly port: number | undefined;
   readonly host: string;
+  /** With `port`: requests must carry `Authorization: Bearer <token>` (else 401). */
+  readonly token?: string | undefined;
+  /** With `port`: how long one metrics collection answers scrapes (milliseconds). Default 5,000. */
+  readonly metricsMaxAgeMs?: number;
   readonly stopTimeoutMs: number;
   readonly logger?: Logger;
 }
@@ -52,7 +56,10 @@ export interface RunRelayOptions {
  * With `port`, serves `/health` (the bus's health as JSON: 200 when ready, 503 when not)
  * and `/metrics` (Prometheus text: the bus's counters and histograms, the outbox and relay
  * gauges, the transport dead-letter depth of `deadLetters`' consumers, and the inbox's
- * halted keys and per-consumer gauges when `inbox` is given and has them).
+ * halted keys and per-consumer gauges when `inbox` is given and has them) on `host`, behind
+ * `token` when given. One collection (and so one outbox `stats()` and halt listing) runs at a
+ * time and answers every scrape for `metricsMaxAgeMs` (see {@link serveRelayHttp}); a
+ * non-loopback `host` without a token is logged as a warning.
  * The process's own meter provider is registered globally before the bus is built, so
  * the library's `@opentelemetry/api` instruments report into it.
  */
@@ -84,25 +91,25 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
     if (inbox && hasInboxHalts(inbox)) cleanups.push(observeInboxHalts(inbox, { logger }));
     if (inbox && typeof inbox.stats === 'function') cleanups.push(observeInbox(inbox, { logger }));
     if (options.port !== undefined) {
-      server = createServer((request, response) => {
-        const path = (request.url ?? '/').split('?')[0];
-        if (path === '/metrics') {
-          exporter.getMetricsRequestHandler(request, response);
-        } else if (path === '/health') {
-          const health = bus.health();
-          response.writeHead(health.ready ? 200 : 503, { 'content-type': 'application/json' });
-          response.end(JSON.stringify(health));
-        } else {
-          response.writeHead(404, { 'content-type': 'text/plain' });
-          response.end('not found: try /health or /metrics\n');
-        }
+      const serializer = new PrometheusSerializer('', false);
+      const served = await serveRelayHttp({
+        port: options.port,
+        host: options.host,
+        token: options.token,
+        health: () => bus.health(),
+        collect: async () => {
+          const { resourceMetrics, errors } = await exporter.collect();
+          if (errors.length > 0) logger.warn('metrics collection errors', { errors: errors.map((error) => describeError(error)) });
+          return serializer.serialize(resourceMetrics);
+        },
+        ...(options.metricsMaxAgeMs !== undefined ? { metricsMaxAgeMs: options.metricsMaxAgeMs } : {}),
       });
-      await new Promise<void>((resolve, reject) => {
-        server!.once('error', reject);
-        server!.listen(options.port, options.host, () => resolve());
-      });
-      const address = server.address() as AddressInfo;
-      logger.info('relay http listening', { host: address.address, port: address.port, endpoints: ['/health', '/metrics'] });
+      server = served.server;
+      const { address, port } = served.address;
+      logger.info('relay http listening', { host: address, port, endpoints: ['/health', '/metrics'], token: options.token !== undefined });
+      if (!isLoopback(options.host) && options.token === undefined) {
+        logger.warn('relay http endpoints are reachable from other hosts without authentication; set COURIER_RELAY_TOKEN (or --token), or bind loopback', { host: address });
+      }
     }
 
     let signalled: (name: string) => void = () => undefined;

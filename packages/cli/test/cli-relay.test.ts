@@ -1,6 +1,6 @@
 // `courier relay` as a process of its own (PostgreSQL + RabbitMQ): it drains a backlog,
 // serves /health and Prometheus /metrics (outbox, relay, transport and inbox gauges,
-// the histograms), and on SIGTERM stops cleanly — exit 0, nothing
+// the histograms) on loopback by default and behind COURIER_RELAY_TOKEN, and on SIGTERM stops cleanly — exit 0, nothing
 // left leased — after which a second relay process finishes the backlog.
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
@@ -14,7 +14,8 @@ import { deleteBrokerObjects, openStores, openTransport } from './support/setup.
 
 /** A running relay process with its JSON log lines and the port it listens on. */
 async function startRelay(env: Record<string, string>): Promise<{ child: ChildProcess; logs: Record<string, unknown>[]; port: number; exited: Promise<number | null> }> {
-  const child = startCli(['relay', '--port', '0', '--host', '127.0.0.1', '--stop-timeout', '20s'], env);
+  // No --host: the default must be loopback (issue 29: it was 0.0.0.0).
+  const child = startCli(['relay', '--port', '0', '--stop-timeout', '20s'], env);
   const logs: Record<string, unknown>[] = [];
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -36,7 +37,9 @@ async function startRelay(env: Record<string, string>): Promise<{ child: ChildPr
 describe('courier relay (postgresql + rabbitmq)', () => {
   const prefix = `cli${randomBytes(4).toString('hex')}_`;
   // The sink's dead letters are in the config, so /metrics reports their depth.
-  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix, CLI_TEST_BROKER_PREFIX: prefix, CLI_TEST_CONSUMERS: `${prefix}sink` };
+  const token = randomBytes(16).toString('hex');
+  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix, CLI_TEST_BROKER_PREFIX: prefix, CLI_TEST_CONSUMERS: `${prefix}sink`, COURIER_RELAY_TOKEN: token };
+  const authorised = { headers: { authorization: `Bearer ${token}` } };
   const cleanup: (() => Promise<unknown>)[] = [];
   afterAll(async () => {
     for (const close of cleanup.reverse()) await close();
@@ -78,14 +81,17 @@ describe('courier relay (postgresql + rabbitmq)', () => {
     const first = await startRelay(env);
     cleanup.push(async () => first.child.kill('SIGKILL'));
     await eventually(() => expect(copies.size).toBeGreaterThan(0), { timeoutMs: 60_000 });
-    const health = await fetch(`http://127.0.0.1:${first.port}/health`);
+    expect(first.logs.find((entry) => entry['message'] === 'relay http listening')).toMatchObject({ host: '127.0.0.1', token: true });
+    expect((await fetch(`http://127.0.0.1:${first.port}/metrics`)).status, '/metrics without the token').toBe(401);
+    expect((await fetch(`http://127.0.0.1:${first.port}/health`)).status, '/health without the token').toBe(401);
+    const health = await fetch(`http://127.0.0.1:${first.port}/health`, authorised);
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ ready: true, relay: { running: true, paused: false } });
     // A message can reach the consumer before the relay counts it: a confirmed batch is
     // marked published (and counted) in the relay's next claim. Scrape until it shows.
     await eventually(
       async () => {
-        const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`)).text();
+        const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`, authorised)).text();
         for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
           expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
         }
