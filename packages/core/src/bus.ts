@@ -11,7 +11,7 @@ import type {
 import { ClosedError, ConfigError, describeError } from './errors.js';
 import { noopLogger, type Logger } from './logger.js';
 import type { MessageDefinition } from './message-definition.js';
-import type { Transport } from './transport.js';
+import type { Transport, TransportCapabilities } from './transport.js';
 import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
 import { aborted, Gate } from './internal/async.js';
@@ -109,8 +109,22 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   } catch (error) {
     problems.push(...((error as ConfigError).problems ?? [describeError(error)]));
   }
+  const limit = config.transport?.capabilities?.retryDelayLimit;
+  if (consumerRetry) problems.push(...retryDelayProblems(consumerRetry.maxDelayMs, 'retry.maxDelayMs', limit));
+  if (relay.settings) problems.push(...retryDelayProblems(relay.settings.pauseMaxMs, 'relay.pause.maxDelayMs', limit));
   if (problems.length > 0 || !relay.settings || !consumerRetry) throw new ConfigError(problems);
   return new CourierBus(config, relay.settings, consumerRetry, maxPayloadBytes);
+}
+
+/**
+ * A retry delay the transport cannot keep a delivery waiting for (see
+ * `TransportCapabilities.retryDelayLimit`): the message would come back with its old attempt.
+ */
+function retryDelayProblems(delayMs: number, name: string, limit: TransportCapabilities['retryDelayLimit']): string[] {
+  if (!limit || delayMs <= limit.maxMs) return [];
+  return [
+    `'${name}' (${delayMs} ms) is longer than the transport's '${limit.setting}' (${limit.maxMs} ms): a delivery waiting that long loses its hold and returns with its old attempt; lower '${name}' or raise '${limit.setting}'`,
+  ];
 }
 
 class CourierBus<Tx> implements Bus<Tx> {
@@ -221,7 +235,8 @@ class CourierBus<Tx> implements Bus<Tx> {
     }
     if (options.retry !== undefined) {
       try {
-        retryPolicy({ ...this.#defaultRetry, ...options.retry }, `${consumer}.retry`);
+        const policy = retryPolicy({ ...this.#defaultRetry, ...options.retry }, `${consumer}.retry`);
+        problems.push(...retryDelayProblems(policy.maxDelayMs, `${consumer}.retry.maxDelayMs`, this.#config.transport.capabilities.retryDelayLimit));
       } catch (error) {
         problems.push(...((error as ConfigError).problems ?? [describeError(error)]));
       }

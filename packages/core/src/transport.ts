@@ -52,6 +52,16 @@ export interface TransportCapabilities {
    * copy is still awaited. A store that renews keeps the lease while the answer is awaited.
    */
   readonly publishTimeoutMs?: number;
+  /**
+   * Longest `retry(delayMs)` the transport can keep a delivery waiting for, and the
+   * transport setting that bounds it (named in the refusal, e.g. `maxLockRenewalMs`); absent
+   * when any delay is kept. A transport that holds the message in hand while the delay runs
+   * (a lock it renews for a limited time) declares it, since a longer delay would let the
+   * message return with its old attempt. `createBus` and `subscribe` refuse a retry policy
+   * whose `maxDelayMs`, or a relay `pause.maxDelayMs` (the consumer's own redelivery delay
+   * after a failure outside the handler), above `maxMs`, naming both settings.
+   */
+  readonly retryDelayLimit?: { readonly maxMs: number; readonly setting: string };
 }
 
 /** Outcome of publishing one message. */

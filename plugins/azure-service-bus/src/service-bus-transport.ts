@@ -79,7 +79,10 @@ export interface ServiceBusTransportConfig {
   readonly publishTimeoutMs?: number;
   /**
    * How long the SDK keeps renewing the lock of a delivery whose handler (or retry delay)
-   * is still running. Default 5 min; after it the lock lapses and the broker redelivers.
+   * is still running, from its receipt. Default 6 min: the default retry policy's longest
+   * delay (5 min) plus a minute for the handler; after it the lock lapses and the broker
+   * redelivers. Declared as the transport's `retryDelayLimit`, so `createBus` and
+   * `subscribe` refuse a retry `maxDelayMs` above it.
    */
   readonly maxLockRenewalMs?: number;
   /** Largest payload (UTF-8 bytes of `envelope.payload`) declared; keep it under the entity's limit minus ~16 KiB of properties. Default 240 KiB (Standard tier: 256 KiB). */
@@ -191,7 +194,7 @@ export class ServiceBusTransport implements Transport {
     };
     const publishTimeoutMs = config?.publishTimeoutMs ?? 10_000;
     positive('publishTimeoutMs', publishTimeoutMs);
-    const maxLockRenewalMs = config?.maxLockRenewalMs ?? 300_000;
+    const maxLockRenewalMs = config?.maxLockRenewalMs ?? 360_000;
     positive('maxLockRenewalMs', maxLockRenewalMs);
     const maxMessageBytes = config?.maxMessageBytes ?? 240 * 1024;
     positive('maxMessageBytes', maxMessageBytes);
@@ -212,6 +215,10 @@ export class ServiceBusTransport implements Transport {
       nativeDeadLetter: true,
       maxMessageBytes,
       publishTimeoutMs,
+      // A retry waits with the message in hand (its lock renewed by the SDK, see #retryLater)
+      // only within maxLockRenewalMs of the receive: a longer delay would let the lock lapse
+      // and the message come back with its old attempt, so the bus refuses such a policy.
+      retryDelayLimit: { maxMs: maxLockRenewalMs, setting: 'maxLockRenewalMs' },
     };
     // Service Bus: subscription names up to 50 characters (a queue's consumer is no entity
     // name: unbounded there); sessionId and messageId up to 128.

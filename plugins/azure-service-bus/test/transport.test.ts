@@ -1,7 +1,7 @@
 // Service Bus specifics the shared suites do not reach: throttling pauses the relay instead
 // of burning attempts, and a handler that outlives the lock keeps its message.
 import type { Delivery, Envelope } from '@courier/core';
-import { CONNECTIVITY_CODES, CourierError } from '@courier/core';
+import { ConfigError, CONNECTIVITY_CODES, CourierError, createBus, defineMessage, InMemoryDatabase, InMemoryInboxStore, InMemoryOutboxStore } from '@courier/core';
 import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { ServiceBusClient } from '@azure/service-bus';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
 import { ServiceBusTransport } from '../src/index.js';
 import { createServiceBusFixture } from './support/fixture.js';
 import { cleanupNamespace, LOCK_MS, onRealNamespace, skipOnRealNamespace } from './support/namespace.js';
-import { STANDIN_LOCK_MS, standIn } from './support/standin-server.js';
+import { STANDIN_LOCK_MS, standIn, standInConnectionString } from './support/standin-server.js';
 
 afterAll(cleanupNamespace);
 
@@ -25,6 +25,34 @@ const fixtureFor = async (testId = uniqueId()) => {
 };
 
 describe('ServiceBusTransport', () => {
+  // A retry waits with the message locked, the lock renewed only within maxLockRenewalMs of
+  // the receive: a longer delay let the lock lapse and the message return with its old
+  // attempt (issue 29). The transport declares the bound; the bus refuses such a policy.
+  it('createBus and subscribe refuse a retry maxDelayMs above maxLockRenewalMs, naming both settings', async () => {
+    const { port } = await standIn();
+    const client = () => new ServiceBusClient(standInConnectionString(port));
+    const transport = new ServiceBusTransport({ client, prefix: `${uniqueId()}.`, maxLockRenewalMs: 60_000 });
+    const defaults = new ServiceBusTransport({ client, prefix: `${uniqueId()}.` });
+    closers.push(() => transport.close(), () => defaults.close());
+    const database = new InMemoryDatabase();
+    const stores = { outbox: new InMemoryOutboxStore({ database }), inbox: new InMemoryInboxStore({ database }) };
+    const refusal = (work: () => unknown): string => {
+      try {
+        work();
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigError);
+        return (error as ConfigError).message;
+      }
+      return 'accepted';
+    };
+    expect(refusal(() => createBus({ ...stores, transport, retry: { maxDelayMs: 120_000 } }))).toMatch(/'retry\.maxDelayMs' \(120000 ms\).*'maxLockRenewalMs' \(60000 ms\)/);
+    const bus = createBus({ ...stores, transport, retry: { maxDelayMs: 60_000 } });
+    const Placed = defineMessage('orders.Placed', { version: 1 });
+    expect(refusal(() => bus.subscribe('billing', Placed, async () => undefined, { retry: { maxDelayMs: 90_000 } }))).toMatch(/'billing\.retry\.maxDelayMs' \(90000 ms\).*'maxLockRenewalMs' \(60000 ms\)/);
+    // The defaults fit: the default policy's 5 min under the default 6 min of renewal.
+    expect(refusal(() => createBus({ ...stores, transport: defaults }))).toBe('accepted');
+  });
+
   // Throttling cannot be caused on demand on a real namespace.
   it.skipIf(skipOnRealNamespace('throttling (ServiceBusy) is the stand-in\'s throttle() switch'))('a throttled namespace (ServiceBusy) makes publish reject retriably, as connectivity: the relay pauses, no attempt is counted', async () => {
     const { server } = await standIn();
