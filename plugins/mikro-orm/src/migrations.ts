@@ -1,3 +1,4 @@
+import { StorageError } from '@courier/core';
 import { Migration } from '@mikro-orm/migrations';
 import { resolveTableNames, type CourierTablesConfig } from './courier-tables.js';
 import { createDialect } from './dialects/create-dialect.js';
@@ -30,7 +31,9 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * id columns become binary, compared byte for byte), v3 adds the inbox halt tables
  * (`poison: 'halt'`), v4 lets MySQL/MariaDB complete outbox rows in place (`state` an ENUM,
  * `published_at` never NULL; it rebuilds the outbox table there, a no-op elsewhere). `down`
- * of v1 drops the tables; `down` of v3 drops the halt tables; `down` of v4 only sets the
+ * of v1 drops the tables; `down` of v3 drops the halt tables, and refuses (a non-retriable
+ * `StorageError` naming the tables) while they hold any halted, held or parked message —
+ * those were acknowledged to the broker and exist nowhere else; `down` of v4 only sets the
  * version back (v3 code works on the v4 columns).
  */
 export function courierMigrations(config: CourierMigrationsConfig = {}): CourierMigration[] {
@@ -77,8 +80,29 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
       await upgradeToLatest(this);
     }
 
-    override down(): void {
+    override async down(): Promise<void> {
       const dialect = dialectFor(this);
+      // Halted heads, held and parked messages were acknowledged to the broker when they were
+      // kept here: these tables are their only copy, so dropping them would lose them.
+      const kept: string[] = [];
+      for (const table of ['inboxHalts', 'inboxHeld', 'inboxParked'] as const) {
+        let count: number;
+        try {
+          const rows = await this.execute(`SELECT COUNT(*) AS n FROM ${dialect.table(table)}`);
+          count = toNumber(rows[0]?.['n']);
+        } catch (error) {
+          // Not swallowed even for a missing table: on PostgreSQL the failed statement aborts
+          // the migration's transaction, so nothing after it could run anyway.
+          throw toStorageError(error, `migration Courier_${names.prefix}v3 down`, 'the halt tables v3 creates are missing: the schema is not at version 3');
+        }
+        if (count > 0) kept.push(`${count} row(s) in '${dialect.table(table)}'`);
+      }
+      if (kept.length > 0) {
+        throw new StorageError(
+          `refusing to undo migration 'Courier_${names.prefix}v3': ${kept.join(', ')} hold messages already acknowledged to the broker, which dropping the halt tables would lose; resume and drain the halted keys (\`courier halted list\`, \`courier halted resume --consumer\`), replay or purge the parked ones, then migrate down again`,
+          { retriable: false },
+        );
+      }
       this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxHalts')}`);
       this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxHeld')}`);
       this.addSql(`DROP TABLE IF EXISTS ${dialect.table('inboxParked')}`);

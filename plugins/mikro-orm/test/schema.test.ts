@@ -101,6 +101,46 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await outbox.close();
     await inbox.close();
   });
+
+  // A halted head and the messages held behind it were acknowledged to the broker when the
+  // inbox kept them: v3's down dropped the halt tables and lost them (issue 29).
+  it('down() of v3 refuses while the halt tables keep messages, and drops them once they are empty', async () => {
+    const id = testId();
+    const tablePrefix = `${id}_`;
+    const f = await fixtureFor(dialect, {
+      withoutSchema: true,
+      orm: {
+        extensions: [Migrator],
+        migrations: { tableName: `${id}_migrations`, migrationsList: courierMigrations({ tablePrefix }), silent: true, snapshot: false },
+      },
+    });
+    const migrator = f.orm.getMigrator();
+    await migrator.up();
+    const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix });
+    const head = envelope(tablePrefix, 'k');
+    const behind = envelope(tablePrefix, 'k');
+    expect(await inbox.halt('billing', head.topic, 'k', head, 'E: poison')).toBe('halted');
+    expect(await inbox.halt('billing', behind.topic, 'k', behind, 'E: held')).toBe('held');
+    // The migrator wraps what a migration throws (umzug's MigrationError): ours is its cause.
+    let refusal: unknown = await migrator.down({ to: `Courier_${tablePrefix}v2` }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    while (refusal instanceof Error && !(refusal instanceof StorageError) && refusal.cause !== undefined) refusal = refusal.cause;
+    expect(refusal, 'down() of v3 must refuse while messages are kept').toBeInstanceOf(StorageError);
+    expect((refusal as StorageError).retriable).toBe(false);
+    expect((refusal as Error).message).toContain(`refusing to undo migration 'Courier_${tablePrefix}v3': 1 row(s) in `);
+    expect((refusal as Error).message).toMatch(/inbox_halts.*1 row\(s\) in .*inbox_held/);
+    // Nothing was lost: the key is still halted, its held message behind it.
+    expect((await inbox.listHalted()).map((key) => [key.consumer, key.key])).toEqual([['billing', 'k']]);
+    const names = resolveTableNames({ tablePrefix });
+    const connection = f.orm.em.getConnection();
+    for (const table of [names.inboxHalts, names.inboxHeld]) await connection.execute(`DELETE FROM ${table}`);
+    await migrator.down({ to: `Courier_${tablePrefix}v2` });
+    await expect(inbox.listHalted()).rejects.toBeInstanceOf(StorageError);
+    await migrator.down({ to: 0 });
+    await inbox.close();
+  });
 });
 
 describe('names', () => {
