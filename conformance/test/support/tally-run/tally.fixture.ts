@@ -3,7 +3,7 @@
 // completes before the suite ends, as an abandoned conformance case does.
 import { describeCases } from '../../../src/support/run-cases.js';
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 describeCases(
   'tally-fixture',
