@@ -173,6 +173,40 @@ describe.each(['postgresql', 'mariadb', 'sqlite'] as Dialect[])('courier against
     expect((await stores.outbox.stats()).pending).toBe(pendingBefore + commits * 2);
   });
 
+  // The case above prunes with a 1 ms cut-off, where ignoring --older-than deletes the same
+  // rows (issue 29): here rows lie on both sides of a 7-day cut-off, in the outbox and the inbox.
+  it('prune --older-than deletes only the rows older than the cut-off, outbox and inbox alike', async () => {
+    await stores.outbox.ensureSchema();
+    const tenDaysAgo = { postgresql: `now() - interval '10 days'`, mariadb: 'UTC_TIMESTAMP(3) - INTERVAL 10 DAY', sqlite: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - 864000000` }[dialect];
+    const execute = (sql: string, params: unknown[] = []) => stores.orm.em.getConnection().execute(sql, params, 'all') as Promise<Record<string, unknown>[]>;
+    const marks = (ids: readonly string[]) => ids.map(() => '?').join(', ');
+    const published = Array.from({ length: 12 }, (_, index) => envelope(`cut-${index}`));
+    await append(published);
+    for (;;) {
+      const batch = await stores.outbox.claim({ owner: 'test', limit: 1_000, ...LEASE });
+      if (batch.records.length === 0) break;
+      await stores.outbox.complete(batch.lease, batch.records.map((record) => record.sequence));
+    }
+    const oldRows = published.slice(0, 5).map((item) => item.messageId);
+    const newRows = published.slice(5).map((item) => item.messageId);
+    await execute(`UPDATE ${prefix}outbox SET published_at = ${tenDaysAgo} WHERE message_id IN (${marks(oldRows)})`, oldRows);
+    const consumer = `${prefix}cutoff`;
+    const records = Array.from({ length: 9 }, (_, index) => `${prefix}record-${index}`);
+    for (const id of records) await stores.inbox.run(id, consumer, async () => undefined);
+    const oldRecords = records.slice(0, 4);
+    await execute(`UPDATE ${prefix}inbox SET processed_at = ${tenDaysAgo} WHERE consumer = ? AND message_id IN (${marks(oldRecords)})`, [consumer, ...oldRecords]);
+
+    const pruned = await runCli(['prune', '--older-than', '7d', '--batch-size', '2'], env);
+    expect(pruned.code, pruned.stderr).toBe(0);
+    // Every other row of this database was written within the last minutes: only the backdated ones are older than 7 days.
+    expect(pruned.stdout).toContain('outbox: pruned 5 published row(s) older than 7d');
+    expect(pruned.stdout).toContain('inbox: pruned 4 record(s) older than 7d');
+    const outboxLeft = (await execute(`SELECT message_id FROM ${prefix}outbox WHERE message_id IN (${marks(published.map((item) => item.messageId))})`, published.map((item) => item.messageId))).map((row) => String(row['message_id']));
+    expect(outboxLeft.sort()).toEqual([...newRows].sort());
+    const inboxLeft = (await execute(`SELECT message_id FROM ${prefix}inbox WHERE consumer = ?`, [consumer])).map((row) => String(row['message_id']));
+    expect(inboxLeft.sort()).toEqual(records.slice(4).sort());
+  });
+
   it('exits 2 on a bad option and 1 with a remedy, no stack trace, when the database is unreachable', async () => {
     const bad = await runCli(['prune', '--older-than', 'seven days'], env);
     expect(bad.code).toBe(2);
