@@ -1,6 +1,7 @@
 // Several processes on one SQLite file, as the embedded setup runs them: each appends,
-// claims and consumes for a while. Nothing may be lost or applied twice, and no error a
-// wait would have avoided (SQLITE_BUSY, "database is locked") may reach the caller.
+// claims and consumes for a while. Nothing may be lost or applied twice, no row claimed by
+// two workers, and no error a wait would have avoided (SQLITE_BUSY, "database is locked")
+// may reach the caller.
 // Prints the counts, with the inbox's own retries (record inserts beyond one per run).
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -18,6 +19,7 @@ interface WorkerCounts {
   claims: number;
   ran: number;
   duplicates: number;
+  lostLeases: number;
   inboxInserts: number;
   errors: number;
   busyErrors: number;
@@ -59,7 +61,8 @@ describe('SQLite shared by several processes', () => {
     const runs = total('ran') + total('duplicates');
     console.log(
       `[sqlite-multi-process] ${WORKERS} processes, ${DURATION_MS} ms: ${total('appended')} appended, ${total('claims')} claims, ${total('ran')} handler runs, ` +
-        `${total('errors')} errors surfaced (${total('busyErrors')} busy), inbox retries ${total('inboxInserts') - runs}` +
+        `${total('errors')} errors surfaced (${total('busyErrors')} busy), inbox retries ${total('inboxInserts') - runs}, ` +
+        `${total('duplicates')} messages handed to two workers, ${total('lostLeases')} completions fenced out` +
         results.flatMap((counts) => counts.firstErrors).map((error) => `\n  ${error}`).join(''),
     );
     // Rows a failed worker left leased come back when their lease ends; finish them here.
@@ -70,13 +73,18 @@ describe('SQLite shared by several processes', () => {
         if (batch.records.length > 0) await f.outbox.complete(batch.lease, batch.records.map((record) => record.sequence));
         expect((await f.outbox.stats()).pending).toBe(0);
       },
-      { timeoutMs: 20_000 },
+      { timeoutMs: 40_000 },
     );
     const effects = await f.readEffects();
     const appended = await f.sql(`SELECT message_id FROM ${f.table('outbox')}`);
     expect(new Set(effects).size).toBe(effects.length);
     expect([...effects].sort()).toEqual(appended.map((row) => String(row['message_id'])).sort());
     expect(total('errors')).toBe(0);
+    // The inbox hides a row claimed twice (the second run is a duplicate, effects stay once):
+    // a claim that did not hold the rows it read (issue 29) shows only here. Leases (20 s)
+    // outlast any round, so no lease runs out legitimately.
+    expect(total('duplicates'), 'messages claimed by two workers').toBe(0);
+    expect(total('lostLeases'), 'completions fenced out by another claim of the same rows').toBe(0);
     expect(total('appended')).toBeGreaterThan(0);
-  }, 90_000);
+  }, 150_000);
 });

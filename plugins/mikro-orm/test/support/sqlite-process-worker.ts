@@ -13,7 +13,10 @@ interface WorkerConfig {
 }
 
 const config = JSON.parse(process.env['COURIER_SQLITE_WORKER'] ?? '{}') as WorkerConfig;
-const counts = { appended: 0, claims: 0, ran: 0, duplicates: 0, inboxInserts: 0, errors: 0, busyErrors: 0, firstErrors: [] as string[] };
+// `duplicates`: messages the inbox had already seen (handed to two workers); `lostLeases`:
+// completions fenced out because another worker had claimed the rows meanwhile. With leases
+// far longer than a round, both mean two claims took the same row.
+const counts = { appended: 0, claims: 0, ran: 0, duplicates: 0, lostLeases: 0, inboxInserts: 0, errors: 0, busyErrors: 0, firstErrors: [] as string[] };
 const inboxInsert = new RegExp(`^INSERT INTO "${config.testId}_inbox" `);
 
 function failed(error: unknown): void {
@@ -54,7 +57,7 @@ if (fixture) {
     }
     let claimed;
     try {
-      claimed = await fixture.outbox.claim({ owner: `worker-${config.index}`, limit: 10, leaseMs: 2_000, perKey: config.index % 2 === 0 ? 1 : 3 });
+      claimed = await fixture.outbox.claim({ owner: `worker-${config.index}`, limit: 10, leaseMs: 20_000, perKey: config.index % 2 === 0 ? 1 : 3 });
       counts.claims += 1;
     } catch (error) {
       failed(error);
@@ -75,7 +78,7 @@ if (fixture) {
       }
     }
     try {
-      if (done.length > 0) await fixture.outbox.complete(claimed.lease, done);
+      if (done.length > 0) counts.lostLeases += done.length - (await fixture.outbox.complete(claimed.lease, done));
     } catch (error) {
       failed(error);
     }
