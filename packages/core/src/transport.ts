@@ -154,11 +154,12 @@ export interface DeadLetter {
 /** Operator access to a transport's dead letters (present exactly when `nativeDeadLetter`). */
 export interface TransportDeadLetters {
   /**
-   * The consumer's dead letters, read without taking them from the broker or hiding them
-   * from another reader, and without creating anything (a consumer name nothing exists for
-   * lists nothing). An entry whose body is not a valid envelope (one dead-lettered with
-   * `ENVELOPE_INVALID`) is listed too, with an envelope of what could be read (its
-   * messageId where the broker has one, the raw body as a string payload) and that reason.
+   * The consumer's dead letters. A read creates nothing (a consumer name nothing exists for
+   * lists nothing) and should neither take messages from the broker nor hide them from
+   * another reader (RabbitMQ's reader still does while it reads: operations issue, round 2).
+   * An entry that never was a valid envelope (dead-lettered with `ENVELOPE_INVALID`) has no
+   * envelope to show: a transport may leave it out, and its README says where operators find
+   * it (Kafka and NATS JetStream: with the broker's own tools).
    */
   list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
   /**
