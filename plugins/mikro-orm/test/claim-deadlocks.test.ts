@@ -41,7 +41,8 @@ describe.each(['mariadb', 'mysql-driver'] as const)('two claims that read the he
     });
     try {
       await holding;
-      const claims = [0, 1].map((index) => f.outbox.claim({ owner: `relay-${index}`, limit: 10, leaseMs: 60_000, perKey: 1 }));
+      const claim = (owner: string) => f.outbox.claim({ owner, limit: 10, leaseMs: 60_000, perKey: 1 });
+      const claims = [claim('relay-0'), claim('relay-1')] as const;
       // Both claims have read their heads once both wait for the token row.
       await eventually(
         async () => {
@@ -53,7 +54,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('two claims that read the he
       release();
       await holder;
       const [first, second] = await Promise.all(claims);
-      const ids = (batch: typeof first) => batch.records.map((record) => record.envelope.messageId);
+      const ids = (batch: Awaited<ReturnType<typeof claim>>) => batch.records.map((record) => record.envelope.messageId);
       expect(ids(first).filter((id) => ids(second).includes(id)), 'rows claimed by both').toEqual([]);
       expect([...ids(first), ...ids(second)].sort()).toEqual(rows.map((item) => item.messageId).sort());
     } finally {
