@@ -5,6 +5,7 @@ import {
   CourierError,
   ENVELOPE_FIELDS,
   TransportError,
+  boundReason,
   decodeEnvelope,
   describeError,
   noopLogger,
@@ -557,6 +558,12 @@ function toTransportError(error: unknown, operation: string, names: QueueTableNa
   }
 }
 
+/** `reason_code` and `reason_message` of a dead row: the reason bounded and sanitised (`boundReason`). */
+function deadReasonColumns(reason: DeadLetterReason | undefined): [string, string] {
+  const bounded = boundReason(reason ?? { code: 'UNKNOWN', message: '' });
+  return [bounded.code, bounded.message];
+}
+
 function encodeBody(envelope: Envelope): string {
   const record: Record<string, unknown> = {};
   for (const field of ENVELOPE_FIELDS) record[field] = envelope[field];
@@ -767,7 +774,9 @@ class QueueSubscription implements Subscription {
         affected = (
           await runner.run(
             `UPDATE ${queue} SET state = 'dead', lease_owner = NULL, reason_code = ?, reason_message = ?, dead_at = ${dialect.now} WHERE seq = ? AND lease_owner = ?`,
-            [reason?.code ?? 'UNKNOWN', reason?.message ?? '', held.seq, held.owner],
+            // Bounded again here: the row stays leased for ever if this write fails (PostgreSQL text
+            // cannot hold U+0000; MariaDB TEXT holds 64 KiB), and not every reason comes from the core.
+            [...deadReasonColumns(reason), held.seq, held.owner],
           )
         ).affectedRows;
       }
