@@ -30,6 +30,7 @@ import {
   SqlRunner,
   classifyDriverError,
   detectDialect,
+  driverMessage,
   toNullableString,
   toNumber,
   type DialectName,
@@ -532,7 +533,7 @@ export class SqlTransport implements Transport {
   }
 
   #rejected(envelope: Envelope, error: unknown): CourierError {
-    const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    const detail = driverMessage(error);
     return new TransportError(`the database refused message '${envelope.messageId}': ${detail}`, { code: 'PUBLISH_REJECTED', cause: error });
   }
 
@@ -544,7 +545,7 @@ export class SqlTransport implements Transport {
 /** Turns a driver error into a `TransportError`: retriable for connectivity and lock conflicts, `SCHEMA_MISSING` with the remedy. */
 function toTransportError(error: unknown, operation: string, names: QueueTableNames): CourierError {
   if (error instanceof CourierError) return error;
-  const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+  const detail = driverMessage(error);
   switch (classifyDriverError(error)) {
     case 'transient':
       return new TransportError(`sql transport '${operation}' failed, a retry may succeed: ${detail}`, { cause: error, retriable: true });
@@ -786,7 +787,7 @@ class QueueSubscription implements Subscription {
         this.#config.logger.warn('courier sql transport: a settle found its lease taken over; the row is redelivered', { seq: held.seq, settle: how });
       }
     } catch (error) {
-      const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+      const detail = driverMessage(error);
       throw new TransportError(`sql transport could not ${how === 'dead' ? 'dead-letter' : how} row ${held.seq}: ${detail}; it will be redelivered after its lease`, {
         cause: error,
         retriable: true,
