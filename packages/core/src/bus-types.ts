@@ -216,6 +216,15 @@ export interface BusCounters {
    * says locks or leases are too short for the handlers, or the connection is unwell.
    */
   readonly ackFailures: number;
+  /**
+   * Retry and dead-letter settles the transport failed (a retry or dead-letter copy the
+   * broker refused or never confirmed, a nak or dead-letter disposition that failed): each
+   * logged as an error; the consumer then asks the transport to give the message back after
+   * the pause (`relay.pause.maxDelayMs`), and it is retried or given up on again when it
+   * comes back. A steady rise says the broker refuses the copies (a dead-letter place too
+   * small, full or missing) and messages go round instead of settling.
+   */
+  readonly settleFailures: number;
 }
 
 /**

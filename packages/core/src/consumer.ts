@@ -111,6 +111,10 @@ export interface ConsumerDependencies<Tx> {
  *   counted in `ackFailures` and counts no attempt: the broker redelivers the message and the
  *   inbox acknowledges that copy (or holds it again), so it is never retried, dead-lettered,
  *   halted or settled again for it;
+ * - a `retry` or `deadLetter` the transport fails is logged as an error, counted in
+ *   `settleFailures`, and followed by a `retry` after the longest pause: the message comes
+ *   back and is retried or given up on again (a dead-lettering the broker failed is tried
+ *   again each pause until it takes it), never acknowledged before its copy is safe;
  * - pauses release the bus-wide gate and take it again before the next try.
  */
 export class Consumer<Tx> {
@@ -462,7 +466,11 @@ export class Consumer<Tx> {
         // Ordered subscriptions too: on an ordered endpoint the transport keeps the message's
         // place (nothing of its key overtakes it) while freeing the handler slot, and the gate
         // is released when this delivery returns. Waiting here instead would hold both.
-        await delivery.retry(delay, reason);
+        try {
+          await delivery.retry(delay, reason);
+        } catch (settleError) {
+          await this.#settleFailed(delivery, 'retry', settleError);
+        }
         return;
       }
       // Outside the try: a failed ack is not this run's failure (see #ackSettled).
@@ -595,6 +603,39 @@ export class Consumer<Tx> {
     }
   }
 
+  /**
+   * Reacts to a `retry` or `deadLetter` settle the transport failed (a copy the broker
+   * refused or never confirmed, a broker-native settle that failed): logs it as an error,
+   * counts it (`settleFailures`) and asks the transport to give the message back after the
+   * longest pause, as `retry` — a settle that rejected left the delivery unsettled, so the
+   * transport takes this one (the `Delivery` contract). The message then comes back and is
+   * retried or given up on again, so a dead-lettering that failed is tried again each pause
+   * until the broker takes it. Never rejects: if even that retry fails, the transport
+   * brings the message back itself (a lapsed lease, lock or connection, or, where nothing
+   * would, its own redelivery: the contract again), and this says so in the log.
+   */
+  async #settleFailed(delivery: Delivery, kind: 'retry' | 'deadLetter', error: unknown): Promise<void> {
+    const { consumer, pauseMaxMs } = this.#settings;
+    const { messageId } = delivery.envelope;
+    this.#deps.instruments.settleFailures.add(1, { [CONSUMER_GROUP]: consumer });
+    this.#deps.logger.error(`the transport failed the ${kind} of a message; it is asked back in ${pauseMaxMs} ms and settled again then`, {
+      consumer,
+      messageId,
+      attempt: delivery.attempt,
+      error: describeError(error),
+    });
+    const code = error instanceof CourierError ? error.code : 'SETTLE_FAILED';
+    try {
+      await delivery.retry(pauseMaxMs, { code, message: `the ${kind} failed: ${describeError(error)}` });
+    } catch (again) {
+      this.#deps.logger.error('the transport failed the retry asked after a failed settle too; it gives the message back itself (Delivery contract)', {
+        consumer,
+        messageId,
+        error: describeError(again),
+      });
+    }
+  }
+
   /** Looks for keys an operator resumed, and drains them, every `haltPollMs` until `signal` aborts; never rejects. */
   async #drainLoop(signal: AbortSignal): Promise<void> {
     const halts = this.#halts!;
@@ -715,6 +756,16 @@ export class Consumer<Tx> {
   }
 
   async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
+    // Sent outside any unit of work of the inbox: a transport that writes to the same
+    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
+    try {
+      await delivery.deadLetter(reason);
+    } catch (error) {
+      // Not parked, and not acknowledged: it is asked back, given up on again when it
+      // comes back, and dead-lettered then. Counted as dead only once it is.
+      await this.#settleFailed(delivery, 'deadLetter', error);
+      return;
+    }
     this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: this.#settings.consumer });
     this.#deps.logger.error('message dead-lettered', {
       consumer: this.#settings.consumer,
@@ -724,9 +775,6 @@ export class Consumer<Tx> {
       code: reason.code,
       error: reason.message,
     });
-    // Sent outside any unit of work of the inbox: a transport that writes to the same
-    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
-    await delivery.deadLetter(reason);
     // Only after the dead letter is safe: a crash in between leaves a second dead copy at
     // worst, never a message acknowledged without being parked.
     const { messageId } = delivery.envelope;
