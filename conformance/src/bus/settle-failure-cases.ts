@@ -222,8 +222,16 @@ export async function runOversizedDeadLetterCase<Tx>(factories: BusFactories<Tx>
     const ready = budget.wait(WAIT_MS);
     await eventually(() => expect(bus.health().ready, `the consumer subscribed${cutNote(ready.cut)}`).toBe(true), { timeoutMs: ready.ms });
 
-    const published = await fixture.transport.publish([big, next]);
-    expect(published.map((result) => (result.ok ? 'ok' : `${result.error.code}: ${result.error.message}`)), `the broker took a payload of maxMessageBytes (${max}) and its key's next message`).toEqual(['ok', 'ok']);
+    // A message this large may outlast the transport's publish timeout on a loaded machine: one
+    // whose answer did not come in time may still arrive, and is sent again (the inbox drops a
+    // copy). Anything else, or a third miss, fails the case here.
+    let outcome: string[] = [];
+    for (let tries = 1; tries <= 3; tries += 1) {
+      const published = await fixture.transport.publish([big, next]);
+      outcome = published.map((result) => (result.ok ? 'ok' : `${result.error.code}: ${result.error.message}`));
+      if (published.every((result) => result.ok || result.error.code !== 'PUBLISH_TIMEOUT')) break;
+    }
+    expect(outcome, `the broker took a payload of maxMessageBytes (${max}) and its key's next message`).toEqual(['ok', 'ok']);
 
     const wait = budget.wait(WAIT_MS);
     await eventually(
