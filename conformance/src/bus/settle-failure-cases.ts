@@ -222,21 +222,17 @@ export async function runOversizedDeadLetterCase<Tx>(factories: BusFactories<Tx>
     const ready = budget.wait(WAIT_MS);
     await eventually(() => expect(bus.health().ready, `the consumer subscribed${cutNote(ready.cut)}`).toBe(true), { timeoutMs: ready.ms });
 
-    // A message this large may outlast the transport's publish timeout on a loaded machine: one
-    // whose answer did not come in time may still arrive, and is sent again (the inbox drops a
-    // copy). Anything else, or a third miss, fails the case here.
-    let outcome: string[] = [];
-    for (let tries = 1; tries <= 3; tries += 1) {
-      const published = await fixture.transport.publish([big, next]);
-      outcome = published.map((result) => (result.ok ? 'ok' : `${result.error.code}: ${result.error.message}`));
-      if (published.every((result) => result.ok || result.error.code !== 'PUBLISH_TIMEOUT')) break;
-    }
-    expect(outcome, `the broker took a payload of maxMessageBytes (${max}) and its key's next message`).toEqual(['ok', 'ok']);
+    // A message this large may outlast a fixture's short publish timeout (16 MiB on RabbitMQ):
+    // one whose answer did not come in time may still arrive (the waits below tell), so only
+    // another failure fails the case here.
+    const published = await fixture.transport.publish([big, next]);
+    const outcome = published.map((result) => (result.ok ? 'ok' : result.error.code === 'PUBLISH_TIMEOUT' ? 'ok (answer timed out)' : `${result.error.code}: ${result.error.message}`));
+    expect(outcome.map((entry) => entry.startsWith('ok')), `the broker took a payload of maxMessageBytes (${max}) and its key's next message: ${outcome.join('; ')}`).toEqual([true, true]);
 
     const wait = budget.wait(WAIT_MS);
     await eventually(
       () =>
-        expect({ bigDead, nextAcked }, `the oversized message dead-lettered and the key's next message applied (counters: ${JSON.stringify(bus.health().counters)})${cutNote(wait.cut)}`).toEqual({ bigDead: true, nextAcked: true }),
+        expect({ bigDead, nextAcked }, `the oversized message dead-lettered and the key's next message applied (publish results: ${outcome.join('; ')}; counters: ${JSON.stringify(bus.health().counters)})${cutNote(wait.cut)}`).toEqual({ bigDead: true, nextAcked: true }),
       { timeoutMs: wait.ms, intervalMs: 100 },
     );
     const effects = (await store.readEffects()).filter((id) => id === big.messageId || id === next.messageId);
