@@ -73,8 +73,10 @@ export async function runSettleFailsOnceCase<Tx>(factories: BusFactories<Tx>, sk
   try {
     if (!fixture.failSettles) return skip('the transport fixture has no failSettles: the broker cannot be made to fail a settle');
     if (ordered && !fixture.transport.capabilities.orderingByKey) return skip('the transport does not declare orderingByKey: no ordered subscription to hold the key');
-    const consumer = `${testId}.settle-${kind}`;
-    const definition = defineMessage('conformance.SettleFails', { version: 1, topic: `${testId}.settle-${kind}` });
+    // Lower case: Service Bus entity names are case-insensitive.
+    const name = `${testId}.settle-${kind.toLowerCase()}`;
+    const consumer = name;
+    const definition = defineMessage('conformance.SettleFails', { version: 1, topic: name });
     const first = makeEnvelope({ type: definition.type, topic: definition.topic, key: 'settle-fails' });
     const next = makeEnvelope({ type: definition.type, topic: definition.topic, key: 'settle-fails' });
 
@@ -130,7 +132,9 @@ export async function runSettleFailsOnceCase<Tx>(factories: BusFactories<Tx>, sk
     // copy that comes back); a retry or dead letter that failed does not.
     const ended = (what: string) => what === firstEnd || (kind === 'ack' && what === 'ack failed');
     const done = () => (settled.get(first.messageId) ?? []).some(ended) && (settled.get(next.messageId) ?? []).includes('ack');
-    const wait = budget.wait(WAIT_MS);
+    // Twice a single wait: an ack that failed for real on a loaded machine (a lock that lapsed)
+    // brings its message back only after a Service Bus lock or a SQL transport lease.
+    const wait = budget.wait(2 * WAIT_MS);
     await eventually(
       () =>
         expect(done(), `both messages settled for good: the first ${firstEnd === 'ack' ? 'applied' : 'dead-lettered'}, the key's next applied (settles that went through: ${JSON.stringify(Object.fromEntries(settled))}; handler runs: ${JSON.stringify(Object.fromEntries(runs))}; counters: ${JSON.stringify(bus.health().counters)})${cutNote(wait.cut)}`).toBe(true),
@@ -144,8 +148,10 @@ export async function runSettleFailsOnceCase<Tx>(factories: BusFactories<Tx>, sk
     expect({
       effects: ordered ? effects : [...effects].sort(),
       deadLetters: await deadLettersOf(fixture, consumer),
-      // The fault happened, and was seen as the kind of failure it is.
-      faultSeen: kind === 'ack' ? ackFailures >= 1 : settleFailures >= 1,
+      // The fault happened, and was seen as the kind of failure it is. Not for a retry: a
+      // transport may do a retry's broker part after the settle resolved (Service Bus abandons
+      // after the delay), where only the transport itself sees it fail.
+      faultSeen: kind === 'ack' ? ackFailures >= 1 : kind === 'deadLetter' ? settleFailures >= 1 : true,
       connected: bus.health().consumers.map((entry) => entry.connected),
     }).toEqual({
       effects: ordered ? applied : [...applied].sort(),

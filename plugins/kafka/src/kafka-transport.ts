@@ -795,6 +795,8 @@ interface Item {
    * `redelivered`, after a delay that grows with this count.
    */
   givenBack?: number;
+  /** Waiting to be handed back (in `#waiting`, but not a retry copy counted in `#retryWaiting`). */
+  handingBack?: boolean;
 }
 
 class KafkaSubscription implements Subscription {
@@ -1029,7 +1031,7 @@ class KafkaSubscription implements Subscription {
       if (this.#drop(item)) {
         clearTimeout(item.timer);
         this.#waiting.delete(item);
-        if (item.orderKey === undefined) {
+        if (item.orderKey === undefined && !item.handingBack) {
           this.#retryWaiting -= 1;
           this.#resumeRetries();
         }
@@ -1243,9 +1245,11 @@ class KafkaSubscription implements Subscription {
       times: item.givenBack,
       error: describeError(cause),
     });
+    item.handingBack = true;
     this.#waiting.add(item);
     item.timer = setTimeout(() => {
       this.#waiting.delete(item);
+      item.handingBack = false;
       if (this.#stopped) return;
       if (item.state.revoked) {
         // Its partition went to another member, which has it: leave the front of its key.
