@@ -356,23 +356,40 @@ export class Relay<Tx> {
         }
         const transportOk = await this.#process(batch, claimedAt, defer);
         if (transportOk) this.#resume();
-        else await this.#pause();
+        else {
+          // Nothing renews confirmed rows waiting for the next claim, and a pause may
+          // outlast their lease: complete them first, or another relay sends them again.
+          if (pending && (await this.#completePending(pending, beforeCommit, 'before pausing'))) pending = undefined;
+          await this.#pause();
+        }
       } catch (error) {
         if (stopping.aborted) break;
         this.#firstClaim?.(error);
         this.#lastError = describeError(error);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
+        // Likely to fail too while the store is away; kept for the next claim if so.
+        if (pending && (await this.#completePending(pending, beforeCommit, 'before pausing'))) pending = undefined;
         await this.#pause();
       }
     }
     // Stopping: what the broker confirmed is completed now, not left to its lease.
     const done = pending as PendingCompletion | undefined;
-    if (done) {
-      try {
-        this.#completed(done.sequences.length, await store.complete(done.lease, done.sequences, { signal: this.#abandon.signal, ...(beforeCommit ? { beforeCommit } : {}) }));
-      } catch (error) {
-        this.#deps.logger.warn('complete failed while stopping; confirmed rows are published again after their lease', { error: describeError(error) });
-      }
+    if (done) await this.#completePending(done, beforeCommit, 'while stopping');
+  }
+
+  /**
+   * Completes confirmed rows that were waiting for the loop's next claim, on their own;
+   * resolves whether the store answered. Never rejects: a failure is logged, and rows not
+   * completed are published again after their lease (at least once).
+   */
+  async #completePending(done: PendingCompletion, beforeCommit: FaultHook | undefined, when: string): Promise<boolean> {
+    try {
+      const completed = await this.#deps.store.complete(done.lease, done.sequences, { signal: this.#abandon.signal, ...(beforeCommit ? { beforeCommit } : {}) });
+      this.#completed(done.sequences.length, completed);
+      return true;
+    } catch (error) {
+      this.#deps.logger.warn(`complete failed ${when}; confirmed rows are published again after their lease`, { error: describeError(error) });
+      return false;
     }
   }
 

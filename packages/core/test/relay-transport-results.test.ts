@@ -76,3 +76,37 @@ describe('relay and per-message transport results', () => {
     expect(watch.maxPerKey).toBe(1);
   });
 });
+
+describe('relay with completeAndClaim and a pause', () => {
+  // Issue 29: with a store that completes confirmed rows with the loop's next claim, a batch
+  // confirmed in part before connectivity trouble left its confirmed rows pending through
+  // the whole pause — neither completed nor renewed — so another relay claimed them once
+  // the lease ran out and published them again.
+  it('completes the confirmed rows of a batch before pausing after a partial connectivity failure', async () => {
+    const clock = { offset: 0 };
+    let calls = 0;
+    const script = (messages: readonly Envelope[]) => {
+      calls += 1;
+      // The first message of the first batch gets through; everything after it is cut by a
+      // connection loss (so every relay loop that claims pauses too).
+      return messages.map((_, index) => (calls === 1 && index === 0 ? undefined : new TransportError('connection lost before the confirm; it may still arrive')));
+    };
+    await using h = harness({
+      clock,
+      transport: (inner) => scriptedTransport(inner, script),
+      // A pause far longer than the lease: the rows must not depend on it ending.
+      bus: { relay: { leaseMs: 1_000, batchSize: 5, pause: { initialDelayMs: 60_000, maxDelayMs: 60_000 } } },
+    });
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { id: 'confirmed' }, { key: 'k-1', messageId: 'confirmed' });
+      h.bus.outbox(tx).publish(Placed, { id: 'cut' }, { key: 'k-2', messageId: 'cut' });
+    });
+    await h.bus.start({ consumers: false });
+    await eventually(() => expect(h.bus.health().relay.paused).toBe(true));
+    // The lease is long gone on the database clock: another relay claims what is left.
+    clock.offset += 60_000;
+    const stolen = await h.outbox.claim({ owner: 'other-relay', limit: 10, leaseMs: 60_000, perKey: 1 });
+    expect(stolen.records.map((record) => record.envelope.messageId), 'a confirmed row was left to another relay to publish again').toEqual(['cut']);
+    expect(h.bus.health().counters.published).toBe(1);
+  });
+});
