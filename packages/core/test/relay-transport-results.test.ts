@@ -110,3 +110,31 @@ describe('relay with completeAndClaim and a pause', () => {
     expect(h.bus.health().counters.published).toBe(1);
   });
 });
+
+describe("relay guard: a key's later message after an earlier one failed in the same batch", () => {
+  // Every real pipelining transport stops a key itself after a refusal, so the relay's own
+  // guard (release, never complete, what follows a failed message of its key in a batch) was
+  // never exercised. This transport confirms every message it does not refuse.
+  it('releases, and sends again after its predecessor, a message confirmed behind a refused one of its key', async () => {
+    const offered: string[] = [];
+    let calls = 0;
+    const script = (messages: readonly Envelope[]) => {
+      calls += 1;
+      offered.push(...messages.map((message) => message.messageId));
+      // The first batch: the key's head is refused (not a connectivity result), the rest confirmed.
+      return messages.map((message) => (calls === 1 && message.messageId === 'k-first' ? new TransportError("broker refused 'k-first'", { code: 'PAYLOAD_TOO_LARGE', retriable: true }) : undefined));
+    };
+    await using h = harness({
+      transport: (inner) => ({ ...scriptedTransport(inner, script), capabilities: { ...inner.capabilities, orderedPipelining: true } }),
+      bus: { relay: { batchSize: 10, retry: { maxAttempts: 3, initialDelayMs: 5, maxDelayMs: 5, jitter: 0 } } },
+    });
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { id: 'k-first' }, { key: 'k', messageId: 'k-first' });
+      h.bus.outbox(tx).publish(Placed, { id: 'k-second' }, { key: 'k', messageId: 'k-second' });
+    });
+    await h.bus.start({ consumers: false });
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0 }));
+    expect(offered, "'k-second' was completed although 'k-first' before it failed in the same batch").toEqual(['k-first', 'k-second', 'k-first', 'k-second']);
+    expect(h.outbox.failures.flat().map((failure) => failure.outcome)).toEqual(['retry']);
+  });
+});
