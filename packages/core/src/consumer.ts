@@ -5,12 +5,14 @@ import { CourierError, SerializationError, StorageError, UnrecoverableError, des
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
+import { DrainLease } from './internal/drain-lease.js';
 import { parsePayload } from './json.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
 import { createOutboxPublisher, type PublisherSettings } from './outbox-publisher.js';
 import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
+import { linkSignals } from './signals.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
 import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
@@ -63,10 +65,10 @@ export interface ConsumerSettings {
   readonly poison: PoisonPolicy;
   /** How often a `halt` consumer looks for keys an operator resumed. */
   readonly haltPollMs: number;
+  /** How long a drain claim on a resumed key lasts without a word from its drainer; renewed every third of it while the drain runs. */
+  readonly drainLeaseMs: number;
 }
 
-/** How long a drain claim on a resumed key lasts without a word from its drainer (each drain step renews it). */
-const DRAIN_LEASE_MS = 30_000;
 /** Held messages read per step of a drain. */
 const DRAIN_BATCH = 50;
 
@@ -602,9 +604,23 @@ export class Consumer<Tx> {
       try {
         for (;;) {
           if (signal.aborted) return;
-          const claim = await halts.claimResumed(this.#settings.consumer, this.#owner, DRAIN_LEASE_MS);
+          const claimedAt = Date.now();
+          const claim = await halts.claimResumed(this.#settings.consumer, this.#owner, this.#settings.drainLeaseMs);
           if (!claim) break;
-          await this.#drain(halts, claim, signal);
+          // Renewed for as long as the drain works on the key, however long a step takes (a
+          // held message retrying in place outlasts any fixed lease); a claim found lost
+          // stops the drain, since the key's next drainer is already at work.
+          const lease = new DrainLease(
+            { halts, consumer: this.#settings.consumer, topic: claim.topic, key: claim.key, owner: this.#owner, leaseMs: this.#settings.drainLeaseMs, logger: this.#deps.logger },
+            claimedAt,
+          );
+          const step = linkSignals([signal, lease.lost]);
+          try {
+            await this.#drain(halts, claim, step.signal);
+          } finally {
+            step.dispose();
+            await lease.stop();
+          }
         }
       } catch (error) {
         // The store is away or failed: the claim's lease runs out and this (or another) instance takes it again.

@@ -37,7 +37,7 @@ function envelope(messageId: string, key: string | null): Envelope {
 }
 
 /** A bus with one ordered `halt` subscription whose handler fails for the messages in `broken`, recording applied ids in commit order. */
-async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> } = {}) {
+async function haltBus(options: { maxAttempts?: number; retryDelayMs?: number; leaseMs?: number; loseAckOf?: Set<string> } = {}) {
   const database = new InMemoryDatabase();
   const broker = new InMemoryBroker();
   const connection = broker.connect();
@@ -72,7 +72,7 @@ async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> 
     outbox: new InMemoryOutboxStore({ database }),
     inbox,
     transport,
-    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } },
+    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 }, ...(options.leaseMs ? { leaseMs: options.leaseMs } : {}) },
   });
   const broken = new Set<string>();
   const failing = new Set<string>();
@@ -87,7 +87,7 @@ async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> 
       if (failing.has(message.messageId)) throw new Error(`failing ${message.messageId}`);
       context.tx.onCommit(() => applied.push(message.messageId));
     },
-    { ordered: true, poison: 'halt', retry: { maxAttempts: options.maxAttempts ?? 2, initialDelayMs: 1, maxDelayMs: 1 } },
+    { ordered: true, poison: 'halt', retry: { maxAttempts: options.maxAttempts ?? 2, initialDelayMs: options.retryDelayMs ?? 1, maxDelayMs: options.retryDelayMs ?? 1, jitter: 0 } },
   );
   await bus.start();
   const ids = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => `${prefix}-${i + 1}-${newMessageId()}`);
@@ -228,6 +228,40 @@ describe("poison 'halt' for ordered subscriptions: behaviour", () => {
     expect(halt!.head!.error).toMatch(/ATTEMPTS_EXHAUSTED: 2 attempts/);
     expect(h.runs.filter((id) => id === a1)).toHaveLength(2);
     await eventually(async () => expect((await h.connection.deadLetters.list('ledger')).map((letter) => letter.envelope.messageId)).toEqual([n1]));
+  });
+});
+
+describe("poison 'halt': the drain's claim", () => {
+  // Issue 29: the drain's lease was renewed only by its steps, not while one step ran. A
+  // head retrying in place for longer than the lease lost the claim: its re-halt was fenced
+  // out, the key stayed resumed 'retry', was claimed and run again for ever, and the
+  // consumer's other resumed keys never drained.
+  it('is renewed while a resumed head retries in place for longer than the lease: the head halts the key again, and the next resumed key drains', async () => {
+    const leaseMs = 1_500;
+    // Four backoffs of 1 s: the head's retries outlast the lease more than twice over.
+    await using h = await haltBus({ maxAttempts: 5, retryDelayMs: 1_000, leaseMs });
+    const [a1] = h.ids('a', 1) as [string];
+    const [b1] = h.ids('b', 1) as [string];
+    h.broken.add(a1);
+    h.broken.add(b1);
+    await h.publish('a', [a1]);
+    await eventually(async () => expect(await h.inbox.listHalted()).toHaveLength(1));
+    await h.publish('b', [b1]);
+    await eventually(async () => expect(await h.inbox.listHalted()).toHaveLength(2));
+    // a1 now fails every try (retried in place); b1 is fixed.
+    h.broken.delete(a1);
+    h.failing.add(a1);
+    h.broken.delete(b1);
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'b', 'retry')).toBe(1);
+    await eventually(async () => {
+      const halts = await h.inbox.listHalted();
+      expect(halts.map((halt) => [halt.key, halt.resumed, halt.head?.envelope.messageId])).toEqual([['a', null, a1]]);
+      expect(halts[0]!.head!.error).toMatch(/ATTEMPTS_EXHAUSTED: 5 attempts/);
+    }, 20_000);
+    expect(h.applied).toEqual([b1]);
+    // The drain ran the head's five attempts once: no second drainer ran it meanwhile.
+    expect(h.runs.filter((id) => id === a1)).toHaveLength(1 + 5);
   });
 });
 
