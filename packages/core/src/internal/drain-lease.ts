@@ -37,11 +37,17 @@ export class DrainLease {
   #renewing: Promise<void> | undefined;
   #stopped = false;
 
-  /** Starts renewing a claim taken at `heldSince` (local clock, taken before the claim). */
-  constructor(target: DrainLeaseTarget, heldSince: number) {
+  /**
+   * Starts renewing a claim taken at `heldSince` (local clock, taken before the claim).
+   * `abandon` stops the renewals for good (the drain's work was abandoned, as a dead
+   * process's is: the claim runs out and another instance takes the key).
+   */
+  constructor(target: DrainLeaseTarget, heldSince: number, abandon?: AbortSignal) {
     this.#target = target;
     this.#holdFrom(heldSince);
     this.#schedule();
+    abandon?.addEventListener('abort', () => void this.stop(), { once: true });
+    if (abandon?.aborted) void this.stop();
   }
 
   /** Aborts once the claim can no longer be trusted (see the class guarantees). */
