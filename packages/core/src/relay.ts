@@ -636,7 +636,8 @@ export class Relay<Tx> {
  * (another relay re-claimed some: sending the rest could break their order), or when no
  * renewal has succeeded for `LEASE_BUDGET` of a lease (the database may already count it
  * expired); it never un-aborts. A failed renewal is retried at the next beat. `stop`
- * clears every timer and waits for a renewal in flight.
+ * clears every timer and waits for a renewal in flight, but no longer than the lease's
+ * budget: a renewal that hangs never holds the relay's loop.
  */
 class LeaseHeartbeat {
   readonly #lost = new AbortController();
@@ -682,8 +683,11 @@ class LeaseHeartbeat {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#beat);
+    // A renewal that never answers (a hung connection) must not hold the relay's loop: it is
+    // waited for only until the lease could lapse. A late answer touches only rows still
+    // held by the lease, and by then none is.
+    if (this.#renewing) await Promise.race([this.#renewing, aborted(this.#lost.signal)]);
     clearTimeout(this.#lapse);
-    await this.#renewing;
   }
 
   /** The lease is known to hold from `since` (local clock, taken before the store call). */

@@ -1,6 +1,7 @@
 import { describeError } from '../errors.js';
 import type { InboxHalts } from '../inbox-store.js';
 import type { Logger } from '../logger.js';
+import { aborted } from './async.js';
 
 /** Renewals per lease length while a drain holds a resumed key. */
 const RENEWALS_PER_LEASE = 3;
@@ -27,7 +28,7 @@ export interface DrainLeaseTarget {
  * the halt changed hands), or when no renewal has succeeded for `LEASE_BUDGET` of a lease
  * (the store was unreachable: the database may already count it expired); it never
  * un-aborts. A failed renewal is retried at the next beat. `stop` clears every timer and
- * waits for a renewal in flight.
+ * waits for a renewal in flight, but no longer than the lease's budget.
  */
 export class DrainLease {
   readonly #lost = new AbortController();
@@ -59,8 +60,10 @@ export class DrainLease {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#beat);
+    // A renewal that never answers must not hold the drain loop: waited for only until the
+    // claim could lapse.
+    if (this.#renewing) await Promise.race([this.#renewing, aborted(this.#lost.signal)]);
     clearTimeout(this.#lapse);
-    await this.#renewing;
   }
 
   #holdFrom(since: number): void {
