@@ -367,8 +367,8 @@ export class Relay<Tx> {
         this.#firstClaim?.(error);
         this.#lastError = describeError(error);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
-        // Likely to fail too while the store is away; kept for the next claim if so.
-        if (pending && (await this.#completePending(pending, beforeCommit, 'before pausing'))) pending = undefined;
+        // Confirmed rows still pending stay for the next claim: the store itself failed, so
+        // a separate complete now would most likely fail as well.
         await this.#pause();
       }
     }
