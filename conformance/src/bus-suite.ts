@@ -1,6 +1,6 @@
 import { FAULT_POINTS, type FaultPoint } from '@courier/core';
 import { afterAll, describe, expect, it, type TestContext } from 'vitest';
-import { runHaltScenario } from './bus/halt-scenario.js';
+import { runHaltReplayCase, runHaltScenario } from './bus/halt-scenario.js';
 import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runGivenUpWhileAppliedCase } from './bus/given-up-while-applied-case.js';
@@ -236,6 +236,10 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           if (skip) return skipCase(skip);
         }), 90_000);
       }
+      it("poison 'halt' and a replayed dead letter: a replay that fails again halts its key as a replay; drained, it is applied, then what was held", tracked(async (skipCase) => {
+        const skip = await runHaltReplayCase(factories, uniqueId());
+        if (skip) return skipCase(skip);
+      }), 90_000);
       it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
         const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());

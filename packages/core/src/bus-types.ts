@@ -151,6 +151,9 @@ export interface RelayConfig {
    * (the database slow or away) stops the batch's sending. When the store cannot renew:
    * default 30 s, and at least twice the transport's declared `publishTimeoutMs`
    * (`createBus` checks), so a confirm that comes late is never re-claimed and sent again.
+   * It is also the lease of a consumer's drain of a resumed halted key (`poison: 'halt'`),
+   * renewed every third of it while the drain runs: a dead drainer's key is drained by
+   * another instance about this long later.
    */
   readonly leaseMs?: number;
   /** Poll interval when the store has no wake-up signal (or as a safety net). Default 1 s. */
