@@ -1,12 +1,14 @@
 // The JetStream transport fixture: every connection goes through a TCP proxy of its own, so
 // a test can cut one client (kill) or all of this fixture's clients (outage) without
-// touching the shared NATS server.
+// touching the shared NATS server, and through a hop that can make chosen settles fail at
+// the server (failSettles, see settle-fault-proxy.ts).
 import type { Envelope, Transport } from '@courier/core';
 import type { FixtureContext, TransportFixture } from '@courier/conformance';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { NatsJetStreamTransport } from '../../src/index.js';
-import { TcpProxy, targetOf, throughProxy } from '@courier/conformance';
+import { TcpProxy, targetOf } from '@courier/conformance';
+import { SettleFaultProxy, SettleFaults } from './settle-fault-proxy.js';
 
 /** Address of the NATS server with JetStream (scripts/services.sh exports it). */
 export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222';
@@ -15,10 +17,11 @@ export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222
 export const ACK_WAIT_MS = 2_000;
 
 /** Transport settings every connection of one fixture shares (tests that need other timers than the defaults). */
-export type JetStreamFixtureSettings = Partial<Pick<ConstructorParameters<typeof NatsJetStreamTransport>[0], 'orderedLeaseMs'>>;
+export type JetStreamFixtureSettings = Partial<Pick<ConstructorParameters<typeof NatsJetStreamTransport>[0], 'orderedLeaseMs' | 'stream'>>;
 
 export async function createJetStreamFixture({ testId }: FixtureContext, settings: JetStreamFixtureSettings = {}): Promise<TransportFixture> {
-  const proxies = new Map<Transport, { proxy: TcpProxy; connections: NatsConnection[]; killed: boolean }>();
+  const proxies = new Map<Transport, { proxy: TcpProxy; faultProxy: SettleFaultProxy; connections: NatsConnection[]; killed: boolean }>();
+  const faults = new SettleFaults(testId);
   let down = false;
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
   let duplicates = 0;
@@ -26,7 +29,12 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
   const make = async (extra: Partial<ConstructorParameters<typeof NatsJetStreamTransport>[0]> = {}): Promise<NatsJetStreamTransport> => {
     const proxy = await TcpProxy.create(targetOf(natsUrl, 4222));
     await proxy.open();
-    const entry = { proxy, connections: [] as NatsConnection[], killed: false };
+    // Client → settle-fault hop → TcpProxy → server: kill and outage close the TcpProxy.
+    const faultProxy = await SettleFaultProxy.start(proxy.port, faults);
+    const entry = { proxy, faultProxy, connections: [] as NatsConnection[], killed: false };
+    const servers = new URL(natsUrl);
+    servers.hostname = '127.0.0.1';
+    servers.port = String(faultProxy.port);
     const transport = new NatsJetStreamTransport({
       prefix: testId,
       ackWaitMs: ACK_WAIT_MS,
@@ -34,7 +42,7 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       publishTimeoutMs: 5_000,
       connection: async () => {
         if (entry.killed) throw new Error('this connection was killed');
-        const nc = await connect({ servers: throughProxy(natsUrl, proxy), maxReconnectAttempts: -1, reconnectTimeWait: 200, timeout: 2_000 });
+        const nc = await connect({ servers: servers.toString(), maxReconnectAttempts: -1, reconnectTimeWait: 200, timeout: 2_000 });
         entry.connections.push(nc);
         return nc;
       },
@@ -77,6 +85,9 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
     rejectPublish: async (predicate) => {
       rejecting = predicate;
     },
+    failSettles: async (kind, count = 1) => {
+      faults.fail(kind, count);
+    },
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
     injectDuplicate: async (envelope) => {
       const [result] = await duplicator.publish([envelope]);
@@ -86,7 +97,7 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       void down;
       // A killed transport's close may wait forever on a handler the test never settles: it is not awaited.
       await Promise.all([...proxies].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
-      await Promise.all([...proxies.values()].map((entry) => entry.proxy.close()));
+      await Promise.all([...proxies.values()].map((entry) => Promise.all([entry.faultProxy.close(), entry.proxy.close()])));
       // Workers of the process scenarios share this testId's streams with the parent: only the parent deletes them.
       if (process.env['COURIER_CONFORMANCE_WORKER'] === undefined) {
         const nc = await connect({ servers: natsUrl, timeout: 2_000 }).catch(() => undefined);
