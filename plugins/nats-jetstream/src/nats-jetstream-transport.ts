@@ -697,7 +697,11 @@ class JetStreamSubscription implements Subscription {
       });
   }
 
-  /** Keeps every delivery in hand alive, so AckWait redelivers only after a crash. */
+  /**
+   * Keeps every delivery in hand alive (running, queued behind its key, or waiting to run
+   * again in place), so AckWait redelivers only after a crash. A delivery whose settle failed
+   * or never came leaves the hand (`#comeBack`): kept alive, it would never come back.
+   */
   #heartbeat(): void {
     for (const item of this.#inHand.values()) {
       try {
@@ -754,6 +758,7 @@ class JetStreamSubscription implements Subscription {
     try {
       envelope = decode(msg.headers, msg.data);
     } catch (error) {
+      // Never in hand: if the dead letter fails, AckWait brings the message back to try again.
       await this.#deadLetter(msg, undefined, 1, { code: 'ENVELOPE_INVALID', message: describe(error) }).catch(() => undefined);
       return;
     }
