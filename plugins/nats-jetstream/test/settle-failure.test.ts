@@ -145,8 +145,7 @@ describe('a retry copy the broker fails (unordered)', () => {
 describe('a dead letter always fits', () => {
   it('a payload at maxMessageBytes with a reason far over max_payload is dead-lettered, its reason cut', async () => {
     const testId = uniqueId();
-    // The stream's own limit lifted: the message is as large as the transport takes.
-    const fixture = await createJetStreamFixture({ testId }, { stream: {} });
+    const fixture = await createJetStreamFixture({ testId });
     closers.push(() => fixture.close());
     const topic = `${testId}.large`;
     const consumer = `${testId}-c`;

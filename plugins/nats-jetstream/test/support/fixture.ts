@@ -17,7 +17,17 @@ export const natsUrl = process.env['COURIER_NATS_URL'] ?? 'nats://127.0.0.1:4222
 export const ACK_WAIT_MS = 2_000;
 
 /** Transport settings every connection of one fixture shares (tests that need other timers than the defaults). */
-export type JetStreamFixtureSettings = Partial<Pick<ConstructorParameters<typeof NatsJetStreamTransport>[0], 'orderedLeaseMs' | 'stream'>>;
+export type JetStreamFixtureSettings = Partial<Pick<ConstructorParameters<typeof NatsJetStreamTransport>[0], 'orderedLeaseMs'>>;
+
+/** The transport's declared `maxMessageBytes` (512 KiB): the kit publishes a payload of exactly that and expects it taken. */
+const MAX_MESSAGE_BYTES = 512 * 1024;
+/**
+ * The test stream's `max_msg_size` (payload and headers): a payload of `maxMessageBytes` with
+ * ordinary headers fits; `refusable` adds 16 KB of user headers to such a payload, which the
+ * transport's own checks pass (within `max_payload` and the 64 KiB header bound) and the
+ * server refuses for its size.
+ */
+const STREAM_MAX_MSG_BYTES = MAX_MESSAGE_BYTES + 8 * 1024;
 
 export async function createJetStreamFixture({ testId }: FixtureContext, settings: JetStreamFixtureSettings = {}): Promise<TransportFixture> {
   const proxies = new Map<Transport, { proxy: TcpProxy; faultProxy: SettleFaultProxy; connections: NatsConnection[]; killed: boolean }>();
@@ -48,8 +58,8 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       },
       // The broker itself refuses these: JetStream checks Nats-Expected-Stream against the stream's name.
       publishHeaders: (envelope) => (rejecting?.(envelope) ? { 'Nats-Expected-Stream': `${testId}_NOT_THIS_STREAM` } : undefined),
-      // A payload over the stream's max_msg_size is refused by the server for its content.
-      stream: { max_msg_size: 256 * 1024 },
+      // A message over the stream's max_msg_size is refused by the server for its content.
+      stream: { max_msg_size: STREAM_MAX_MSG_BYTES },
       ...settings,
       ...extra,
     });
@@ -58,6 +68,7 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
   };
 
   const transport = await make();
+  if (transport.capabilities.maxMessageBytes !== MAX_MESSAGE_BYTES) throw new Error(`the fixture's stream limit assumes maxMessageBytes ${MAX_MESSAGE_BYTES}, the transport declares ${transport.capabilities.maxMessageBytes}`);
   const duplicator = await make({ publishHeaders: (envelope) => ({ 'Nats-Msg-Id': `${envelope.messageId}#dup-${(duplicates += 1)}` }) });
 
   return {
@@ -88,7 +99,11 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
     failSettles: async (kind, count = 1) => {
       faults.fail(kind, count);
     },
-    refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
+    refusable: (envelope) => ({
+      ...envelope,
+      payload: JSON.stringify('x'.repeat(MAX_MESSAGE_BYTES - 2)),
+      headers: { ...envelope.headers, ...Object.fromEntries(Array.from({ length: 4 }, (_, index) => [`refusable-${index}`, 'x'.repeat(4_000)])) },
+    }),
     injectDuplicate: async (envelope) => {
       const [result] = await duplicator.publish([envelope]);
       if (!result?.ok) throw new Error(`injectDuplicate failed: ${result && !result.ok ? result.error.message : 'no result'}`);
