@@ -2,7 +2,7 @@
 // a test can cut one client (kill) or all of this fixture's clients (outage) without
 // touching the shared NATS server, and through a hop that can make chosen settles fail at
 // the server (failSettles, see settle-fault-proxy.ts).
-import type { Envelope, Transport } from '@courier/core';
+import { CourierError, type Envelope, type Transport } from '@courier/core';
 import type { FixtureContext, TransportFixture } from '@courier/conformance';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -105,7 +105,17 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       headers: { ...envelope.headers, ...Object.fromEntries(Array.from({ length: 4 }, (_, index) => [`refusable-${index}`, 'x'.repeat(4_000)])) },
     }),
     injectDuplicate: async (envelope) => {
-      const [result] = await duplicator.publish([envelope]);
+      // The duplicator connects at its first publish; on a loaded machine that can outlast the
+      // 3 s connect timeout, which rejects retriably: try again, within a bound.
+      const until = Date.now() + 30_000;
+      let published: Awaited<ReturnType<Transport['publish']>> | undefined;
+      while (published === undefined) {
+        published = await duplicator.publish([envelope]).catch((error: unknown) => {
+          if (!(error instanceof CourierError && error.retriable) || Date.now() > until) throw error;
+          return undefined;
+        });
+      }
+      const [result] = published;
       if (!result?.ok) throw new Error(`injectDuplicate failed: ${result && !result.ok ? result.error.message : 'no result'}`);
     },
     close: async () => {
