@@ -336,6 +336,29 @@ export class SqsTransport implements Transport {
     await this.#closing;
   }
 
+  /**
+   * Puts a copy of a received message into `consumer`'s dead-letter queue with the reason
+   * (the queue is created if missing and provisioning is on). Used by {@link SqsEventSource},
+   * whose deliveries come from Lambda events rather than this transport's receives; the
+   * caller deletes the original (the event source does, for a record not reported failed).
+   */
+  async deadLetterCopy(
+    consumer: string,
+    message: { readonly id: string; readonly body: string; readonly attributes: Readonly<Record<string, MessageAttributeValue>>; readonly groupId?: string | undefined },
+    reason: DeadLetterReason,
+    attempt: number,
+  ): Promise<void> {
+    const [url] = (await this.#urlsOf([this.deadLetterQueueName(consumer)])).values();
+    await this.#client.send(
+      new SendMessageCommand({
+        QueueUrl: url!,
+        MessageBody: message.body === '' ? ' ' : message.body,
+        MessageAttributes: deadAttributes(message.attributes, reason, attempt),
+        ...(this.#fifo ? { MessageGroupId: message.groupId ?? message.id, MessageDeduplicationId: dedupIdOf(`dead-${message.id}-${attempt}`) } : {}),
+      }),
+    );
+  }
+
   /** Sets each queue's redrive policy to `deadLetterUrl` (skipped where it already points there). */
   async #redrive(queueUrls: readonly string[], deadLetterUrl: string): Promise<void> {
     const arn = (await this.#client.send(new GetQueueAttributesCommand({ QueueUrl: deadLetterUrl, AttributeNames: ['QueueArn'] }))).Attributes?.['QueueArn'];
@@ -509,6 +532,16 @@ function groupIdOf(envelope: Envelope): string {
 /** A MessageDeduplicationId (at most 128 characters of A-Z a-z 0-9 and punctuation) for `value`. */
 function dedupIdOf(value: string): string {
   return value.replace(/[^\x21-\x7E]/g, '_').slice(0, 128);
+}
+
+/** A dead-letter copy's attributes: the message's own (at most 9) plus the `courier-dead` mark. */
+function deadAttributes(source: Readonly<Record<string, MessageAttributeValue>>, reason: DeadLetterReason, attempt: number): Record<string, MessageAttributeValue> {
+  const attributes: Record<string, MessageAttributeValue> = {};
+  for (const [name, value] of Object.entries(source)) {
+    if (name !== ATTRIBUTES.dead && Object.keys(attributes).length < 9) attributes[name] = value;
+  }
+  attributes[ATTRIBUTES.dead] = { DataType: 'String', StringValue: deadMarkValue({ reason, attempt, deadAt: new Date().toISOString() }) };
+  return attributes;
 }
 
 /** Splits entries into SendMessageBatch calls: at most 10 entries and 256 KiB each. */
@@ -824,11 +857,7 @@ class SqsSubscription implements Subscription {
     item.settled ??= 'dead';
     item.stop();
     const { message } = item;
-    const attributes: Record<string, MessageAttributeValue> = {};
-    for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
-      if (name !== ATTRIBUTES.dead && Object.keys(attributes).length < 9) attributes[name] = value;
-    }
-    attributes[ATTRIBUTES.dead] = { DataType: 'String', StringValue: deadMarkValue({ reason, attempt, deadAt: new Date().toISOString() }) };
+    const attributes = deadAttributes(message.MessageAttributes ?? {}, reason, attempt);
     await this.#config.client.send(
       new SendMessageCommand({
         QueueUrl: this.#config.deadLetterUrl,
