@@ -117,7 +117,9 @@ export interface DeadMark {
 
 /** The `courier-dead` attribute value. */
 export function deadMarkValue(mark: DeadMark): string {
-  return JSON.stringify({ code: mark.reason.code, message: mark.reason.message, attempt: mark.attempt, deadAt: mark.deadAt });
+  // JSON escapes control characters and lone surrogates, not U+FFFE and U+FFFF, which SQS
+  // refuses (ElasticMQ fails the whole request): a handler's error text may hold them.
+  return JSON.stringify({ code: mark.reason.code, message: mark.reason.message, attempt: mark.attempt, deadAt: mark.deadAt }).replace(/[\uFFFE\uFFFF]/g, '\uFFFD');
 }
 
 /** The dead mark of a dead-letter queue's message; absent (moved by the redrive policy, not by Courier): undefined. */

@@ -58,11 +58,15 @@ export function assertSqsAnswers(): Promise<void> {
  * every SendMessageBatch entry whose envelope `predicate` selects, and SQS answers that
  * entry alone with `InvalidParameterValue` while its neighbours are sent.
  */
-function refuseMatching(client: SQSClient, predicate: () => ((envelope: Envelope) => boolean) | undefined): void {
+function refuseMatching(client: SQSClient, predicate: () => ((envelope: Envelope) => boolean) | undefined, duplicating: () => boolean): void {
   client.middlewareStack.add(
     (next) => async (args) => {
       const test = predicate();
-      const input = args.input as { Entries?: { MessageAttributes?: Record<string, { StringValue?: string }>; MessageBody?: string; DelaySeconds?: number }[] };
+      const input = args.input as { Entries?: { MessageAttributes?: Record<string, { StringValue?: string }>; MessageBody?: string; DelaySeconds?: number; MessageDeduplicationId?: string }[] };
+      // injectDuplicate: FIFO queues drop a second copy with the same MessageDeduplicationId (the messageId) for 5 minutes.
+      if (duplicating() && Array.isArray(input.Entries)) {
+        for (const entry of input.Entries) if (entry.MessageDeduplicationId !== undefined) entry.MessageDeduplicationId = `${entry.MessageDeduplicationId}-duplicate`;
+      }
       if (test && Array.isArray(input.Entries)) {
         for (const entry of input.Entries) {
           const metadata = entry.MessageAttributes?.['courier-envelope']?.StringValue;
@@ -80,6 +84,7 @@ export async function createSqsFixture({ testId }: FixtureContext, config: Parti
   const entries = new Map<Transport, { proxy: TcpProxy | undefined; killed: boolean }>();
   let down = false;
   let refuse: ((envelope: Envelope) => boolean) | undefined;
+  let duplicating = false;
 
   const make = async (): Promise<SqsTransport> => {
     let proxy: TcpProxy | undefined;
@@ -91,7 +96,7 @@ export async function createSqsFixture({ testId }: FixtureContext, config: Parti
       if (!down) await proxy.open();
       client = sqsClient(`${target.protocol}//127.0.0.1:${proxy.port}`);
     }
-    refuseMatching(client, () => refuse);
+    refuseMatching(client, () => refuse, () => duplicating);
     const transport = new SqsTransport({ client, prefix: `${testId}-`, ...TEST_CONFIG, ...config });
     entries.set(transport, { proxy, killed: false });
     return transport;
@@ -111,6 +116,15 @@ export async function createSqsFixture({ testId }: FixtureContext, config: Parti
     },
     rejectPublish: async (predicate) => {
       refuse = predicate;
+    },
+    injectDuplicate: async (envelope) => {
+      duplicating = true;
+      try {
+        const [result] = await transport.publish([envelope]);
+        if (!result?.ok) throw new Error(`injectDuplicate failed: ${result && !result.ok ? result.error.message : 'no result'}`);
+      } finally {
+        duplicating = false;
+      }
     },
     close: async () => {
       await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
