@@ -10,7 +10,13 @@
 //     and loads, and the module has at least one export;
 //   - every value export named in the package's src/index.ts is present at run time;
 //   - the `types` file of the root export exists, and a TypeScript file importing every
-//     package type-checks (NodeNext resolution, declarations checked).
+//     package type-checks (NodeNext resolution, declarations checked);
+// and then runs scripts/pack-smoke-round-trip.mjs there: a publish → relay → consume round
+// trip through @courier/core, @courier/mikro-orm (outbox, inbox, migration classes run by
+// MikroORM's migrator) and @courier/sql-transport on one SQLite file.
+//
+// `--mikro-orm 7` installs MikroORM 7 (MIKRO_ORM_7 below; it needs Node 22.17+) instead of
+// the MikroORM 6 the workspace tests with, so the packed plugin is proven on both majors.
 // Exits non-zero and says what failed. COURIER_SMOKE_KEEP=1 keeps the scratch folder.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,6 +25,16 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+// MikroORM 7 releases are not all served at one version, and each driver pins its core
+// exactly: 7.2.1 is the newest version every package the plugins use is served at.
+const MIKRO_ORM_7 = '7.2.1';
+const args = process.argv.slice(2);
+const mikroOrmFlag = args.indexOf('--mikro-orm');
+const mikroOrmMajor = mikroOrmFlag === -1 ? undefined : args[mikroOrmFlag + 1];
+if (mikroOrmMajor !== undefined && mikroOrmMajor !== '6' && mikroOrmMajor !== '7') {
+  console.error(`pack-smoke: --mikro-orm takes 6 or 7, got '${mikroOrmMajor ?? ''}'`);
+  process.exit(2);
+}
 const failures = [];
 const fail = (message) => {
   failures.push(message);
@@ -115,13 +131,17 @@ try {
     if (!files.some((file) => file.startsWith('package/dist/'))) fail(`${pkg.manifest.name}: the tarball has no dist/`);
     console.log(`packed ${pkg.manifest.name}: ${created[0]} (${files.filter(Boolean).length} files)`);
     dependencies[pkg.manifest.name] = `file:${relative(app, pkg.tarball)}`;
-    // Peers at the version the repository pins for its own tests, else the declared range.
+    // Peers at the version the repository pins for its own tests, else the declared range
+    // (MikroORM at MIKRO_ORM_7 with --mikro-orm 7).
     for (const [name, range] of Object.entries(packed.peerDependencies ?? {})) {
       if (name.startsWith('@courier/') || peers[name]) continue;
-      peers[name] = pkg.manifest.devDependencies?.[name] ?? range;
+      peers[name] = mikroOrmMajor === '7' && name.startsWith('@mikro-orm/') ? MIKRO_ORM_7 : (pkg.manifest.devDependencies?.[name] ?? range);
     }
   }
   Object.assign(dependencies, peers);
+  for (const [name, version] of Object.entries(peers)) {
+    if (name.startsWith('@mikro-orm/') && mikroOrmMajor === '7' && version !== MIKRO_ORM_7) fail(`${name} would install at ${version}, not ${MIKRO_ORM_7}`);
+  }
 
   // ---------------------------------------------------------------- install
   writeFileSync(
@@ -223,6 +243,20 @@ if (problems.length > 0) {
   } else {
     console.log(`ok types: a consumer importing ${checked.length} packages type-checks`);
   }
+
+  // ---------------------------------------------------------------- round trip
+  const roundTripNeeds = ['@courier/core', '@courier/mikro-orm', '@courier/sql-transport', '@mikro-orm/libsql', '@mikro-orm/migrations'];
+  const absent = roundTripNeeds.filter((name) => !existsSync(join(app, 'node_modules', ...name.split('/'), 'package.json')));
+  if (absent.length > 0) {
+    fail(`round trip: ${absent.join(', ')} not installed in the scratch project`);
+  } else {
+    writeFileSync(join(app, 'round-trip.mjs'), readFileSync(join(root, 'scripts', 'pack-smoke-round-trip.mjs')));
+    try {
+      execFileSync('node', ['round-trip.mjs'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'], timeout: 120_000 });
+    } catch {
+      fail('the publish → relay → consume round trip failed (see above)');
+    }
+  }
 } finally {
   if (process.env.COURIER_SMOKE_KEEP === '1') console.log(`kept ${scratch}`);
   else rmSync(scratch, { recursive: true, force: true });
@@ -232,4 +266,4 @@ if (failures.length > 0) {
   console.error(`pack smoke test FAILED: ${failures.length} problem(s)`);
   process.exit(1);
 }
-console.log(`pack smoke test passed: ${packages.length} package(s)`);
+console.log(`pack smoke test passed: ${packages.length} package(s), MikroORM ${mikroOrmMajor === '7' ? MIKRO_ORM_7 : 'as the workspace pins it'}`);
