@@ -4,7 +4,7 @@
 #   courier_step TEXT       print a step heading
 #   courier_use_node MAJOR  put Node MAJOR (from the cache, scripts/node.sh) first on PATH
 #   courier_ensure_node     a supported Node first on PATH: COURIER_NODE if set, else the one
-#                           running if supported, else COURIER_NODE_DEFAULT from the cache
+#                           running if it is supported, else COURIER_NODE_DEFAULT from the cache
 #   courier_ensure_pnpm     ensure_node, then make `pnpm` the pinned version (global if it
 #                           already is, else .tools/)
 #   courier_install         ensure pnpm, then `pnpm install --frozen-lockfile`
@@ -17,7 +17,6 @@ COURIER_PNPM_VERSION="12.4.2"
 # own Node is older than every supported line.
 COURIER_NODE_LINES="22 24 26"
 COURIER_NODE_DEFAULT="26"
-COURIER_NODE_MINIMUM="22.12.0"
 export COURIER_ROOT
 # A pnpm installed into .tools/ by an earlier run wins over a wrong global one.
 case ":$PATH:" in
@@ -49,23 +48,23 @@ courier_use_node() {
   export COURIER_NODE="$1"
 }
 
-# True when `node` on PATH is at least COURIER_NODE_MINIMUM.
+# True when `node` on PATH is in the supported range (the `engines` of every package.json:
+# ^22.12.0 || ^24.0.0 || >=26.0.0; 23 and 25 are short-lived lines, past their end of life).
 courier_node_supported() {
   node -e '
-    const want = process.argv[1].split(".").map(Number);
-    const have = process.versions.node.split(".").map(Number);
-    for (let i = 0; i < 3; i++) if (have[i] !== want[i]) process.exit(have[i] > want[i] ? 0 : 1);
-  ' "$COURIER_NODE_MINIMUM" 2>/dev/null </dev/null
+    const [major, minor] = process.versions.node.split(".").map(Number);
+    process.exit((major === 22 && minor >= 12) || major === 24 || major >= 26 ? 0 : 1);
+  ' 2>/dev/null </dev/null
 }
 
 courier_ensure_node() {
-  command -v node >/dev/null 2>&1 || courier_die "node is not installed: Courier's scripts need a Node.js with npm to start (they install Node $COURIER_NODE_DEFAULT themselves if that one is older than $COURIER_NODE_MINIMUM)"
+  command -v node >/dev/null 2>&1 || courier_die "node is not installed: Courier's scripts need a Node.js with npm to start (they install Node $COURIER_NODE_DEFAULT themselves when that one is outside the supported range)"
   if [ -n "${COURIER_NODE:-}" ]; then
     if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null </dev/null)" != "$COURIER_NODE" ]; then
       courier_use_node "$COURIER_NODE"
     fi
   elif ! courier_node_supported; then
-    echo "node $(node --version </dev/null) is older than $COURIER_NODE_MINIMUM: using Node $COURIER_NODE_DEFAULT from the cache (scripts/node.sh)"
+    echo "node $(node --version </dev/null) is not a supported line (^22.12.0 || ^24.0.0 || >=26.0.0): using Node $COURIER_NODE_DEFAULT from the cache (scripts/node.sh)"
     courier_use_node "$COURIER_NODE_DEFAULT"
   fi
 }

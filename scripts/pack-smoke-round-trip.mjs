@@ -7,7 +7,10 @@
 //   - the relay publishes the outbox rows to the SQL transport;
 //   - the consumer's effect row and its inbox record commit together, once per message,
 //     and its ctx.publish goes through the outbox again (a second hop);
-//   - the courierMigrations classes (@mikro-orm/migrations) create and report the schema.
+//   - the courierMigrations classes (@mikro-orm/migrations) create the schema through
+//     MikroORM's own migrator;
+//   - withSqliteBusyTimeout gives the ORM's connection its busy timeout before any store
+//     exists (MikroORM 6 and 7 read it from different driverOptions).
 // Prints one line per check and exits non-zero when one fails.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -16,7 +19,7 @@ import { join } from 'node:path';
 
 import { createBus, defineMessage } from '@courier/core';
 import { courierMigrations } from '@courier/mikro-orm/migrations';
-import { MikroOrmInboxStore, MikroOrmOutboxStore, withSqliteBusyTimeout } from '@courier/mikro-orm';
+import { MikroOrmInboxStore, MikroOrmOutboxStore, SQLITE_BUSY_TIMEOUT_MS, withSqliteBusyTimeout } from '@courier/mikro-orm';
 import { SqlTransport } from '@courier/sql-transport';
 import { EntitySchema } from '@mikro-orm/core';
 import { MikroORM } from '@mikro-orm/libsql';
@@ -75,6 +78,11 @@ try {
     }),
   );
   const connection = orm.em.getConnection('write');
+  // Before any Courier store touches the connection: the timeout must come from the options.
+  const [busy] = await connection.execute('PRAGMA busy_timeout', [], 'all');
+  const busyMs = Number(Object.values(busy ?? {})[0]);
+  if (busyMs !== SQLITE_BUSY_TIMEOUT_MS) throw new Error(`withSqliteBusyTimeout: the ORM's connection opened with busy_timeout ${busyMs}, expected ${SQLITE_BUSY_TIMEOUT_MS}`);
+  console.log(`ok withSqliteBusyTimeout: the connection opened with busy_timeout ${busyMs}`);
   await connection.execute('CREATE TABLE smoke_orders (id TEXT PRIMARY KEY, total REAL NOT NULL)', [], 'run');
   await connection.execute('CREATE TABLE smoke_payments (order_id TEXT PRIMARY KEY)', [], 'run');
 
