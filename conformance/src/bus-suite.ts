@@ -10,7 +10,7 @@ import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type 
 import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
 import type { ScenarioTuning } from './bus/world.js';
-import { formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
+import { countVerdict, formatTally, runCase, type CaseControls, type CaseTally } from './support/run-cases.js';
 
 /** A process case starts several workers (tens of seconds each on a loaded 2-core machine), waits for each to die, then for the survivors to settle. */
 const PROCESS_CASE_TIMEOUT_MS = 360_000;
@@ -177,17 +177,18 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     return features;
   };
   const tally: CaseTally = { ran: 0, failed: 0, skipped: 0 };
-  // Every case counts once, as ran (passed or failed) or skipped, as the port suites do.
+  // Every case counts once, by vitest's verdict, as ran (passed or failed) or skipped, as the port suites do.
   const tracked =
     (body: (skip: (reason: string) => never) => Promise<void>) =>
-    (context: TestContext): Promise<void> =>
-      runCase<CaseControls>(
+    (context: TestContext): Promise<void> => {
+      countVerdict(context, tally);
+      return runCase<CaseControls>(
         { name: '', run: (controls) => body((reason) => controls.skip(reason)) },
         async (_context, controls) => ({ env: controls, close: async () => {} }),
         '',
         (reason) => context.skip(reason),
-        tally,
       );
+    };
 
   describe(suite, () => {
     afterAll(() => {

@@ -27,45 +27,41 @@ export interface CaseTally {
 export type CaseSetup<Env> = (context: FixtureContext, controls: CaseControls) => Promise<{ readonly env: Env; close(): Promise<void> }>;
 
 /**
- * Runs one case against a fresh environment and records its outcome in `tally` exactly
- * once: skipped (it, or its setup, called `skip`), failed (setup, the case or `close`
- * threw), or passed. Rethrows what the case threw, so the test runner sees it too.
+ * Runs one case against a fresh environment: setup, the case, then `close` (awaited even
+ * when the case threw). Rethrows what any of them threw, so the test runner sees it; a
+ * failing `close()` fails a case that passed. `skipTest` is the runner's skip, which the
+ * case (or its setup) reaches through `controls.skip`.
  */
-export async function runCase<Env>(
-  testCase: SuiteCase<Env>,
-  setup: CaseSetup<Env>,
-  testId: string,
-  skipTest: (reason: string) => never,
-  tally: CaseTally,
-): Promise<void> {
-  let skipped = false;
-  let outcome: 'passed' | 'failed' | 'skipped' = 'failed';
-  const controls: CaseControls = {
-    testId,
-    skip: (reason: string): never => {
-      skipped = true;
-      return skipTest(reason);
-    },
-  };
+export async function runCase<Env>(testCase: SuiteCase<Env>, setup: CaseSetup<Env>, testId: string, skipTest: (reason: string) => never): Promise<void> {
+  const controls: CaseControls = { testId, skip: (reason: string): never => skipTest(reason) };
+  const { env, close } = await setup({ testId }, controls);
   try {
-    const { env, close } = await setup({ testId }, controls);
-    try {
-      await testCase.run(env);
-    } finally {
-      await close();
-    }
-    outcome = 'passed';
-  } catch (error) {
-    // A skip is thrown by the runner's skip(); a failing close() after a skip is still a failure.
-    outcome = skipped ? 'skipped' : 'failed';
-    throw error;
+    await testCase.run(env);
   } finally {
-    if (outcome === 'skipped') tally.skipped += 1;
+    await close();
+  }
+}
+
+/** The part of vitest's test context {@link countVerdict} needs. */
+export interface VerdictSource {
+  onTestFinished(handler: (context: { readonly task: { readonly result?: { readonly state?: string } | undefined } }) => void): void;
+}
+
+/**
+ * Records the runner's own verdict on the current test in `tally`, once, when the test
+ * has finished: passed and failed count as ran (failed also as failed), a skip as skipped.
+ * The verdict is vitest's, not the case's: a case vitest timed out is failed even if its
+ * abandoned body later completes, so the summary line can never certify a failure.
+ */
+export function countVerdict(context: VerdictSource, tally: CaseTally): void {
+  context.onTestFinished(({ task }) => {
+    const state = task.result?.state;
+    if (state === 'skip' || state === 'todo') tally.skipped += 1;
     else {
       tally.ran += 1;
-      if (outcome === 'failed') tally.failed += 1;
+      if (state !== 'pass') tally.failed += 1;
     }
-  }
+  });
 }
 
 /** The summary line a suite prints after its cases: `<label>: N cases ran (F failed), M skipped`. */
@@ -76,16 +72,25 @@ export function formatTally(label: string, tally: CaseTally): string {
 /**
  * Registers one vitest `describe` running `cases`, each against a fresh environment made
  * by `setup` from a unique test id and closed after it, and logs how many ran, failed
- * and were skipped (a failed case counts as ran and failed, never as skipped).
+ * and were skipped, as vitest judged them (a timed-out case is failed; a failed case counts
+ * as ran and failed, never as skipped). `timeoutMs` is each case's vitest timeout (absent:
+ * the project's `testTimeout`).
  */
-export function describeCases<Env>(label: string, cases: readonly SuiteCase<Env>[], setup: CaseSetup<Env>): void {
+export function describeCases<Env>(label: string, cases: readonly SuiteCase<Env>[], setup: CaseSetup<Env>, timeoutMs?: number): void {
   describe(label, () => {
     const tally: CaseTally = { ran: 0, failed: 0, skipped: 0 };
     afterAll(() => {
       console.log(formatTally(label, tally));
     });
     for (const testCase of cases) {
-      it(testCase.name, (context) => runCase(testCase, setup, uniqueId(), (reason) => context.skip(reason), tally));
+      it(
+        testCase.name,
+        (context) => {
+          countVerdict(context, tally);
+          return runCase(testCase, setup, uniqueId(), (reason) => context.skip(reason));
+        },
+        timeoutMs,
+      );
     }
   });
 }
