@@ -11,7 +11,10 @@
 //   - MikroORM 7 drivers have no knex client, so `SqlRunner.configureEveryConnection` finds
 //     none to hook and leaves the connection as it is: a local libsql file keeps one
 //     connection for the ORM's life there (6 replaced it every 10 s), which opened with the
-//     timeout above.
+//     timeout above;
+//   - MikroORM 7 is ESM only: the lazy `require('@mikro-orm/core')` in outbox-unit-of-work.ts
+//     loads it through Node's require(esm) (Node 22.12+; 7 itself needs 22.17+), which hands
+//     back the module instance the application imported.
 import { createRequire } from 'node:module';
 
 /** A MikroORM major this plugin supports. */
