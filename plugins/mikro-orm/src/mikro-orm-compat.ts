@@ -1,10 +1,8 @@
 // What differs between MikroORM 6 and 7 for this plugin, kept in one place so the rest of
-// the plugin (and the application's code) is the same on both majors.
-//
-// Checked against MikroORM 7.2.1 (README "Supported platforms"): the APIs the stores use —
-// `Connection.execute` / `transactional`, `EntityManager` forks, transactions and flush
-// events, the platform classes dialect detection reads, `Migration.addSql` / `execute` —
-// behave the same. What differs:
+// the plugin (and the application's code) stays the same on both majors. The peer range
+// is still `<7`: README "Supported platforms" lists what MikroORM 7.2.1 still breaks (a
+// savepoint has no `parentTransaction` link and a transaction no knex `isCompleted()`, which
+// outbox-unit-of-work.ts reads), found by running the plugin's tests on it. Handled here:
 //   - the libsql driver's options: MikroORM 6 hands `driverOptions.connection` to knex, which
 //     opens libsql's `Database` with it; MikroORM 7 (knex replaced by kysely) opens it with
 //     `driverOptions` itself, and ignores `driverOptions.connection`;
