@@ -11,7 +11,9 @@
 //   - every value export named in the package's src/index.ts is present at run time;
 //   - the `types` file of the root export exists, and a TypeScript file importing every
 //     package type-checks (NodeNext resolution, declarations checked);
-// and then runs scripts/pack-smoke-round-trip.mjs there: a publish → relay → consume round
+//   - the conformance kit runs one SIGKILL scenario there, from a TypeScript fixture module,
+//     with no vitest setting (as a plugin author outside this repository would run it);
+// and runs scripts/pack-smoke-round-trip.mjs there: a publish → relay → consume round
 // trip through @courier/core, @courier/mikro-orm (outbox, inbox, migration classes run by
 // MikroORM's migrator) and @courier/sql-transport on one SQLite file.
 //
@@ -259,6 +261,58 @@ if (problems.length > 0) {
       execFileSync('node', ['round-trip.mjs'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'], timeout: 120_000 });
     } catch {
       fail('the publish → relay → consume round trip failed (see above)');
+    }
+  }
+
+  // ---------------------------------------------------------------- the kit outside the workspace
+  // A plugin author's project: the kit installed from its tarball, a TypeScript fixture module,
+  // no vitest setting of ours. One SIGKILL scenario must run there as it does here (it failed
+  // with "Unknown file extension .ts" when the kit's parent imported the fixture with Node's
+  // own import()).
+  if (checked.some((pkg) => pkg.manifest.name === '@courier/conformance') && checked.some((pkg) => pkg.manifest.name === '@courier/mikro-orm')) {
+    mkdirSync(join(app, 'kit'));
+    writeFileSync(
+      join(app, 'kit', 'fixture.ts'),
+      `import { createIpcBrokerTransportFixture, type FixtureContext } from '@courier/conformance';
+import { createSqliteStoreFixture } from '@courier/mikro-orm/conformance';
+
+export async function createFixture(context: FixtureContext) {
+  return { store: await createSqliteStoreFixture(context, { directory: process.env.KIT_SQLITE_DIR }), transport: await createIpcBrokerTransportFixture() };
+}
+`,
+    );
+    writeFileSync(
+      join(app, 'kit', 'bus.test.ts'),
+      `import { fileURLToPath } from 'node:url';
+import { describeBus } from '@courier/conformance';
+import { createFixture } from './fixture.ts';
+
+describeBus('outside', { store: async (context) => (await createFixture(context)).store, transport: async (context) => (await createFixture(context)).transport }, {
+  process: { module: fileURLToPath(new URL('./fixture.ts', import.meta.url)) },
+});
+`,
+    );
+    writeFileSync(join(app, 'vitest.config.mjs'), `export default { test: { include: ['kit/**/*.test.ts'] } };\n`);
+    const sqliteDir = join(scratch, 'sqlite');
+    mkdirSync(sqliteDir);
+    let output = '';
+    let passed = false;
+    try {
+      output = execFileSync(process.execPath, [join(app, 'node_modules', 'vitest', 'vitest.mjs'), 'run', '-t', 'after-publish-before-complete: killed there'], {
+        cwd: app,
+        encoding: 'utf8',
+        env: { ...process.env, KIT_SQLITE_DIR: sqliteDir, NO_COLOR: '1', CI: 'true' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: 300_000,
+      });
+      passed = /Tests\s+1 passed/.test(output);
+    } catch (error) {
+      output = `${error.stdout ?? ''}${error.stderr ?? ''}`;
+    }
+    if (passed) console.log('ok kit: a SIGKILL scenario ran in a project outside the workspace with a TypeScript fixture module');
+    else {
+      console.error(output.split('\n').slice(-60).join('\n'));
+      fail('the conformance kit could not run a SIGKILL scenario outside the workspace (output above)');
     }
   }
 } finally {

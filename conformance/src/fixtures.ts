@@ -81,7 +81,11 @@ export interface TransportFixture {
   connect(): Promise<Transport>;
   /**
    * Kills a connection as a crash would: no settle, no graceful close. Deliveries it
-   * held must be redelivered to other connections.
+   * held must be redelivered to other connections. A killed transport must also stop its
+   * background loops (pollers, heartbeats, reconnect timers) as a dead process's would:
+   * cut its socket (through a `TcpProxy` of its own, or the client's own destroy),
+   * then stop the object without settling anything (a `close` that waits for nothing), so
+   * the test process is left with nothing running.
    */
   kill(transport: Transport): Promise<void>;
   /**
@@ -89,22 +93,40 @@ export interface TransportFixture {
    * serves the broker to a worker process spawned with an IPC channel. Optional.
    */
   hostWorker?(child: ChildProcess): void;
-  /** Environment variables a worker process needs to reach the broker. Optional. */
+  /**
+   * Environment variables a worker process needs to reach the broker, called in the test
+   * process for each worker of the process-level scenarios and added to that worker's
+   * environment — for what only the parent knows (a port chosen at run time, an in-process
+   * broker's capabilities); the worker's `createFixture` reads them. Optional.
+   */
   workerEnv?(): Record<string, string>;
-  /** Makes the broker unavailable then available again (broker restart scenario). Optional. */
+  /**
+   * Makes the broker unavailable then available again (the in-process `broker-restart`
+   * scenario; without it that case is skipped, saying why). The process-level
+   * `broker-restart` and `database-restart` cases do not use it: they SIGKILL a worker at
+   * that point like the other crash cases. Whole-server restarts are the e2e restart
+   * project's. Optional.
+   */
   readonly outage?: { begin(): Promise<void>; end(): Promise<void> };
   /**
    * Makes the broker refuse (nack) every later publish of a message for which
    * `predicate` is true, so the suite can check that one refusal never fails its
-   * neighbours. Optional: the case is skipped, saying why, when absent.
+   * neighbours. What counts is the broker's answer path: `publish` must see that message
+   * fail as the broker's refusal (not `validate`, not a client-side check). A broker that
+   * cannot refuse by content can be made to by the fixture: a policy (a full queue with
+   * reject-publish), a subject or topic no stream takes, or a protocol-level proxy that
+   * answers those publishes with the broker's own error reply. Optional: the case is
+   * skipped, saying why, when absent.
    */
   rejectPublish?(predicate: (envelope: Envelope) => boolean): Promise<void>;
   /**
    * Returns a copy of `envelope` that the broker itself refuses for its content when it
    * is published — ideally content that `transport.validate` cannot foresee and that
    * hits the broker's worst reaction (RabbitMQ: closing the publish channel) — so the
-   * suite can check that such a message fails alone. Optional: the case is skipped,
-   * saying why, when absent.
+   * suite can check that such a message fails alone. Synchronous. The copy keeps the
+   * envelope's messageId, topic and key (the suite matches results by messageId and checks
+   * the key's later messages); change content only: payload, headers. Optional: the case is
+   * skipped, saying why, when absent.
    */
   refusable?(envelope: Envelope): Envelope;
   /**

@@ -7,7 +7,7 @@ import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { idVariants } from './support/id-variants.js';
 import { makeEnvelope } from './support/make-envelope.js';
-import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+import { caseTimeoutMs, describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
 
 /** Per-suite settings of {@link describeInboxStore}. */
@@ -55,7 +55,7 @@ export function describeInboxStore<Tx>(name: string, factory: StoreFixtureFactor
       options: settings,
     };
     return { env, close: () => fixture.close() };
-  });
+  }, caseTimeoutMs(settings.timeoutMs));
 }
 
 /** Every inbox store case, in the order the suite runs them; a plugin may run one alone. */

@@ -7,7 +7,7 @@ import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { idVariants } from './support/id-variants.js';
 import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
-import { describeCases, type CaseControls, type CaseSetup, type SuiteCase } from './support/run-cases.js';
+import { caseTimeoutMs, describeCases, type CaseControls, type CaseSetup, type SuiteCase } from './support/run-cases.js';
 import { uniqueId } from './support/unique-id.js';
 
 /** Per-suite settings of {@link describeOutboxStore}. */
@@ -72,8 +72,8 @@ export function describeOutboxStore<Tx>(name: string, factory: StoreFixtureFacto
     return { env, close: () => fixture.close() };
   };
   // Two groups, so a store author certifies the engine (what the relay needs) before the operations.
-  describeCases(`outbox-store(${name}) engine`, cases.filter((testCase) => !operations.has(testCase.name)), setup);
-  describeCases(`outbox-store(${name}) operations`, cases.filter((testCase) => operations.has(testCase.name)), setup);
+  describeCases(`outbox-store(${name}) engine`, cases.filter((testCase) => !operations.has(testCase.name)), setup, caseTimeoutMs(settings.timeoutMs));
+  describeCases(`outbox-store(${name}) operations`, cases.filter((testCase) => operations.has(testCase.name)), setup, caseTimeoutMs(settings.timeoutMs));
 }
 
 /**

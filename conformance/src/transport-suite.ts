@@ -5,7 +5,7 @@ import type { TransportFixture, TransportFixtureFactory } from './fixtures.js';
 import { deferred } from './support/deferred.js';
 import { eventually } from './support/eventually.js';
 import { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
-import { describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
+import { caseTimeoutMs, describeCases, type CaseControls, type SuiteCase } from './support/run-cases.js';
 
 /** Per-suite settings of {@link describeTransport}. */
 export interface TransportSuiteOptions {
@@ -52,7 +52,8 @@ const DEFAULTS: Required<TransportSuiteOptions> = {
  * Registers the transport conformance suite: a vitest `describe` with every case of
  * {@link transportCases}, each against a fresh fixture from `factory` (unique test id)
  * that is closed afterwards. Cases a transport's declared capabilities or its fixture
- * cannot support are skipped, with the reason in the report.
+ * cannot support are skipped, with the reason in the report. Each case's vitest timeout is
+ * set from `timeoutMs` (six of its waits, at least 60 s): no vitest setting is needed.
  */
 export function describeTransport(name: string, factory: TransportFixtureFactory, options: TransportSuiteOptions = {}): void {
   const settings = { ...DEFAULTS, ...options };
@@ -67,7 +68,7 @@ export function describeTransport(name: string, factory: TransportFixtureFactory
       options: settings,
     };
     return { env, close: () => fixture.close() };
-  });
+  }, caseTimeoutMs(settings.timeoutMs));
 }
 
 interface Received {

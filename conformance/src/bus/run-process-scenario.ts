@@ -6,7 +6,7 @@ import type { ProcessFixtureModule, TransportFixture } from '../fixtures.js';
 import type { WorkerConfig } from './process-worker.js';
 import { after } from '../support/after.js';
 import { uniqueId } from '../support/unique-id.js';
-import { workerBundle } from './worker-bundle.js';
+import { fixtureBundle, workerBundle } from './worker-bundle.js';
 import { settle, type ScenarioResult, type ScenarioRunOptions } from './run-scenario.js';
 import type { ScenarioSpec } from './scenarios.js';
 import { cutNote, seconds, settleCutNote, WaitBudget } from './wait-budget.js';
@@ -62,6 +62,23 @@ function conditionsOf(execArgv: readonly string[]): string[] {
     else if ((argument === '--conditions' || argument === '-C') && execArgv[index + 1] !== undefined) conditions.push(execArgv[index + 1]!);
   });
   return conditions;
+}
+
+/**
+ * The fixture module, in this (the parent) process. Under vitest with the kit inlined (this
+ * repository) `import()` goes through vite, which reads TypeScript. From an installed kit
+ * vitest leaves the import to Node, which refuses a `.ts` module (ERR_UNKNOWN_FILE_EXTENSION,
+ * where Node does not strip types itself): then it is bundled as the workers' fixture is and
+ * the bundle imported, so an author's `.ts` fixture works without any vitest setting.
+ */
+async function importFixtureModule<Tx>(options: ProcessFixtureOptions): Promise<ProcessFixtureModule<Tx>> {
+  try {
+    return (await import(pathToFileURL(options.module).href)) as ProcessFixtureModule<Tx>;
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error;
+    const bundle = await fixtureBundle(options.module, conditionsOf(options.execArgv ?? []));
+    return (await import(pathToFileURL(bundle).href)) as ProcessFixtureModule<Tx>;
+  }
 }
 
 /** How to start a worker: the script to run and the Node arguments in front of it. */
@@ -210,7 +227,7 @@ export async function runProcessScenario<Tx>(
 ): Promise<ScenarioResult> {
   if (!existsSync(fixtureOptions.module)) throw new Error(`process fixture module '${fixtureOptions.module}' does not exist`);
   const testId = uniqueId();
-  const fixtureModule = (await import(pathToFileURL(fixtureOptions.module).href)) as ProcessFixtureModule<Tx>;
+  const fixtureModule = await importFixtureModule<Tx>(fixtureOptions);
   const { store, transport } = await fixtureModule.createFixture({ testId });
   const children: Child[] = [];
   const tuning: ScenarioTuning = { ...DEFAULT_TUNING, ...options.tuning };

@@ -40,6 +40,24 @@ export function workerBundle(workerScript: string, fixtureModule: string, condit
   return bundle;
 }
 
+/**
+ * One bundle of the fixture module alone (an absolute path), built as a worker bundle is, for
+ * a process that cannot import TypeScript itself: the parent of the process scenarios when
+ * the kit runs from an installed package, outside any bundler (vitest leaves packages in
+ * node_modules to Node, whose `import()` refuses `.ts`). Installed packages stay imports of
+ * the files they resolved to, so the fixture shares one copy of each with the kit.
+ */
+export function fixtureBundle(fixtureModule: string, conditions: readonly string[]): Promise<string> {
+  const key = JSON.stringify(['fixture', fixtureModule, conditions]);
+  let bundle = bundles.get(key);
+  if (!bundle) {
+    bundle = writeBundle(`export * from ${JSON.stringify(fixtureModule)};\n`, conditions, []);
+    bundles.set(key, bundle);
+    bundle.catch(() => bundles.delete(key));
+  }
+  return bundle;
+}
+
 async function buildBundle(workerScript: string, fixtureModule: string, conditions: readonly string[]): Promise<string> {
   // Static imports run in order: the fixture module is evaluated and handed over before
   // the worker script's body looks for it.
@@ -47,8 +65,13 @@ async function buildBundle(workerScript: string, fixtureModule: string, conditio
     `import * as fixture from ${JSON.stringify(fixtureModule)};`,
     `globalThis[Symbol.for(${JSON.stringify(BUNDLED_FIXTURE.description)})] = fixture;`,
   ].join('\n');
+  return writeBundle(`import ${JSON.stringify('courier-bundled-fixture')};\nimport ${JSON.stringify(workerScript)};\n`, conditions, [handOver(entry)]);
+}
+
+/** Bundles `contents` (an entry of imports) with the packages-where-they-are rules, writes it under its hash, returns its path. */
+async function writeBundle(contents: string, conditions: readonly string[], plugins: readonly Plugin[]): Promise<string> {
   const result = await build({
-    stdin: { contents: `import ${JSON.stringify('courier-bundled-fixture')};\nimport ${JSON.stringify(workerScript)};\n`, resolveDir: process.cwd(), loader: 'js' },
+    stdin: { contents, resolveDir: process.cwd(), loader: 'js' },
     outfile: 'worker.mjs',
     write: false,
     bundle: true,
@@ -58,7 +81,7 @@ async function buildBundle(workerScript: string, fixtureModule: string, conditio
     conditions: [...conditions],
     sourcemap: 'inline',
     logLevel: 'silent',
-    plugins: [handOver(entry), packagesWhereTheyAre(), ownImportMetaUrl()],
+    plugins: [...plugins, packagesWhereTheyAre(), ownImportMetaUrl()],
   });
   const code = result.outputFiles[0]!.contents;
   const file = join(BUNDLE_DIR, `${createHash('sha256').update(code).digest('hex').slice(0, 32)}.mjs`);

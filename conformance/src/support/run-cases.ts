@@ -64,6 +64,16 @@ export function countVerdict(context: VerdictSource, tally: CaseTally): void {
   });
 }
 
+/**
+ * vitest's timeout of one port-suite case whose single waits are bounded by `waitMs`: a case
+ * may wait several times in a row (a kill, then the redelivery, then the next message), so
+ * it gets six of them, and never less than a minute — vitest's own 5 s default timed out
+ * most transport cases on a loaded machine before the case's bounded waits could say why.
+ */
+export function caseTimeoutMs(waitMs: number): number {
+  return Math.max(60_000, 6 * waitMs);
+}
+
 /** The summary line a suite prints after its cases: `<label>: N cases ran (F failed), M skipped`. */
 export function formatTally(label: string, tally: CaseTally): string {
   return `[conformance] ${label}: ${tally.ran} cases ran (${tally.failed} failed), ${tally.skipped} skipped`;

@@ -150,8 +150,9 @@ Examples:
         try {
           while (!stop.signal.aborted) {
             const text = await render().catch((error: unknown) => `stats failed: ${describeError(error)} (retrying)`);
-            // Clear the screen and home the cursor, so the view stays in place.
-            io.out(`${options.json ? '' : '\x1b[H\x1b[2J'}${text}\n\n(${new Date().toISOString()}, every ${options.interval}; Ctrl-C to quit)`);
+            // Clear the screen and home the cursor, so the view stays in place — on a terminal
+            // only: in a pipe or a file the escapes would be garbage between the snapshots.
+            io.out(`${options.json || !io.interactive ? '' : '\x1b[H\x1b[2J'}${text}\n\n(${new Date().toISOString()}, every ${options.interval}; Ctrl-C to quit)`);
             // Node's timer with a signal removes its listener when it ends: a listener added per
             // refresh and never removed piles up (MaxListenersExceededWarning after ten), and
             // one added after a Ctrl-C during the render would hold the exit for an interval.
@@ -215,6 +216,8 @@ Examples:
       .command('show')
       .description('Show parked messages in full: envelope, payload, error.')
       .argument('<ref...>', 'references as `dead list` prints them: outbox:<sequence> or dlq:<consumer>:<id>')
+      // Accepted for symmetry with the other commands' --json (scripts pass it everywhere); show always prints JSON.
+      .option('--json', 'print a JSON array (what show always prints)')
       .action(async (refs: string[]) => {
         const items = await findParked(placesOf(await open('dead show', configOf())), refs);
         io.out(toJson(items));

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ConfigError, type InboxOperations, type Logger, type OutboxOperations, type OutboxStore, type RelayConfig, type Transport, type TransportDeadLetters } from '@courier/core';
+import { UsageError } from './format.js';
 
 /**
  * What `courier migrate` needs from a store plugin: the schema version it finds, the SQL
@@ -88,14 +89,16 @@ export const CONFIG_FILES = ['courier.config.ts', 'courier.config.mts', 'courier
 /**
  * Finds and imports the config module. TypeScript configs load without a build step
  * through tsx's `tsImport` (scoped to this one import: no global loader is registered).
- * Throws a `ConfigError` naming the file and what is wrong with it.
+ * Throws a `UsageError` (exit 2) when there is no such file, and a `ConfigError` naming the
+ * file and what is wrong with it when it cannot be loaded.
  */
 export async function loadConfig(path: string | undefined, cwd: string = process.cwd()): Promise<CourierConfig> {
   const file = path !== undefined ? resolve(cwd, path) : CONFIG_FILES.map((name) => resolve(cwd, name)).find((candidate) => existsSync(candidate));
   if (file === undefined) {
-    throw new ConfigError(`no courier config found in '${cwd}' (looked for ${CONFIG_FILES.join(', ')}); create one or pass --config <file>`);
+    throw new UsageError(`no courier config found in '${cwd}' (looked for ${CONFIG_FILES.join(', ')}); create one or pass --config <file>`);
   }
-  if (!existsSync(file)) throw new ConfigError(`config file '${file}' does not exist`);
+  // A path that names nothing is a usage error (exit 2), like a bad option: nothing was tried.
+  if (!existsSync(file)) throw new UsageError(`config file '${file}' does not exist; pass --config <file> with the path of your courier.config.ts`);
   const url = pathToFileURL(file).href;
   let module: { default?: unknown };
   try {

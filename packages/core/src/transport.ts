@@ -153,6 +153,14 @@ export interface DeadLetter {
 
 /** Operator access to a transport's dead letters (present exactly when `nativeDeadLetter`). */
 export interface TransportDeadLetters {
+  /**
+   * The consumer's dead letters. A read creates nothing (a consumer name nothing exists for
+   * lists nothing) and should neither take messages from the broker nor hide them from
+   * another reader (RabbitMQ's reader still does while it reads: operations issue, round 2).
+   * An entry that never was a valid envelope (dead-lettered with `ENVELOPE_INVALID`) has no
+   * envelope to show: a transport may leave it out, and its README says where operators find
+   * it (Kafka and NATS JetStream: with the broker's own tools).
+   */
   list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
   /**
    * Re-delivers to the consumer with the original messageId and attempt 1, marked
@@ -185,6 +193,13 @@ export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
  *   `ABORTED` before sending any); messages already sent are still answered. The relay
  *   releases `ABORTED` ones without counting an attempt.
  * - Publishing is at-least-once: a message whose confirm was lost may arrive twice.
+ * - "The broker answered" means the broker took responsibility for the message: it keeps it
+ *   through whatever failures the broker promises to survive as it is configured (RabbitMQ: a
+ *   persistent message in a durable queue, confirmed; Kafka: acks=all; a Redis `XADD` reply
+ *   is only in memory unless the server writes an append-only file). The relay marks the row
+ *   published on that answer, so a transport's README states what its answer is durable
+ *   against and which broker settings that needs; a message the broker loses after answering
+ *   is lost to Courier too.
  * - Every envelope field round-trips losslessly.
  * - `subscribe` uses manual acknowledgement; a delivery not settled before its
  *   connection dies is redelivered.
