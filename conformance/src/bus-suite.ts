@@ -5,6 +5,7 @@ import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runGivenUpWhileAppliedCase } from './bus/given-up-while-applied-case.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
+import { runHostileErrorHaltCase, runHostileErrorParkCase } from './bus/hostile-error-cases.js';
 import { runAckAnswerLostCase, runAckNeverArrivedCase } from './bus/lost-ack-cases.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
@@ -240,6 +241,18 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
 
     it('a copy given up on while another copy is applied: applied once, replays included', tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
+
+    it(
+      "a handler error of ~100 KiB holding U+0000 and a lone surrogate, poison 'park': a listable dead letter with the error cut and sanitised; the key's next message is applied",
+      tracked((skipCase) => runHostileErrorParkCase(factories, skipCase)),
+      120_000,
+    );
+
+    it(
+      "the same handler error, poison 'halt' on an ordered key: the key is halted and listed with the error cut and sanitised, and resumable",
+      tracked((skipCase) => runHostileErrorHaltCase(factories, skipCase)),
+      120_000,
+    );
 
     it(
       "an ack that reached the broker but whose answer was lost: applied once, not retried, dead-lettered or settled again; the key's next message is applied",

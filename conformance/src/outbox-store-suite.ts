@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CourierError, ENVELOPE_LIMITS, type ClaimedBatch, type Envelope, type OutboxAppend, type OutboxStore } from '@courier/core';
+import { ConfigError, CourierError, ENVELOPE_LIMITS, InMemoryBroker, createBus, defineMessage, type ClaimedBatch, type PublishOptions, type Envelope, type OutboxAppend, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit, tighter } from './support/at-limit.js';
@@ -104,6 +104,18 @@ async function commit<Tx>(env: OutboxCaseEnv<Tx>, messages: readonly (Envelope |
 
 function claim<Tx>(env: OutboxCaseEnv<Tx>, owner: string, overrides: { limit?: number; leaseMs?: number; perKey?: number } = {}): Promise<ClaimedBatch> {
   return env.outbox.claim({ owner, limit: overrides.limit ?? 1_000, leaseMs: overrides.leaseMs ?? LONG_LEASE_MS, perKey: overrides.perKey ?? 1 });
+}
+
+/** Expects `publish` to throw a `ConfigError` whose message names `field` and no other error. */
+function expectConfigError(publish: () => unknown, field: string): void {
+  let thrown: unknown;
+  try {
+    publish();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown, `publish with an unstorable ${field} is refused`).toBeInstanceOf(ConfigError);
+  expect((thrown as Error).message, `the error names the ${field}`).toContain(field);
 }
 
 function ids(batch: ClaimedBatch): string[] {
@@ -236,6 +248,44 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const batch = await claim(env, 'relay-a');
       expect(ids(batch)).toEqual([messageId]);
       expect(comparableEnvelope(batch.records[0]!.envelope)).toEqual(comparableEnvelope(long));
+    },
+  },
+  {
+    // Issue 29, shared cause 3: PostgreSQL text cannot hold U+0000 and no database stores a
+    // lone surrogate. Such a key passed publish and failed the producer's whole transaction
+    // at commit, as a *retriable* StorageError that no retry could cure.
+    name: "publish refuses U+0000 and lone surrogates in every envelope text field with a ConfigError naming it; nothing is written and the caller's unit of work stays usable",
+    async run(env) {
+      const bus = createBus({ outbox: env.outbox, transport: new InMemoryBroker().connect() });
+      const definition = defineMessage('conformance.Unstorable', { version: 1, topic: env.topic });
+      const badOptions: readonly (readonly [field: string, options: PublishOptions])[] = [
+        ['key', { key: 'a\u0000b' }],
+        ['key', { key: 'lone \uD800 surrogate' }],
+        ['messageId', { messageId: `${uniqueId()}\u0000` }],
+        ['correlationId', { correlationId: 'c\u0000' }],
+        ['causationId', { causationId: 'x\uDC00' }],
+        ['header name', { headers: { 'x-\u0000': 'v' } }],
+        ['header \'x-value\'', { headers: { 'x-value': 'v\u0000' } }],
+      ];
+      const badDefinitions = [
+        ['type', { ...definition, type: 'conformance.Bad\u0000' }],
+        ['topic', { ...definition, topic: `${env.topic}\u0000` }],
+      ] as const;
+      const good = uniqueId();
+      await env.fixture.transaction(async (tx) => {
+        const outbox = bus.outbox(tx);
+        for (const [field, options] of badOptions) {
+          expectConfigError(() => outbox.publish(definition, {}, options), field);
+        }
+        for (const [field, bad] of badDefinitions) {
+          expectConfigError(() => outbox.publish(bad, {}, {}), field);
+        }
+        // Still usable: what follows in the same unit of work commits.
+        outbox.publish(definition, { ok: true }, { key: 'k', messageId: good });
+        await env.fixture.recordEffect(tx, 'after-refusals');
+      });
+      expect(ids(await claim(env, 'relay-a')), 'only the good message was written').toEqual([good]);
+      expect(await env.fixture.readEffects()).toEqual(['after-refusals']);
     },
   },
   {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CONNECTIVITY_CODES, CourierError, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
+import { CONNECTIVITY_CODES, CourierError, REASON_LIMITS, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
 import { expect } from 'vitest';
 import type { TransportFixture, TransportFixtureFactory } from './fixtures.js';
 import { deferred } from './support/deferred.js';
@@ -121,6 +121,13 @@ async function collect(
 
 function message(env: TransportCaseEnv, key: string | null, overrides: Partial<Envelope> = {}): Envelope {
   return makeEnvelope({ topic: env.topic, key, type: 'conformance.TransportTested', ...overrides });
+}
+
+/** A string of exactly `bytes` UTF-8 bytes: `repeated` over and over, padded with the one-byte `pad`. */
+function atByteLimit(pad: string, repeated: string, bytes: number): string {
+  const unit = Buffer.byteLength(repeated, 'utf8');
+  const body = repeated.repeat(Math.floor(bytes / unit));
+  return body + pad.repeat(bytes - Buffer.byteLength(body, 'utf8'));
 }
 
 function sorted(values: Iterable<string>): string[] {
@@ -544,6 +551,36 @@ export const transportCases: readonly TransportCase[] = [
       );
       expect(await deadLetters.purge(consumer, [again.id])).toBe(1);
       await eventually(async () => expect(await deadLetters.list(consumer)).toEqual([]), { timeoutMs: env.options.timeoutMs });
+    },
+  },
+  {
+    // The core hands every transport reasons of at most REASON_LIMITS (and the port doc says
+    // so): a transport must keep one at exactly the limit whole — multi-byte characters
+    // counted in UTF-8 bytes, as a TEXT column, a header or a frame counts them.
+    name: 'deadLetter with a reason at exactly REASON_LIMITS (multi-byte characters) is accepted and listed with that reason',
+    async run(env) {
+      const deadLetters = env.transport.deadLetters;
+      if (!env.transport.capabilities.nativeDeadLetter || !deadLetters) {
+        return env.skip('transport declares nativeDeadLetter: false (the core keeps dead letters elsewhere)');
+      }
+      const consumer = env.consumer('dead-at-limit');
+      const reason = { code: atByteLimit('C', 'é', REASON_LIMITS.codeBytes), message: atByteLimit('m', 'ü😀€', REASON_LIMITS.messageBytes) };
+      expect(Buffer.byteLength(reason.code, 'utf8')).toBe(REASON_LIMITS.codeBytes);
+      expect(Buffer.byteLength(reason.message, 'utf8')).toBe(REASON_LIMITS.messageBytes);
+      await collect(env, { consumer }, (delivery) => delivery.deadLetter(reason));
+      const poison = message(env, 'limit');
+      await publishOk(env.transport, [poison]);
+      const letter = await eventually(
+        async () => {
+          const list = await deadLetters.list(consumer);
+          expect(list).toHaveLength(1);
+          return list[0]!;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      expect(letter.envelope.messageId).toBe(poison.messageId);
+      expect(letter.reason.code === reason.code, 'the code is kept whole').toBe(true);
+      expect(letter.reason.message === reason.message, `the message is kept whole (listed ${Buffer.byteLength(letter.reason.message, 'utf8')} bytes)`).toBe(true);
     },
   },
   {

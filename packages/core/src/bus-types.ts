@@ -36,7 +36,11 @@ export interface OutboxPublisher {
    * Validates and appends one message to the unit of work; returns its messageId.
    *
    * Guarantees: the message is published if and only if the unit of work commits; on
-   * bad input it throws (`SerializationError`, `ConfigError`) and appends nothing.
+   * bad input it throws (`SerializationError`, `ConfigError`) and appends nothing, leaving
+   * the unit of work usable. A text field no database can store — U+0000 or a lone UTF-16
+   * surrogate in the key, an id, a header name or value (type and topic are ASCII by their
+   * patterns) — is a `ConfigError` naming the field, never a failed commit. The payload
+   * needs no such check: it is JSON text, which escapes both.
    */
   publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
 }

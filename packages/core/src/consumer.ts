@@ -6,6 +6,7 @@ import type { FaultContext, FaultPoint } from './fault-points.js';
 import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
 import { parsePayload } from './json.js';
+import { boundReason, boundReasonText } from './reason-text.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
 import { createOutboxPublisher, type PublisherSettings } from './outbox-publisher.js';
@@ -290,7 +291,7 @@ export class Consumer<Tx> {
         error: describeError(error),
       });
       const reason = { code: error instanceof CourierError ? error.code : 'HANDLER_FAILED', message: describeError(error) };
-      await delivery.retry(this.#settings.pauseMaxMs, reason).catch(() => undefined);
+      await delivery.retry(this.#settings.pauseMaxMs, boundReason(reason)).catch(() => undefined);
     } finally {
       this.#inFlight -= 1;
     }
@@ -462,7 +463,7 @@ export class Consumer<Tx> {
         // Ordered subscriptions too: on an ordered endpoint the transport keeps the message's
         // place (nothing of its key overtakes it) while freeing the handler slot, and the gate
         // is released when this delivery returns. Waiting here instead would hold both.
-        await delivery.retry(delay, reason);
+        await delivery.retry(delay, boundReason(reason));
         return;
       }
       // Outside the try: a failed ack is not this run's failure (see #ackSettled).
@@ -542,12 +543,16 @@ export class Consumer<Tx> {
    * it; otherwise it is dead-lettered. A crash between the two redelivers it, and the
    * redelivery is held behind the halt the first attempt made (a duplicate when drained).
    */
-  async #giveUp(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
+  async #giveUp(delivery: Delivery, given: DeadLetterReason): Promise<void> {
+    // Every port gets the handler's error bounded and sanitised (REASON_LIMITS): it may quote
+    // a whole payload, or a NUL that PostgreSQL text cannot hold, and a write that fails
+    // here would bring the message back for ever.
+    const reason = boundReason(given);
     const halts = this.#halts;
     const { envelope } = delivery;
     if (!halts || envelope.key === null) return this.#deadLetter(delivery, reason);
     const { consumer } = this.#settings;
-    const error = `${reason.code}: ${reason.message}`;
+    const error = boundReasonText(`${reason.code}: ${reason.message}`);
     const outcome = await halts.halt(consumer, envelope.topic, envelope.key, envelope, error);
     if (outcome === 'halted') {
       this.#deps.instruments.consumerHaltedKeys.add(1, { [CONSUMER_GROUP]: consumer });
@@ -635,7 +640,7 @@ export class Consumer<Tx> {
         const failure = await this.#applyOutsideDelivery(head, signal);
         if (failure === 'stopped') return;
         if (failure !== undefined) {
-          await halts.rehalt(consumer, topic, key, head, failure, owner);
+          await halts.rehalt(consumer, topic, key, head, boundReasonText(failure), owner);
           return;
         }
         if (!(await halts.settleHead(consumer, topic, key, owner, { parked: false }))) return;
@@ -656,7 +661,7 @@ export class Consumer<Tx> {
         const failure = await this.#applyOutsideDelivery(envelope, signal);
         if (failure === 'stopped') return;
         if (failure !== undefined) {
-          await halts.rehalt(consumer, topic, key, envelope, failure, owner);
+          await halts.rehalt(consumer, topic, key, envelope, boundReasonText(failure), owner);
           this.#deps.logger.error('key halted again: a held message failed while draining', { consumer, topic, key, messageId: envelope.messageId, error: failure });
           return;
         }
@@ -714,7 +719,8 @@ export class Consumer<Tx> {
     }
   }
 
-  async #deadLetter(delivery: Delivery, reason: DeadLetterReason): Promise<void> {
+  async #deadLetter(delivery: Delivery, given: DeadLetterReason): Promise<void> {
+    const reason = boundReason(given);
     this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: this.#settings.consumer });
     this.#deps.logger.error('message dead-lettered', {
       consumer: this.#settings.consumer,

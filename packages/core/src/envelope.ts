@@ -1,4 +1,5 @@
 import { SerializationError } from './errors.js';
+import { hasUnstorableText, unstorableCharacter } from './reason-text.js';
 
 /**
  * The one envelope every message travels in, the same on every transport and store.
@@ -238,6 +239,17 @@ function quoteStart(value: string): string {
   return start.length < value.length ? `'${start}…'` : `'${value}'`;
 }
 
+/**
+ * Says that `value` (named by `what`) holds a character no supported database can store —
+ * U+0000 (PostgreSQL `text` refuses it) or a lone UTF-16 surrogate (no UTF-8 encoding
+ * exists) — naming the first one and where it is. Call it for a value that has one
+ * (`hasUnstorableText`). Envelope text fields are refused with it at publish (and by
+ * {@link decodeEnvelope}), so such a value never fails a producer's transaction at commit.
+ */
+export function unstorableProblem(what: string, value: string): string {
+  return `${what} holds ${unstorableCharacter(value) ?? 'a character'}, which databases cannot store`;
+}
+
 const TYPE_PATTERN = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const TOPIC_PATTERN = /^[A-Za-z0-9._-]+$/;
 const ISO_MILLIS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
@@ -255,8 +267,9 @@ export function isValidTopic(topic: string): boolean {
 
 /**
  * Lists every problem with user headers: non-string values, empty or reserved names
- * (`courier-` prefix, any case), too many, or names and values longer than
- * {@link ENVELOPE_LIMITS} allows in UTF-8 bytes. Returns an empty list when fine.
+ * (`courier-` prefix, any case), too many, names and values longer than
+ * {@link ENVELOPE_LIMITS} allows in UTF-8 bytes, or holding U+0000 or a lone surrogate
+ * ({@link unstorableProblem}). Returns an empty list when fine.
  */
 export function headerProblems(headers: unknown, root = 'headers'): string[] {
   if (headers === undefined) return [];
@@ -277,12 +290,14 @@ export function headerProblems(headers: unknown, root = 'headers'): string[] {
     if (name.toLowerCase().startsWith(RESERVED_HEADER_PREFIX)) {
       problems.push(`header '${name}' uses the reserved '${RESERVED_HEADER_PREFIX}' prefix`);
     }
+    if (hasUnstorableText(name)) problems.push(unstorableProblem(`header name ${quoteStart(name)}`, name));
     if (typeof value !== 'string') problems.push(`header ${quoteStart(name)} must be a string, got ${describeType(value)}`);
     else {
       const valueBytes = Buffer.byteLength(value, 'utf8');
       if (valueBytes > ENVELOPE_LIMITS.headerValueBytes) {
         problems.push(`header ${quoteStart(name)} is ${valueBytes} UTF-8 bytes; at most ${ENVELOPE_LIMITS.headerValueBytes} are allowed`);
       }
+      if (hasUnstorableText(value)) problems.push(unstorableProblem(`header ${quoteStart(name)}`, value));
     }
   }
   return problems;
@@ -291,6 +306,8 @@ export function headerProblems(headers: unknown, root = 'headers'): string[] {
 /**
  * Validates an untrusted value (a decoded wire record, a database row) and returns a
  * fresh, frozen {@link Envelope}.
+ * Text fields holding U+0000 or a lone surrogate are refused ({@link unstorableProblem}):
+ * no store could keep such an envelope.
  *
  * Guarantees: never throws anything but `SerializationError` (code `ENVELOPE_INVALID`,
  * listing every problem); never mutates its input or any prototype; copies only the
@@ -322,6 +339,10 @@ export function decodeEnvelope(input: unknown): Envelope {
   const causationId = optionalString(record, problems, 'causationId', ENVELOPE_LIMITS.idLength);
   const traceparent = optionalString(record, problems, 'traceparent', 55, TRACEPARENT);
   const tracestate = optionalString(record, problems, 'tracestate', 512);
+  // What the patterns above do not already exclude (type, topic, occurredAt, traceparent are ASCII).
+  for (const [field, value] of [['messageId', messageId], ['key', key], ['correlationId', correlationId], ['causationId', causationId], ['tracestate', tracestate]] as const) {
+    if (value !== null && hasUnstorableText(value)) problems.push(unstorableProblem(`'${field}'`, value));
+  }
   const rawHeaders = own(record, 'headers') ?? {};
   const headerIssues = headerProblems(rawHeaders);
   if (headerIssues.length > 0) problems.push(...headerIssues);
@@ -387,11 +408,11 @@ export function sealEnvelope(envelope: Envelope): boolean {
     // still be wrong (a year beyond 9999 is written with six digits and a sign).
     typeof e.occurredAt === 'string' &&
     ISO_MILLIS.test(e.occurredAt) &&
-    (e.key === null || (typeof e.key === 'string' && e.key.length <= ENVELOPE_LIMITS.keyLength)) &&
+    (e.key === null || (typeof e.key === 'string' && e.key.length <= ENVELOPE_LIMITS.keyLength && !hasUnstorableText(e.key))) &&
     isId(e.correlationId) &&
-    (e.causationId === null || (typeof e.causationId === 'string' && e.causationId.length <= ENVELOPE_LIMITS.idLength)) &&
+    (e.causationId === null || (typeof e.causationId === 'string' && e.causationId.length <= ENVELOPE_LIMITS.idLength && !hasUnstorableText(e.causationId))) &&
     (e.traceparent === null || (typeof e.traceparent === 'string' && TRACEPARENT.test(e.traceparent))) &&
-    (e.tracestate === null || (typeof e.tracestate === 'string' && e.tracestate.length <= 512)) &&
+    (e.tracestate === null || (typeof e.tracestate === 'string' && e.tracestate.length <= 512 && !hasUnstorableText(e.tracestate))) &&
     (e.headers === NO_HEADERS || headerProblems(e.headers).length === 0) &&
     typeof e.payload === 'string';
   if (ok) sealed.add(e);
@@ -416,7 +437,7 @@ export function acceptEnvelope(value: unknown): Envelope {
 }
 
 function isId(value: unknown): boolean {
-  return typeof value === 'string' && value.length > 0 && value.length <= ENVELOPE_LIMITS.idLength;
+  return typeof value === 'string' && value.length > 0 && value.length <= ENVELOPE_LIMITS.idLength && !hasUnstorableText(value);
 }
 
 /** `record[field]` when it is the record's own property (never an inherited one). */

@@ -122,6 +122,13 @@ export interface InboxRunOptions {
  *   with respect to `hold`, so a message held concurrently is never stranded.
  */
 export interface InboxHalts {
+  /**
+   * Halts the key at `envelope`, or holds it behind an existing halt. `error` (here and in
+   * `rehalt` and `settleHead`), as the core passes it, is at most `REASON_LIMITS.messageBytes`
+   * UTF-8 bytes without U+0000 or lone surrogates (`boundReasonText`), so a store whose
+   * column holds that much keeps it whole; a store bounds it again at its own boundary only
+   * where other callers may pass text directly.
+   */
   halt(consumer: string, topic: string, key: string, envelope: Envelope, error: string): Promise<'halted' | 'held'>;
   listHalted(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxHaltedKey[]>;
   resumeHalted(consumer: string, topic: string, key: string, action: InboxResumeAction): Promise<number>;

@@ -22,6 +22,7 @@ export {
   isValidType,
   payloadBytes,
 } from './envelope.js';
+export { REASON_LIMITS, boundReason, boundReasonText, boundText, hasUnstorableText, sanitizeText, unstorableCharacter } from './reason-text.js';
 export type { JsonValue } from './json.js';
 export { assertPlainJson, parsePayload, serializePayload } from './json.js';
 export type { DecodedOf, MessageDefinition, MessageDefinitionConfig, PayloadOf, Upcaster } from './message-definition.js';

@@ -1,9 +1,10 @@
 import type { Tracer } from '@opentelemetry/api';
 import { uuidv7 } from 'uuidv7';
 import type { OutboxPublisher, PublishOptions } from './bus-types.js';
-import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, NO_HEADERS, sealEnvelope, type Envelope, type NamedLimits } from './envelope.js';
+import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, isValidTopic, isValidType, NO_HEADERS, sealEnvelope, unstorableProblem, type Envelope, type NamedLimits } from './envelope.js';
 import { ConfigError, SerializationError } from './errors.js';
 import { serializePayload } from './json.js';
+import { hasUnstorableText } from './reason-text.js';
 import { validateForPublish, type MessageDefinition } from './message-definition.js';
 import type { OutboxAppend, OutboxStore } from './outbox-store.js';
 import { captureTrace } from './telemetry.js';
@@ -65,6 +66,15 @@ export function buildAppend(
 ): OutboxAppend {
   if (definition === null || typeof definition !== 'object' || typeof definition.type !== 'string' || typeof definition.topic !== 'string') {
     throw new ConfigError('publish needs a message definition from defineMessage(...)');
+  }
+  // A definition not made by defineMessage (a spread copy with a changed type) would otherwise
+  // reach the store, whose check says SerializationError: it is the caller's input.
+  if (!isValidType(definition.type) || !isValidTopic(definition.topic)) {
+    const problems = [
+      ...(isValidType(definition.type) ? [] : [hasUnstorableText(definition.type) ? unstorableProblem(`type ${JSON.stringify(definition.type)}`, definition.type) : `type ${JSON.stringify(definition.type)} is not a valid message type`]),
+      ...(isValidTopic(definition.topic) ? [] : [hasUnstorableText(definition.topic) ? unstorableProblem(`topic ${JSON.stringify(definition.topic)}`, definition.topic) : `topic ${JSON.stringify(definition.topic)} is not a valid topic`]),
+    ];
+    throw new ConfigError(problems.map((problem) => `publish: ${problem}`));
   }
   if (options === null || typeof options !== 'object') throw new ConfigError(`publish '${definition.type}': options must be an object`);
   const given = readOptions(options);
@@ -173,6 +183,8 @@ function optionProblems(options: GivenOptions): string[] {
   const key = options.key;
   if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > ENVELOPE_LIMITS.keyLength)) {
     problems.push(`'key' must be a non-empty string of at most ${ENVELOPE_LIMITS.keyLength} characters`);
+  } else if (key !== undefined && hasUnstorableText(key as string)) {
+    problems.push(unstorableProblem(`'key'`, key as string));
   }
   const delay = options.delay;
   if (delay !== undefined && (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)) {
@@ -205,6 +217,8 @@ function idProblem(problems: string[], field: 'messageId' | 'correlationId' | 'c
   if (value === undefined) return;
   if (typeof value !== 'string' || value.length === 0 || value.length > ENVELOPE_LIMITS.idLength) {
     problems.push(`'${field}' must be a non-empty string of at most ${ENVELOPE_LIMITS.idLength} characters`);
+  } else if (hasUnstorableText(value)) {
+    problems.push(unstorableProblem(`'${field}'`, value));
   }
 }
 

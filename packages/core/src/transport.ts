@@ -70,7 +70,19 @@ export interface Endpoint {
   readonly concurrency: number;
 }
 
-/** Why a delivery is dead-lettered. */
+/**
+ * Why a delivery is dead-lettered (or retried).
+ *
+ * What an implementation may rely on for every reason the core passes to
+ * `Delivery.deadLetter` and `Delivery.retry`: `code` is at most `REASON_LIMITS.codeBytes`
+ * and `message` at most `REASON_LIMITS.messageBytes` UTF-8 bytes, and neither holds U+0000
+ * or a lone UTF-16 surrogate (the core cut a longer handler error on a character boundary,
+ * saying so, and replaced those characters with U+FFFD: `boundReason`). A transport that
+ * stores or sends that much keeps every reason whole, and the conformance suite lists a
+ * dead letter whose reason is exactly at the limit. A transport whose `deadLetter` can be
+ * called with text from elsewhere (its own code, a user driving it directly) bounds it
+ * again where it writes, with `boundReason`.
+ */
 export interface DeadLetterReason {
   readonly code: string;
   readonly message: string;

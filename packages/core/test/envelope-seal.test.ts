@@ -5,6 +5,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  ConfigError,
   InMemoryBroker,
   InMemoryDatabase,
   InMemoryOutboxStore,
@@ -102,10 +103,13 @@ describe('acceptEnvelope', () => {
   });
 
   it('leaves unsealed what publish did not check itself, so the store still refuses it', () => {
-    // A definition not made by defineMessage, and a custom newId: publish checked neither.
+    // A definition not made by defineMessage with a type or topic no definition could have is
+    // refused by publish itself (the caller's input); a custom newId's id is not checked there.
     const handMade = Object.freeze({ type: 'bad type', topic: 'notes', version: 1, schema: undefined, upcasters: {} });
     const bad = recordingBus();
-    expect(problemOf(() => bad.publish(handMade, {})).message).toContain("'type' is malformed");
+    expect(() => bad.publish(handMade, {})).toThrow(ConfigError);
+    expect(() => bad.publish(handMade, {})).toThrow('type "bad type" is not a valid message type');
+    expect(bad.appended).toEqual([]);
     const blankIds = recordingBus({ newId: () => '' });
     expect(problemOf(() => blankIds.publish(Note, {})).message).toContain("'messageId'");
     expect(blankIds.appended).toEqual([]);

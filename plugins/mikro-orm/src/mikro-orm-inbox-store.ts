@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  boundReasonText,
   ConfigError,
   type Envelope,
   type InboxDrainClaim,
@@ -179,7 +180,11 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
     });
   }
 
-  /** Creates the halt of (consumer, topic, key) with `envelope` as its head, or holds `envelope` behind an existing one. */
+  /**
+   * Creates the halt of (consumer, topic, key) with `envelope` as its head, or holds `envelope` behind an existing one.
+   * `error` (here, in `rehalt` and `settleHead`) is stored bounded and sanitised (`boundReasonText`), whoever passes it:
+   * PostgreSQL text cannot hold U+0000, and a failed halt would bring the message back for ever.
+   */
   async halt(consumer: string, topic: string, key: string, envelope: Envelope, error: string): Promise<'halted' | 'held'> {
     checkPair(envelope.messageId, consumer);
     const id = haltId(consumer, topic, key);
@@ -189,7 +194,7 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
         const { prefix, suffix } = this.#halt.insertIgnore;
         const inserted = await this.#core.runner.run(
           `${prefix} ${this.#table('inboxHalts')} (halt_id, consumer, topic, msg_key, head_id, head_envelope, head_error, halted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ${this.#core.dialect.now})${suffix}`,
-          [id, consumer, topic, key, envelope.messageId, JSON.stringify(envelope), error],
+          [id, consumer, topic, key, envelope.messageId, JSON.stringify(envelope), boundReasonText(error)],
           trx,
         );
         if (inserted.affectedRows > 0) return 'halted';
@@ -257,7 +262,7 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
       if (head && options.parked) {
         await this.#core.runner.run(
           `INSERT INTO ${this.#table('inboxParked')} (consumer, message_id, envelope, error, parked_at) VALUES (?, ?, ?, ?, ${this.#core.dialect.now})`,
-          [consumer, head.envelope.messageId, JSON.stringify(head.envelope), options.error ?? head.error],
+          [consumer, head.envelope.messageId, JSON.stringify(head.envelope), boundReasonText(options.error ?? head.error)],
           trx,
         );
       }
@@ -289,7 +294,7 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
       await runner.run(`DELETE FROM ${this.#table('inboxHeld')} WHERE halt_id = ? AND consumer = ? AND message_id = ?`, [id, consumer, envelope.messageId], trx);
       await runner.run(
         `UPDATE ${this.#table('inboxHalts')} SET head_id = ?, head_envelope = ?, head_error = ?, halted_at = ${dialect.now}, resumed = NULL, drain_owner = NULL, drain_until = NULL WHERE halt_id = ?`,
-        [envelope.messageId, JSON.stringify(envelope), error, id],
+        [envelope.messageId, JSON.stringify(envelope), boundReasonText(error), id],
         trx,
       );
       return true;

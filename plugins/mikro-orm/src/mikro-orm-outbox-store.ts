@@ -31,7 +31,7 @@ import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
 import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
-import { toStorageError } from './storage-errors.js';
+import { driverMessage, toStorageError } from './storage-errors.js';
 import { pruneInBatches, StoreCore, throwIfAborted, type MikroOrmStoreConfig } from './store-core.js';
 
 /** Arguments of {@link MikroOrmOutboxStore}. */
@@ -750,7 +750,7 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> imple
     const mapped = toStorageError(error, 'append', this.#core.schemaHint);
     if (mapped.code !== 'DUPLICATE_MESSAGE_ID') return mapped;
     // The outbox's only unique key is the messageId.
-    const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    const detail = driverMessage(error);
     return new StorageError(`a messageId appended in this unit of work is already in the outbox; every message needs a unique id (${detail})`, {
       code: 'DUPLICATE_MESSAGE_ID',
       retriable: false,

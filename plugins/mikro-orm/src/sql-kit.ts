@@ -5,7 +5,7 @@
 export type { RunResult, SqlRow, TransactionPrologue } from './sql-runner.js';
 export { READ_COMMITTED, SqlRunner, toBigInt, toNullableString, toNumber } from './sql-runner.js';
 export type { DriverErrorKind } from './storage-errors.js';
-export { classifyDriverError, isLockConflict, toStorageError } from './storage-errors.js';
+export { classifyDriverError, driverMessage, isLockConflict, toStorageError } from './storage-errors.js';
 export { detectDialect } from './dialects/create-dialect.js';
 export type { DialectName } from './dialects/sql-dialect.js';
 export type { PostgresWakeupConfig } from './outbox-wakeups.js';

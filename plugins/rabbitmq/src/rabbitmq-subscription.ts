@@ -1,5 +1,7 @@
 import {
+  boundText,
   describeError,
+  REASON_LIMITS,
   whenAborted,
   TransportError,
   type DeadLetterReason,
@@ -456,7 +458,7 @@ class RabbitMqDelivery implements Delivery {
     const tier = retryQueues[chooseDelayTier(retryQueues.map((t) => t.delayMs), delayMs, subscription.link.random)]!;
     const headers = subscription.copyHeaders(this.#job, {
       [COURIER_HEADERS.attempt]: this.attempt + 1,
-      [COURIER_HEADERS.retryCode]: reason.code.slice(0, 200),
+      [COURIER_HEADERS.retryCode]: boundText(reason.code, REASON_LIMITS.codeBytes),
     });
     await subscription.moveTo(this.#job, tier.name, headers, 'retried');
   }
@@ -474,21 +476,13 @@ class RabbitMqDelivery implements Delivery {
 function deadHeaders(attempt: number, reason: DeadLetterReason, maxErrorBytes: number): Record<string, unknown> {
   return {
     [COURIER_HEADERS.attempt]: attempt,
-    [COURIER_HEADERS.deadCode]: truncateUtf8(reason.code, 200),
+    [COURIER_HEADERS.deadCode]: boundText(reason.code, REASON_LIMITS.codeBytes),
     // Headers travel in one frame and amqplib encodes a headers table into 64 KiB at most.
-    [COURIER_HEADERS.deadReason]: truncateUtf8(reason.message, maxErrorBytes),
+    // The core's reasons are within REASON_LIMITS already; this also bounds the plugin's own
+    // (an undecodable message's error) and a lower `maxErrorBytes`.
+    [COURIER_HEADERS.deadReason]: boundText(reason.message, maxErrorBytes),
     [COURIER_HEADERS.deadAt]: new Date().toISOString(),
   };
-}
-
-/** Cuts `text` to at most `maxBytes` of UTF-8 without splitting a character, marking the cut with `…`. */
-export function truncateUtf8(text: string, maxBytes: number): string {
-  if (Buffer.byteLength(text, 'utf8') <= maxBytes) return text;
-  const marker = '…';
-  const budget = Math.max(0, maxBytes - Buffer.byteLength(marker, 'utf8'));
-  const bytes = Buffer.from(text, 'utf8').subarray(0, budget);
-  // A fatal-free decode drops a split trailing character as U+FFFD; strip it.
-  return bytes.toString('utf8').replace(/\uFFFD$/u, '') + marker;
 }
 
 function lostChannel(consumer: string, job: Job): TransportError {

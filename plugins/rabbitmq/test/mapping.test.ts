@@ -1,7 +1,6 @@
 import { ConfigError, SerializationError, type Envelope } from '@courier/core';
 import { describe, expect, it } from 'vitest';
 import { chooseDelayTier, COURIER_HEADERS, fromAmqpMessage, RabbitMqTransport, rabbitMqNames, toAmqpMessage } from '../src/index.js';
-import { truncateUtf8 } from '../src/rabbitmq-subscription.js';
 
 const full: Envelope = {
   messageId: '0190d6f2-8a5b-7cc0-9b3a-4d5e6f708192',
@@ -177,12 +176,5 @@ describe('config', () => {
       publishTimeoutMs: 12_500,
     });
     expect(new RabbitMqTransport({ connection: 'amqp://localhost', publishTimeoutMs: 600 }).capabilities.publishTimeoutMs).toBe(750);
-  });
-
-  it('truncates error text on a character boundary', () => {
-    expect(truncateUtf8('short', 10)).toBe('short');
-    const cut = truncateUtf8('ééééé', 7);
-    expect(Buffer.byteLength(cut)).toBeLessThanOrEqual(7);
-    expect(cut).toBe('éé…');
   });
 });

@@ -5,6 +5,7 @@ import {
   CourierError,
   ENVELOPE_FIELDS,
   TransportError,
+  boundReason,
   decodeEnvelope,
   describeError,
   noopLogger,
@@ -29,6 +30,7 @@ import {
   SqlRunner,
   classifyDriverError,
   detectDialect,
+  driverMessage,
   toNullableString,
   toNumber,
   type DialectName,
@@ -531,7 +533,7 @@ export class SqlTransport implements Transport {
   }
 
   #rejected(envelope: Envelope, error: unknown): CourierError {
-    const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    const detail = driverMessage(error);
     return new TransportError(`the database refused message '${envelope.messageId}': ${detail}`, { code: 'PUBLISH_REJECTED', cause: error });
   }
 
@@ -543,7 +545,7 @@ export class SqlTransport implements Transport {
 /** Turns a driver error into a `TransportError`: retriable for connectivity and lock conflicts, `SCHEMA_MISSING` with the remedy. */
 function toTransportError(error: unknown, operation: string, names: QueueTableNames): CourierError {
   if (error instanceof CourierError) return error;
-  const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+  const detail = driverMessage(error);
   switch (classifyDriverError(error)) {
     case 'transient':
       return new TransportError(`sql transport '${operation}' failed, a retry may succeed: ${detail}`, { cause: error, retriable: true });
@@ -555,6 +557,12 @@ function toTransportError(error: unknown, operation: string, names: QueueTableNa
     default:
       return new TransportError(`sql transport '${operation}' failed: ${detail}`, { cause: error, retriable: false });
   }
+}
+
+/** `reason_code` and `reason_message` of a dead row: the reason bounded and sanitised (`boundReason`). */
+function deadReasonColumns(reason: DeadLetterReason | undefined): [string, string] {
+  const bounded = boundReason(reason ?? { code: 'UNKNOWN', message: '' });
+  return [bounded.code, bounded.message];
 }
 
 function encodeBody(envelope: Envelope): string {
@@ -767,7 +775,9 @@ class QueueSubscription implements Subscription {
         affected = (
           await runner.run(
             `UPDATE ${queue} SET state = 'dead', lease_owner = NULL, reason_code = ?, reason_message = ?, dead_at = ${dialect.now} WHERE seq = ? AND lease_owner = ?`,
-            [reason?.code ?? 'UNKNOWN', reason?.message ?? '', held.seq, held.owner],
+            // Bounded again here: the row stays leased for ever if this write fails (PostgreSQL text
+            // cannot hold U+0000; MariaDB TEXT holds 64 KiB), and not every reason comes from the core.
+            [...deadReasonColumns(reason), held.seq, held.owner],
           )
         ).affectedRows;
       }
@@ -777,7 +787,7 @@ class QueueSubscription implements Subscription {
         this.#config.logger.warn('courier sql transport: a settle found its lease taken over; the row is redelivered', { seq: held.seq, settle: how });
       }
     } catch (error) {
-      const detail = error instanceof Error ? error.message.split('\n')[0] : String(error);
+      const detail = driverMessage(error);
       throw new TransportError(`sql transport could not ${how === 'dead' ? 'dead-letter' : how} row ${held.seq}: ${detail}; it will be redelivered after its lease`, {
         cause: error,
         retriable: true,
