@@ -8,6 +8,8 @@
 #               answers without JetStream, a second one is started on 4223 and used
 #   Kafka       a single-node KRaft broker on 127.0.0.1:9092 (scripts/kafka.sh: jars from
 #               Maven Central into ~/.cache/courier/kafka, then started in the background)
+#   SQS         ElasticMQ on 127.0.0.1:9324 (scripts/elasticmq.sh: jars from Maven Central
+#               into ~/.cache/courier/elasticmq, then started in the background)
 # Each service that does not answer is started (Debian packages' commands, as on the
 # project's machines), then waited for with a bounded loop; one that never answers fails
 # the script with what failed and how to start it by hand.
@@ -18,7 +20,7 @@
 #
 # Environment:
 #   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL, COURIER_NATS_URL,
-#   COURIER_KAFKA_BROKERS     kept if already set
+#   COURIER_KAFKA_BROKERS, COURIER_SQS_ENDPOINT     kept if already set
 #   COURIER_SERVICES=skip     touch no service, only export the URLs (your own servers)
 #   COURIER_TESTCONTAINERS=1  the same: the tests start containers themselves
 #   COURIER_SERVICE_TIMEOUT   seconds to wait for each service (default 120)
@@ -277,6 +279,14 @@ _cs_kafka_prepare() {
   _cs_log "Kafka ready: $COURIER_KAFKA_BROKERS"
 }
 
+# ---------------------------------------------------------------- SQS (ElasticMQ)
+# scripts/elasticmq.sh probes the endpoint, fetches the jars and starts the server when needed.
+_cs_sqs_prepare() {
+  bash "$(dirname "${BASH_SOURCE[0]}")/elasticmq.sh" start </dev/null ||
+    { _cs_fail "SQS (ElasticMQ) did not start on $COURIER_SQS_ENDPOINT; start it: bash scripts/elasticmq.sh start (needs Java 17+ and Maven), or point COURIER_SQS_ENDPOINT at an SQS endpoint and set COURIER_SERVICES=skip"; return 1; }
+  _cs_log "SQS ready: $COURIER_SQS_ENDPOINT"
+}
+
 # ---------------------------------------------------------------- main
 courier_services_prepare() {
   : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
@@ -284,7 +294,8 @@ courier_services_prepare() {
   : "${COURIER_RABBITMQ_URL:=amqp://guest:guest@127.0.0.1:5672}"
   : "${COURIER_NATS_URL:=nats://127.0.0.1:4222}"
   : "${COURIER_KAFKA_BROKERS:=127.0.0.1:9092}"
-  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL COURIER_KAFKA_BROKERS
+  : "${COURIER_SQS_ENDPOINT:=http://127.0.0.1:9324}"
+  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL COURIER_KAFKA_BROKERS COURIER_SQS_ENDPOINT
   if [ "${COURIER_SERVICES:-}" = "skip" ] || [ "${COURIER_TESTCONTAINERS:-}" = "1" ]; then
     _cs_log "not preparing local services (COURIER_SERVICES=${COURIER_SERVICES:-} COURIER_TESTCONTAINERS=${COURIER_TESTCONTAINERS:-})"
     return 0
@@ -295,6 +306,7 @@ courier_services_prepare() {
   _cs_rabbit_prepare || failed="$failed RabbitMQ"
   _cs_nats_prepare || failed="$failed NATS"
   _cs_kafka_prepare || failed="$failed Kafka"
+  _cs_sqs_prepare || failed="$failed SQS"
   if [ -n "$failed" ]; then
     _cs_fail "not ready:$failed (see the messages above)"
     return 1
@@ -312,4 +324,5 @@ else
   printf 'export COURIER_RABBITMQ_URL=%q\n' "$COURIER_RABBITMQ_URL"
   printf 'export COURIER_NATS_URL=%q\n' "$COURIER_NATS_URL"
   printf 'export COURIER_KAFKA_BROKERS=%q\n' "$COURIER_KAFKA_BROKERS"
+  printf 'export COURIER_SQS_ENDPOINT=%q\n' "$COURIER_SQS_ENDPOINT"
 fi

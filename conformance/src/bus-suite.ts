@@ -1,12 +1,13 @@
 import { FAULT_POINTS, type FaultPoint } from '@courier/core';
 import { afterAll, describe, expect, it, type TestContext } from 'vitest';
-import { runHaltScenario } from './bus/halt-scenario.js';
+import { runHaltReplayCase, runHaltScenario } from './bus/halt-scenario.js';
 import { uniqueId } from './support/unique-id.js';
 import { runProcessScenario, type ProcessFixtureOptions } from './bus/run-process-scenario.js';
 import { runGivenUpWhileAppliedCase } from './bus/given-up-while-applied-case.js';
 import { runReplayedDuplicateCase } from './bus/replay-case.js';
 import { runHostileErrorHaltCase, runHostileErrorParkCase } from './bus/hostile-error-cases.js';
 import { runAckAnswerLostCase, runAckNeverArrivedCase } from './bus/lost-ack-cases.js';
+import { runOversizedDeadLetterCase, runSettleFailsOnceCase, type SettleFailsOnceOptions } from './bus/settle-failure-cases.js';
 import { runInProcessScenario, type BusFactories, type InProcessCrashMode, type ScenarioResult } from './bus/run-scenario.js';
 import { APPLIED_KILLS, LATE_KILLS, SCENARIOS, type ScenarioSpec } from './bus/scenarios.js';
 import { seededRandom } from './bus/seeded-random.js';
@@ -45,6 +46,21 @@ const IN_PROCESS_LONG_CASE_TIMEOUT_MS = 120_000;
  * handled, and a redelivery that may wait for a Kafka session timeout or a lapsed lock.
  */
 const LOST_ACK_CASE_TIMEOUT_MS = 120_000;
+
+/**
+ * vitest's timeout of a settle-failure case: a consumer started, two messages settled, one
+ * of them after a failed settle, a pause and perhaps a lapsed lease or lock.
+ */
+const SETTLE_FAILURE_CASE_TIMEOUT_MS = 120_000;
+
+/** The settle-failure cases: a kind of settle the broker fails once, on an unordered or ordered subscription (an in-place ordered retry writes nothing a broker could fail). */
+const SETTLE_FAILURES: readonly SettleFailsOnceOptions[] = [
+  { kind: 'ack', ordered: false },
+  { kind: 'ack', ordered: true },
+  { kind: 'retry', ordered: false },
+  { kind: 'deadLetter', ordered: false },
+  { kind: 'deadLetter', ordered: true },
+];
 
 /** The deadline of an in-process case that begins now and that vitest times out after `timeoutMs`. */
 function inProcessCaseDeadline(timeoutMs: number): number {
@@ -220,6 +236,10 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
           if (skip) return skipCase(skip);
         }), 90_000);
       }
+      it("poison 'halt' and a replayed dead letter: a replay that fails again halts its key as a replay; drained, it is applied, then what was held", tracked(async (skipCase) => {
+        const skip = await runHaltReplayCase(factories, uniqueId());
+        if (skip) return skipCase(skip);
+      }), 90_000);
       it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
         const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());
@@ -270,6 +290,20 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       'an ack that never reached the broker: the message comes back and is acknowledged as a duplicate, applied once, nothing retried or dead-lettered',
       tracked(() => runAckNeverArrivedCase(factories, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
       LOST_ACK_CASE_TIMEOUT_MS,
+    );
+
+    for (const failure of SETTLE_FAILURES) {
+      it(
+        `a${failure.kind === 'ack' ? 'n' : ''} ${failure.kind} the broker fails once${failure.ordered ? ', ordered' : ''}: the message is not lost or applied twice, and its key's next message runs`,
+        tracked((skipCase) => runSettleFailsOnceCase(factories, skipCase, failure, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
+        SETTLE_FAILURE_CASE_TIMEOUT_MS,
+      );
+    }
+
+    it(
+      "a dead letter too large for the broker (a payload of maxMessageBytes, a 1 MiB error): it is dead-lettered whole and listed, and its key's next message runs",
+      tracked(() => runOversizedDeadLetterCase(factories, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
+      SETTLE_FAILURE_CASE_TIMEOUT_MS,
     );
 
     describe('process-level (SIGKILL)', () => {

@@ -130,6 +130,15 @@ export interface TransportFixture {
    */
   refusable?(envelope: Envelope): Envelope;
   /**
+   * Makes the next `count` (default 1) settles of `kind` fail at the broker, as a broker
+   * failure would: for a transport that writes a copy (a delay-tier or retry-topic publish,
+   * a dead-letter publish) the copy's write is refused or fails; for a broker-native settle
+   * (a nak, an abandon, a dead-letter disposition, an ack) the call fails. The delivery's
+   * settle then rejects. Lets the kit check that a settle that fails neither loses the
+   * message nor leaves it in hand for ever.
+   */
+  failSettles?(kind: 'ack' | 'retry' | 'deadLetter', count?: number): Promise<void>;
+  /**
    * Makes the broker deliver a second copy of `envelope`, which the suite has just
    * published through `transport`, to the same consumers (bus scenario
    * `concurrent-duplicate-delivery`). Optional: without it the suite publishes `envelope`

@@ -53,7 +53,7 @@ export async function createInMemoryStoreFixture(_context?: FixtureContext, data
 
 /**
  * A transport fixture over a fresh {@link InMemoryBroker}: `connect` opens another
- * connection, `kill` drops one as a crash would, `outage`, `rejectPublish` and
+ * connection, `kill` drops one as a crash would, `outage`, `rejectPublish`, `failSettles` and
  * `refusable` inject broker faults. `close` closes the broker and every connection.
  */
 export async function createInMemoryTransportFixture(_context?: FixtureContext, broker = new InMemoryBroker()): Promise<TransportFixture> {
@@ -68,6 +68,9 @@ export async function createInMemoryTransportFixture(_context?: FixtureContext, 
     },
     rejectPublish: async (predicate) => {
       broker.failPublish(predicate);
+    },
+    failSettles: async (kind, count) => {
+      broker.failSettles(kind, count);
     },
     refusable: (envelope) => {
       // The broker refuses what carries this header, as a real one refuses content it cannot take.

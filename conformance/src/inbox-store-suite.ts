@@ -382,6 +382,63 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
   {
+    name: 'halts: renewDrain keeps a drainer\'s claim past its lease while it renews, and answers false once the claim is lost',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      await halts.halt(env.consumer, topic, 'k', makeEnvelope({ topic, key: 'k' }), 'E: broken');
+      expect(await halts.renewDrain(env.consumer, topic, 'k', 'a')).toBe(false);
+      await halts.resumeHalted(env.consumer, topic, 'k', 'retry');
+      const leaseMs = 1_000;
+      await halts.claimResumed(env.consumer, 'a', leaseMs);
+      // Renewed for twice the lease: no one else may take the key meanwhile.
+      const until = Date.now() + 2 * leaseMs;
+      let renewedAt = Date.now();
+      while (Date.now() < until) {
+        await sleep(200);
+        const asked = Date.now();
+        expect(await halts.renewDrain(env.consumer, topic, 'k', 'a')).toBe(true);
+        renewedAt = asked;
+      }
+      const rival = await halts.claimResumed(env.consumer, 'b', leaseMs);
+      // Strict unless the machine stalled past the lease since the last renewal.
+      if (Date.now() - renewedAt < leaseMs) expect(rival, 'the claim was taken although its drainer renewed it').toBeUndefined();
+      expect(await halts.renewDrain(env.consumer, topic, 'k', 'b')).toBe(rival !== undefined);
+      // Not renewed: the lease runs out, another drainer takes the key, the first learns it.
+      await sleep(leaseMs + 500);
+      expect(await halts.claimResumed(env.consumer, 'b', 60_000)).toMatchObject({ key: 'k' });
+      expect(await halts.renewDrain(env.consumer, topic, 'k', 'a')).toBe(false);
+      expect(await halts.renewDrain(env.consumer, topic, 'k', 'b')).toBe(true);
+      expect(await halts.renewDrain(env.consumer, topic, 'other', 'b')).toBe(false);
+      // A renewal changes nothing else.
+      expect((await halts.listHalted({ consumer: env.consumer }))[0]).toMatchObject({ resumed: 'retry', head: { error: 'E: broken' } });
+      // Halted again: no drainer holds it any more.
+      await halts.rehalt(env.consumer, topic, 'k', makeEnvelope({ topic, key: 'k' }), 'E: again', 'b');
+      expect(await halts.renewDrain(env.consumer, topic, 'k', 'b')).toBe(false);
+    },
+  },
+  {
+    name: 'halts: a run recorded under another name (a replay\'s record) with hold.consumer is held behind that consumer\'s halt',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.halt`;
+      await halts.halt(env.consumer, topic, 'k', makeEnvelope({ topic, key: 'k' }), 'E: broken');
+      const replay = makeEnvelope({ topic, key: 'k' });
+      let ran = 0;
+      const held = await env.inbox.run(replay.messageId, `${env.consumer}~rerun`, async () => void (ran += 1), { hold: { topic, key: 'k', envelope: replay, consumer: env.consumer } });
+      expect(held).toEqual({ duplicate: false, held: true });
+      expect(ran).toBe(0);
+      expect((await halts.listHalted({ consumer: env.consumer }))[0]).toMatchObject({ held: 1 });
+      expect(await halts.listHalted({ consumer: `${env.consumer}~rerun` })).toEqual([]);
+      // Nothing was recorded under either name: the drain runs it later.
+      expect(await env.inbox.run(replay.messageId, `${env.consumer}~rerun`, async () => 'ran')).toEqual({ duplicate: false, value: 'ran' });
+      expect(await env.inbox.run(replay.messageId, env.consumer, async () => 'ran')).toEqual({ duplicate: false, value: 'ran' });
+      await halts.resumeHalted(env.consumer, topic, 'k', 'retry');
+      await halts.claimResumed(env.consumer, 'a', 60_000);
+      expect(await halts.listHeld(env.consumer, topic, 'k', 'a', 10)).toEqual([replay]);
+    },
+  },
+  {
     name: 'halts: a drain settles the head (parked is listed), reads held messages in arrival order, and lifts only when none is held',
     async run(env) {
       const halts = haltsOf(env);

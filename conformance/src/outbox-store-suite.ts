@@ -537,29 +537,54 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     name: 'respects delayMs and notBefore: not claimed before, claimed promptly after; a delayed head holds its key',
     async run(env) {
       const { delayMs, clockToleranceMs, timeoutMs } = env.options;
+      // Far: due long after any claim of this case, however slow the machine, so "not
+      // before" is checked strictly on every run. Near: due after `delayMs`, so "promptly
+      // after" is checked; where the store gives ageMs (counted from when a row became due,
+      // database clock), "not before" is checked for these too, from the claim's own data.
+      const farMs = 10 * 60_000;
+      const far = message(env, 'far');
+      const behindFar = message(env, 'far');
+      const farScheduled = message(env, null);
       const delayed = message(env, 'd');
       const behind = message(env, 'd');
       const scheduled = message(env, null);
       const now = message(env, null);
-      const startedAt = Date.now();
-      await commit(env, [{ envelope: delayed, delayMs }, { envelope: behind }, { envelope: scheduled, notBefore: new Date(Date.now() + delayMs) }, { envelope: now }]);
+      const committing = Date.now();
+      await commit(env, [
+        { envelope: far, delayMs: farMs },
+        { envelope: behindFar },
+        { envelope: farScheduled, notBefore: new Date(Date.now() + farMs) },
+        { envelope: delayed, delayMs },
+        { envelope: behind },
+        { envelope: scheduled, notBefore: new Date(Date.now() + delayMs) },
+        { envelope: now },
+      ]);
+      const notYet = [far, behindFar, farScheduled].map((envelope) => envelope.messageId);
       const first = await claim(env, 'relay-a');
-      // Before the delay nothing delayed is claimable. Only a claim that ended before the
-      // delay could have run out (on either clock) proves that: on a loaded machine the
-      // commit and the claim can take longer than the delay, and then the delayed rows are
-      // rightly due. Whenever the claim ran, `behind` waits for its delayed head.
-      if (Date.now() - startedAt < delayMs - clockToleranceMs) expect(ids(first)).toEqual([now.messageId]);
       expect(ids(first)).toContain(now.messageId);
+      expect(ids(first).filter((id) => notYet.includes(id)), 'a row was claimed before its delay or notBefore, or a delayed head let its key overtake it').toEqual([]);
+      // Whenever the claim ran, `behind` waits for its delayed head.
       expect(ids(first)).not.toContain(behind.messageId);
-      const due = new Set(ids(first).filter((id) => id !== now.messageId));
+      const due = new Map<string, ClaimedBatch['records'][number] & { claimEnd: number }>();
+      const note = (batch: ClaimedBatch, claimEnd: number) => {
+        for (const record of batch.records) if (!due.has(record.envelope.messageId)) due.set(record.envelope.messageId, { ...record, claimEnd });
+      };
+      note(first, Date.now());
       await eventually(
         async () => {
-          for (const id of ids(await claim(env, 'relay-b', { perKey: 2 }))) due.add(id);
+          const batch = await claim(env, 'relay-b', { perKey: 2 });
+          note(batch, Date.now());
           expect(due.has(delayed.messageId) && due.has(scheduled.messageId)).toBe(true);
         },
         { timeoutMs },
       );
-      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(delayMs - clockToleranceMs);
+      for (const envelope of [delayed, scheduled]) {
+        const record = due.get(envelope.messageId)!;
+        // Due no earlier than delayMs after the commit began: its age at the claim cannot
+        // exceed the time since then less the delay.
+        if (record.ageMs !== undefined) expect(record.ageMs, `'${envelope.messageId}' was claimable before its delay`).toBeLessThanOrEqual(record.claimEnd - committing - delayMs + clockToleranceMs);
+      }
+      expect(notYet.filter((id) => due.has(id)), 'a far row was claimed before its delay or notBefore').toEqual([]);
     },
   },
   {
@@ -840,6 +865,35 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       // The stale lease of relay-b (expired, re-claimed by relay-c) renews nothing.
       expect(await env.outbox.renew(second.lease, sequences(second), LONG_LEASE_MS)).toBe(0);
       expect(await env.outbox.complete(first.lease, [sequenceOf(first, c)])).toBe(1);
+    },
+  },
+  {
+    name: 'a renewal after another relay re-claimed part of the batch counts and extends only the rows the lease still holds, never the re-claimed ones',
+    async run(env) {
+      if (!env.outbox.renew) return env.skip('the store has no renew(): renewals are optional and the relay keeps one long lease');
+      const rows = [message(env, 'a'), message(env, 'b'), message(env, 'c')];
+      await commit(env, rows);
+      const first = await claim(env, 'relay-a', { leaseMs: env.options.shortLeaseMs });
+      expect(first.records).toHaveLength(3);
+      // The lease runs out; another relay re-claims two of the three rows.
+      const second = await eventually(
+        async () => {
+          const batch = await claim(env, 'relay-b', { limit: 2 });
+          expect(batch.records).toHaveLength(2);
+          return batch;
+        },
+        { timeoutMs: env.options.timeoutMs },
+      );
+      const [rest] = rows.filter((row) => !ids(second).includes(row.messageId));
+      // The relay compares the count with its batch: fewer means it was fenced (it stops
+      // sending). The row not re-claimed may be renewed (still held by the lease) or not.
+      const renewed = await env.outbox.renew(first.lease, sequences(first), LONG_LEASE_MS);
+      expect(renewed, 'a renewal counted rows another relay had re-claimed').toBeLessThanOrEqual(1);
+      // The re-claimed rows stay relay-b's: the first lease can neither complete them nor did it extend them away.
+      expect(await env.outbox.complete(first.lease, sequences(first, second.records.map((record) => record.envelope)))).toBe(0);
+      expect(await env.outbox.complete(second.lease, sequences(second))).toBe(2);
+      const third = await claim(env, 'relay-c');
+      expect(ids(third)).toEqual(renewed === 1 ? [] : [rest!.messageId]);
     },
   },
   {

@@ -1,4 +1,4 @@
-import { createBus, defineMessage, hasInboxHalts, newMessageId, type InboxResumeAction } from '@courier/core';
+import { UnrecoverableError, createBus, defineMessage, hasInboxHalts, newMessageId, type InboxResumeAction } from '@courier/core';
 import { expect } from 'vitest';
 import { eventually } from '../support/eventually.js';
 import type { BusFactories } from './run-scenario.js';
@@ -79,6 +79,105 @@ export async function runHaltScenario<Tx>(factories: BusFactories<Tx>, action: I
       expect((await store.readEffects()).filter((id) => a.includes(id) || b.includes(id)).sort()).toEqual([...expected, ...b].sort());
     } finally {
       await bus.stop({ timeoutMs: 5_000 });
+    }
+    return undefined;
+  } finally {
+    await transportFixture.close();
+    await store.close();
+  }
+}
+
+/**
+ * Bus case: a replayed dead letter on the halt path keeps its replay's inbox identity. A
+ * keyed message is dead-lettered while the ordered subscription parks its poison; the
+ * subscription moves to `poison: 'halt'`, the operator replays the dead letter, and it fails
+ * again: its key halts at it, and a later message of the key is held behind it. Once the
+ * handler is fixed and the key resumed, the drain applies the replay (recorded under the
+ * replay's record, not the consumer's own, which its dead-lettering left) and then the held
+ * message, in order, once each. A drain that recorded the replay under the consumer's own
+ * record would take it for a duplicate: never applied, with its dead letter gone.
+ *
+ * Returns a reason to skip when the fixtures cannot run it (no halts, no per-key ordering,
+ * no dead letters to replay), else undefined once every check passed.
+ */
+export async function runHaltReplayCase<Tx>(factories: BusFactories<Tx>, testId: string): Promise<string | undefined> {
+  const context = { testId };
+  const store = await factories.store(context);
+  const transportFixture = await factories.transport(context);
+  try {
+    const inbox = store.inbox;
+    const { transport } = transportFixture;
+    if (!hasInboxHalts(inbox)) return "the inbox store has no halts (InboxHalts): poison 'halt' cannot be configured with it";
+    if (!transport.capabilities.orderingByKey) return "the transport does not declare orderingByKey: poison 'halt' is for ordered subscriptions only";
+    const deadLetters = transport.deadLetters;
+    if (!deadLetters) return 'the transport has no deadLetters (nativeDeadLetter: false): nothing can be replayed';
+    const Work = defineMessage(`${testId}.haltreplay.Work`, { version: 1, topic: `${testId}.haltreplay` });
+    const consumer = `${testId}-hr`;
+    const broken = new Set<string>();
+    const seen: Record<string, string>[] = [];
+    const busWith = (poison: 'park' | 'halt') => {
+      const bus = createBus({
+        outbox: store.outbox,
+        inbox,
+        transport,
+        retry: { maxAttempts: 2, initialDelayMs: 20, maxDelayMs: 50, jitter: 0 },
+        relay: { pollIntervalMs: 50, pause: { initialDelayMs: 20, maxDelayMs: 250 } },
+        ...(envLogger() ? { logger: envLogger()! } : {}),
+      });
+      bus.subscribe(
+        consumer,
+        Work,
+        async (message, ctx) => {
+          seen.push({ ...message.headers });
+          if (broken.has(message.messageId)) throw new UnrecoverableError(`${message.messageId} fails until the operator fixes it`);
+          await store.recordEffect(ctx.tx, message.messageId);
+        },
+        { ordered: true, poison },
+      );
+      return bus;
+    };
+    const [replayed, later] = [`${testId}-r-${newMessageId()}`, `${testId}-n-${newMessageId()}`];
+    broken.add(replayed);
+    const parking = busWith('park');
+    await parking.start();
+    let letterId: string;
+    try {
+      await store.transaction(async (tx) => {
+        parking.outbox(tx).publish(Work, {}, { key: 'a', messageId: replayed });
+      });
+      parking.wake();
+      letterId = await eventually(
+        async () => {
+          const letter = (await deadLetters.list(consumer)).find((candidate) => candidate.envelope.messageId === replayed);
+          expect(letter, 'the message was dead-lettered under park').toBeDefined();
+          return letter!.id;
+        },
+        { timeoutMs: 30_000 },
+      );
+    } finally {
+      await parking.stop({ timeoutMs: 5_000 });
+    }
+    const halting = busWith('halt');
+    await halting.start();
+    try {
+      const ofKey = async () => (await inbox.listHalted({ consumer })).filter((halt) => halt.key === 'a');
+      // Still broken: the replay fails again and halts its key.
+      expect(await deadLetters.replay(consumer, [letterId])).toBe(1);
+      await eventually(async () => expect((await ofKey())[0]?.head?.envelope.messageId, 'the replay halted its key').toBe(replayed), { timeoutMs: 30_000 });
+      await store.transaction(async (tx) => {
+        halting.outbox(tx).publish(Work, {}, { key: 'a', messageId: later });
+      });
+      halting.wake();
+      await eventually(async () => expect((await ofKey())[0]?.held, 'the later message is held').toBe(1), { timeoutMs: 30_000 });
+      broken.delete(replayed);
+      expect(await inbox.resumeHalted(consumer, Work.topic, 'a', 'retry')).toBe(1);
+      const mine = async () => (await store.readEffects()).filter((id) => id === replayed || id === later);
+      await eventually(async () => expect(await mine(), 'the replay was applied when drained, then the held message').toEqual([replayed, later]), { timeoutMs: 30_000 });
+      await eventually(async () => expect(await ofKey()).toEqual([]), { timeoutMs: 30_000 });
+      expect(await deadLetters.list(consumer)).toEqual([]);
+      expect(seen.filter((headers) => Object.keys(headers).some((name) => name.toLowerCase().startsWith('courier-'))), 'a handler saw a Courier header').toEqual([]);
+    } finally {
+      await halting.stop({ timeoutMs: 5_000 });
     }
     return undefined;
   } finally {

@@ -30,9 +30,16 @@ export const postgresStore = (context: FixtureContext): Promise<StoreFixture<Ent
  */
 export const E2E_PUBLISH_TIMEOUT_MS = 600;
 
+/**
+ * Largest payload of the end-to-end RabbitMQ transports: one such message (and its
+ * dead-letter copy, in the kit's oversized dead-letter case) must be confirmed within the
+ * short publish timeout on a loaded machine, which 16 MiB (the default) never was.
+ */
+export const E2E_MAX_MESSAGE_BYTES = 1024 * 1024;
+
 /** A RabbitMQ transport fixture whose outage cuts only its own connections (safe beside other tests). */
 export const rabbitMqTransport = (context: FixtureContext): Promise<TransportFixture> =>
-  createRabbitMqFixture(context, { outage: 'network', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS } });
+  createRabbitMqFixture(context, { outage: 'network', config: { publishTimeoutMs: E2E_PUBLISH_TIMEOUT_MS, maxMessageBytes: E2E_MAX_MESSAGE_BYTES } });
 
 /** A Kafka transport fixture (plugins/kafka): its outage cuts only its own connections, through TCP proxies. */
 export { createKafkaFixture as kafkaTransport } from '../../../plugins/kafka/test/support/fixture.js';

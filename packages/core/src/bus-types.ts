@@ -151,6 +151,9 @@ export interface RelayConfig {
    * (the database slow or away) stops the batch's sending. When the store cannot renew:
    * default 30 s, and at least twice the transport's declared `publishTimeoutMs`
    * (`createBus` checks), so a confirm that comes late is never re-claimed and sent again.
+   * It is also the lease of a consumer's drain of a resumed halted key (`poison: 'halt'`),
+   * renewed every third of it while the drain runs: a dead drainer's key is drained by
+   * another instance about this long later.
    */
   readonly leaseMs?: number;
   /** Poll interval when the store has no wake-up signal (or as a safety net). Default 1 s. */
@@ -220,6 +223,15 @@ export interface BusCounters {
    * says locks or leases are too short for the handlers, or the connection is unwell.
    */
   readonly ackFailures: number;
+  /**
+   * Retry and dead-letter settles the transport failed (a retry or dead-letter copy the
+   * broker refused or never confirmed, a nak or dead-letter disposition that failed): each
+   * logged as an error; the consumer then asks the transport to give the message back after
+   * the pause (`relay.pause.maxDelayMs`), and it is retried or given up on again when it
+   * comes back. A steady rise says the broker refuses the copies (a dead-letter place too
+   * small, full or missing) and messages go round instead of settling.
+   */
+  readonly settleFailures: number;
 }
 
 /**

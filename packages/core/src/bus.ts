@@ -270,6 +270,7 @@ class CourierBus<Tx> implements Bus<Tx> {
             pauseMaxMs: this.#relaySettings.pauseMaxMs,
             poison: plan.options.poison ?? 'park',
             haltPollMs: this.#relaySettings.pollIntervalMs,
+            drainLeaseMs: this.#relaySettings.leaseMs,
           };
           const worker = new Consumer<Tx>(
             {

@@ -5,6 +5,7 @@ import { CourierError, SerializationError, StorageError, UnrecoverableError, des
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
 import { Gate, sleep, withTimeout } from './internal/async.js';
+import { DrainLease } from './internal/drain-lease.js';
 import { parsePayload } from './json.js';
 import { boundReason, boundReasonText } from './reason-text.js';
 import type { Logger } from './logger.js';
@@ -12,6 +13,7 @@ import { decodeForConsume, type MessageDefinition } from './message-definition.j
 import { createOutboxPublisher, type PublisherSettings } from './outbox-publisher.js';
 import type { OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
+import { linkSignals } from './signals.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
 import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { DeadLetterReason, Delivery, Endpoint, Subscription, Transport } from './transport.js';
@@ -30,8 +32,22 @@ const DEAD_SUFFIX = '~dead';
  * other suffixes, so no consumer name accepted before is refused now.
  */
 const REPLAY_SUFFIX = '~rerun';
+/**
+ * Suffix of the inbox counter of a drained message's starts (a resumed halted key's head or
+ * held message), the drain's own crash accounting: apart from `~alone`, so that a copy of
+ * the same message delivered meanwhile never adds to it.
+ */
+const DRAIN_SUFFIX = '~drain';
 /** Every suffix appended to the consumer's name in inbox calls: the bus refuses names too long to carry them. */
-export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX, REPLAY_SUFFIX];
+export const INBOX_NAME_SUFFIXES: readonly string[] = [ALONE_SUFFIX, DEAD_SUFFIX, REPLAY_SUFFIX, DRAIN_SUFFIX];
+/**
+ * Header that marks an envelope stored by a halt (as its head or held behind it) as a
+ * replay of a dead letter, so the drain records its run under the replay's inbox key (see
+ * REPLAY_SUFFIX) as a delivery of it would; without it the drain would find the consumer's
+ * own record (left by the dead-lettering) and drop the replay as a duplicate. The drain
+ * hands the handler the envelope without it.
+ */
+const REPLAY_HEADER = 'courier-replay';
 
 /**
  * What the inbox store recorded of a message before its ack (see `Consumer.#ackSettled`): run
@@ -64,10 +80,10 @@ export interface ConsumerSettings {
   readonly poison: PoisonPolicy;
   /** How often a `halt` consumer looks for keys an operator resumed. */
   readonly haltPollMs: number;
+  /** How long a drain claim on a resumed key lasts without a word from its drainer; renewed every third of it while the drain runs. */
+  readonly drainLeaseMs: number;
 }
 
-/** How long a drain claim on a resumed key lasts without a word from its drainer (each drain step renews it). */
-const DRAIN_LEASE_MS = 30_000;
 /** Held messages read per step of a drain. */
 const DRAIN_BATCH = 50;
 
@@ -112,6 +128,10 @@ export interface ConsumerDependencies<Tx> {
  *   counted in `ackFailures` and counts no attempt: the broker redelivers the message and the
  *   inbox acknowledges that copy (or holds it again), so it is never retried, dead-lettered,
  *   halted or settled again for it;
+ * - a `retry` or `deadLetter` the transport fails is logged as an error, counted in
+ *   `settleFailures`, and followed by a `retry` after the longest pause: the message comes
+ *   back and is retried or given up on again (a dead-lettering the broker failed is tried
+ *   again each pause until it takes it), never acknowledged before its copy is safe;
  * - pauses release the bus-wide gate and take it again before the next try.
  */
 export class Consumer<Tx> {
@@ -132,6 +152,8 @@ export class Consumer<Tx> {
   /** The loop that drains keys an operator resumed (`halt` policy only), and its stop signal. */
   #draining: Promise<void> | undefined;
   #stopDraining = new AbortController();
+  /** Aborted when `stop` gave up waiting for a drain: its claim is no longer renewed. */
+  #abandonDrain = new AbortController();
   /** This instance's name on drain claims. */
   readonly #owner = `drain-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   /** Resolves when the subscription has started (never if it is stopped first). */
@@ -177,6 +199,7 @@ export class Consumer<Tx> {
     this.#stopSubscribing = new AbortController();
     if (this.#halts && !this.#draining) {
       this.#stopDraining = new AbortController();
+      this.#abandonDrain = new AbortController();
       this.#draining = this.#drainLoop(this.#stopDraining.signal);
     }
     try {
@@ -253,7 +276,16 @@ export class Consumer<Tx> {
     const draining = this.#draining;
     this.#draining = undefined;
     this.#stopDraining.abort();
-    await Promise.all([this.#stopReceiving(timeoutMs), draining ? withTimeout(draining, timeoutMs) : undefined]);
+    const abandon = this.#abandonDrain;
+    await Promise.all([
+      this.#stopReceiving(timeoutMs),
+      draining
+        ? withTimeout(draining, timeoutMs).then((finished) => {
+            // Work left running is abandoned as a dead process's is: its claim runs out.
+            if (!finished.done) abandon.abort();
+          })
+        : undefined,
+    ]);
   }
 
   async #stopReceiving(timeoutMs: number): Promise<void> {
@@ -369,10 +401,14 @@ export class Consumer<Tx> {
           }
           if (this.#abort.signal.aborted) return;
           await fault('poison-head', { messageIds, consumer });
-          return await this.#giveUp(delivery, {
-            code: 'CRASH_LOOP',
-            message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone, each dying within ${this.#settings.crashWindowMs} ms of its start); treated as poison`,
-          });
+          return await this.#giveUp(
+            delivery,
+            {
+              code: 'CRASH_LOOP',
+              message: `message never finished in ${crashes} runs on '${consumer}' (${alone - 1} of them alone, each dying within ${this.#settings.crashWindowMs} ms of its start); treated as poison`,
+            },
+            inboxKey !== consumer,
+          );
         }
         suspectRun = new SuspectRun(() => this.#clearCrashes(envelope.messageId), this.#settings.crashWindowMs, () =>
           this.#deps.logger.info('suspect outlived its crash window; a death from now on is not counted against it', {
@@ -418,7 +454,11 @@ export class Consumer<Tx> {
       let handlerRan = false;
       let recorded: AckedAfter;
       try {
-        const hold = this.#haltable(envelope) ? { hold: { topic: envelope.topic, key: envelope.key!, envelope } } : undefined;
+        // A replay is held behind its consumer's halt as a replay (see REPLAY_HEADER).
+        const replay = inboxKey !== consumer;
+        const hold = this.#haltable(envelope)
+          ? { hold: { topic: envelope.topic, key: envelope.key!, envelope: replay ? markReplay(envelope) : envelope, ...(replay ? { consumer } : {}) } }
+          : undefined;
         const result = await inbox.run(
           envelope.messageId,
           inboxKey,
@@ -455,7 +495,7 @@ export class Consumer<Tx> {
         const poison = error instanceof UnrecoverableError || (error instanceof SerializationError && !error.retriable);
         if (poison || attempt >= this.#settings.retry.maxAttempts) {
           await fault('poison-head', { messageIds, consumer });
-          return this.#giveUp(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` });
+          return this.#giveUp(delivery, poison ? reason : { code: 'ATTEMPTS_EXHAUSTED', message: `${attempt} attempts; last: ${reason.message}` }, inboxKey !== consumer);
         }
         const delay = backoffDelay(this.#settings.retry, attempt);
         this.#deps.instruments.retries.add(1, { [CONSUMER_GROUP]: consumer });
@@ -463,7 +503,11 @@ export class Consumer<Tx> {
         // Ordered subscriptions too: on an ordered endpoint the transport keeps the message's
         // place (nothing of its key overtakes it) while freeing the handler slot, and the gate
         // is released when this delivery returns. Waiting here instead would hold both.
-        await delivery.retry(delay, boundReason(reason));
+        try {
+          await delivery.retry(delay, boundReason(reason));
+        } catch (settleError) {
+          await this.#settleFailed(delivery, 'retry', settleError);
+        }
         return;
       }
       // Outside the try: a failed ack is not this run's failure (see #ackSettled).
@@ -543,7 +587,7 @@ export class Consumer<Tx> {
    * it; otherwise it is dead-lettered. A crash between the two redelivers it, and the
    * redelivery is held behind the halt the first attempt made (a duplicate when drained).
    */
-  async #giveUp(delivery: Delivery, given: DeadLetterReason): Promise<void> {
+  async #giveUp(delivery: Delivery, given: DeadLetterReason, replay = false): Promise<void> {
     // Every port gets the handler's error bounded and sanitised (REASON_LIMITS): it may quote
     // a whole payload, or a NUL that PostgreSQL text cannot hold, and a write that fails
     // here would bring the message back for ever.
@@ -553,7 +597,8 @@ export class Consumer<Tx> {
     if (!halts || envelope.key === null) return this.#deadLetter(delivery, reason);
     const { consumer } = this.#settings;
     const error = boundReasonText(`${reason.code}: ${reason.message}`);
-    const outcome = await halts.halt(consumer, envelope.topic, envelope.key, envelope, error);
+    // A replay's run is recorded under the replay's key: the halt keeps it marked as one.
+    const outcome = await halts.halt(consumer, envelope.topic, envelope.key, replay ? markReplay(envelope) : envelope, error);
     if (outcome === 'halted') {
       this.#deps.instruments.consumerHaltedKeys.add(1, { [CONSUMER_GROUP]: consumer });
       this.#deps.logger.error('key halted: its head was given up on; the key waits for an operator (courier halted resume)', {
@@ -600,6 +645,39 @@ export class Consumer<Tx> {
     }
   }
 
+  /**
+   * Reacts to a `retry` or `deadLetter` settle the transport failed (a copy the broker
+   * refused or never confirmed, a broker-native settle that failed): logs it as an error,
+   * counts it (`settleFailures`) and asks the transport to give the message back after the
+   * longest pause, as `retry` — a settle that rejected left the delivery unsettled, so the
+   * transport takes this one (the `Delivery` contract). The message then comes back and is
+   * retried or given up on again, so a dead-lettering that failed is tried again each pause
+   * until the broker takes it. Never rejects: if even that retry fails, the transport
+   * brings the message back itself (a lapsed lease, lock or connection, or, where nothing
+   * would, its own redelivery: the contract again), and this says so in the log.
+   */
+  async #settleFailed(delivery: Delivery, kind: 'retry' | 'deadLetter', error: unknown): Promise<void> {
+    const { consumer, pauseMaxMs } = this.#settings;
+    const { messageId } = delivery.envelope;
+    this.#deps.instruments.settleFailures.add(1, { [CONSUMER_GROUP]: consumer });
+    this.#deps.logger.error(`the transport failed the ${kind} of a message; it is asked back in ${pauseMaxMs} ms and settled again then`, {
+      consumer,
+      messageId,
+      attempt: delivery.attempt,
+      error: describeError(error),
+    });
+    const code = error instanceof CourierError ? error.code : 'SETTLE_FAILED';
+    try {
+      await delivery.retry(pauseMaxMs, boundReason({ code, message: `the ${kind} failed: ${describeError(error)}` }));
+    } catch (again) {
+      this.#deps.logger.error('the transport failed the retry asked after a failed settle too; it gives the message back itself (Delivery contract)', {
+        consumer,
+        messageId,
+        error: describeError(again),
+      });
+    }
+  }
+
   /** Looks for keys an operator resumed, and drains them, every `haltPollMs` until `signal` aborts; never rejects. */
   async #drainLoop(signal: AbortSignal): Promise<void> {
     const halts = this.#halts!;
@@ -607,9 +685,24 @@ export class Consumer<Tx> {
       try {
         for (;;) {
           if (signal.aborted) return;
-          const claim = await halts.claimResumed(this.#settings.consumer, this.#owner, DRAIN_LEASE_MS);
+          const claimedAt = Date.now();
+          const claim = await halts.claimResumed(this.#settings.consumer, this.#owner, this.#settings.drainLeaseMs);
           if (!claim) break;
-          await this.#drain(halts, claim, signal);
+          // Renewed for as long as the drain works on the key, however long a step takes (a
+          // held message retrying in place outlasts any fixed lease); a claim found lost
+          // stops the drain, since the key's next drainer is already at work.
+          const lease = new DrainLease(
+            { halts, consumer: this.#settings.consumer, topic: claim.topic, key: claim.key, owner: this.#owner, leaseMs: this.#settings.drainLeaseMs, logger: this.#deps.logger },
+            claimedAt,
+            this.#abandonDrain.signal,
+          );
+          const step = linkSignals([signal, lease.lost]);
+          try {
+            await this.#drain(halts, claim, step.signal);
+          } finally {
+            step.dispose();
+            await lease.stop();
+          }
         }
       } catch (error) {
         // The store is away or failed: the claim's lease runs out and this (or another) instance takes it again.
@@ -674,10 +767,22 @@ export class Consumer<Tx> {
    * Runs a message that has no delivery (a halted key's head or held message) through the
    * inbox, retrying in place with the subscription's backoff. Resolves undefined once it is
    * applied (or was already), the error once it is poison or its attempts are exhausted, or
-   * 'stopped' when the consumer stops first.
+   * 'stopped' when the consumer stops (or the drain loses its claim) first.
+   *
+   * A replay of a dead letter held by the halt (see REPLAY_HEADER) is recorded under the
+   * replay's key and its handler sees the envelope as delivered. Crash accounting as for a
+   * redelivery (see SuspectRun): each drain run of the message is counted (`~drain`) before
+   * it starts and the count dropped when it ends in a way this process saw; a message whose
+   * earlier drain runs never finished `maxCrashes` times (each dying within the crash
+   * window) is not run again but resolves a `CRASH_LOOP` error, so its key halts again. A
+   * message with unfinished runs behind it runs alone (the bus-wide gate), as a suspect does.
    */
-  async #applyOutsideDelivery(envelope: Envelope, signal: AbortSignal): Promise<string | undefined | 'stopped'> {
-    const { consumer } = this.#settings;
+  async #applyOutsideDelivery(stored: Envelope, signal: AbortSignal): Promise<string | undefined | 'stopped'> {
+    const { consumer, maxCrashes, crashWindowMs } = this.#settings;
+    const { inbox } = this.#deps;
+    const replay = stored.headers[REPLAY_HEADER] !== undefined;
+    const envelope = replay ? unmarkReplay(stored) : stored;
+    const recordAs = replay ? `${consumer}${REPLAY_SUFFIX}` : consumer;
     const registration = this.#registrations.get(envelope.type);
     if (!registration) return `UNKNOWN_MESSAGE_TYPE: consumer '${consumer}' has no handler for '${envelope.type}'`;
     let payload: unknown;
@@ -686,12 +791,55 @@ export class Consumer<Tx> {
     } catch (error) {
       return `${error instanceof CourierError ? error.code : 'PAYLOAD_INVALID'}: ${describeError(error)}`;
     }
+    const { messageId } = envelope;
+    const drainKey = `${consumer}${DRAIN_SUFFIX}`;
+    const starts = await this.#untilAvailable(() => inbox.recordStart(messageId, drainKey), (ms) => sleep(ms, signal), signal);
+    if (starts === undefined || signal.aborted) return 'stopped';
+    // This run is counted too: the runs before it never finished.
+    const crashes = starts - 1;
+    const clear = async () => {
+      await inbox.forget(messageId, drainKey).catch((error: unknown) => {
+        this.#deps.logger.warn('could not clear the crash count of a drained message', { consumer, messageId, error: describeError(error) });
+      });
+    };
+    if (crashes >= maxCrashes) {
+      // Applied by a run that died before its count was dropped: not poison (see #process).
+      if (await this.#untilAvailable(() => this.#hasRecord(messageId, recordAs), (ms) => sleep(ms, signal), signal)) {
+        await clear();
+        this.#deps.instruments.duplicates.add(1, { [CONSUMER_GROUP]: consumer });
+        return undefined;
+      }
+      if (signal.aborted) return 'stopped';
+      // Dropped, so that an operator's next resume runs it afresh.
+      await clear();
+      return `CRASH_LOOP: message never finished in ${crashes} drain runs on '${consumer}' (each dying within ${crashWindowMs} ms of its start); treated as poison`;
+    }
+    const suspect = new SuspectRun(clear, crashWindowMs, () =>
+      this.#deps.logger.info('drained message outlived its crash window; a death from now on is not counted against it', { consumer, messageId, crashWindowMs }),
+    );
+    try {
+      return await this.#attemptOutsideDelivery(envelope, registration, payload, recordAs, crashes > 0, signal);
+    } finally {
+      await suspect.finish();
+    }
+  }
+
+  /** The attempts of {@link Consumer.#applyOutsideDelivery}, recorded under `recordAs`; alone (the gate's exclusive side) for a suspect. */
+  async #attemptOutsideDelivery(
+    envelope: Envelope,
+    registration: Registration<Tx>,
+    payload: unknown,
+    recordAs: string,
+    alone: boolean,
+    signal: AbortSignal,
+  ): Promise<string | undefined | 'stopped'> {
+    const { consumer } = this.#settings;
     for (let attempt = 1; ; ) {
       if (signal.aborted) return 'stopped';
-      const release = await this.#deps.gate.acquire(false, signal);
+      const release = await this.#deps.gate.acquire(alone, signal);
       let handlerRan = false;
       try {
-        const result = await this.#deps.inbox.run(envelope.messageId, consumer, async (tx) => {
+        const result = await this.#deps.inbox.run(envelope.messageId, recordAs, async (tx) => {
           handlerRan = true;
           await this.#invoke(tx, envelope, registration, payload, attempt);
         });
@@ -721,6 +869,16 @@ export class Consumer<Tx> {
 
   async #deadLetter(delivery: Delivery, given: DeadLetterReason): Promise<void> {
     const reason = boundReason(given);
+    // Sent outside any unit of work of the inbox: a transport that writes to the same
+    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
+    try {
+      await delivery.deadLetter(reason);
+    } catch (error) {
+      // Not parked, and not acknowledged: it is asked back, given up on again when it
+      // comes back, and dead-lettered then. Counted as dead only once it is.
+      await this.#settleFailed(delivery, 'deadLetter', error);
+      return;
+    }
     this.#deps.instruments.deadLettered.add(1, { [CONSUMER_GROUP]: this.#settings.consumer });
     this.#deps.logger.error('message dead-lettered', {
       consumer: this.#settings.consumer,
@@ -730,9 +888,6 @@ export class Consumer<Tx> {
       code: reason.code,
       error: reason.message,
     });
-    // Sent outside any unit of work of the inbox: a transport that writes to the same
-    // single-writer database (the SQL transport on SQLite) would wait for its lock forever.
-    await delivery.deadLetter(reason);
     // Only after the dead letter is safe: a crash in between leaves a second dead copy at
     // worst, never a message acknowledged without being parked.
     const { messageId } = delivery.envelope;
@@ -796,7 +951,7 @@ export class Consumer<Tx> {
   }
 
   /** Retries `operation` while it fails with a retriable StorageError, backing off through `pause`; undefined when stopped first. */
-  async #untilAvailable<T>(operation: () => Promise<T>, pause: (ms: number) => Promise<void>): Promise<T | undefined> {
+  async #untilAvailable<T>(operation: () => Promise<T>, pause: (ms: number) => Promise<void>, signal: AbortSignal = this.#abort.signal): Promise<T | undefined> {
     let delay = this.#settings.pauseInitialMs;
     let wait = false;
     for (;;) {
@@ -804,7 +959,7 @@ export class Consumer<Tx> {
         await pause(delay);
         delay = Math.min(this.#settings.pauseMaxMs, delay * 2);
       }
-      if (this.#abort.signal.aborted) return undefined;
+      if (signal.aborted) return undefined;
       try {
         return await operation();
       } catch (error) {
@@ -847,4 +1002,15 @@ class SuspectRun {
     this.#cleared ??= this.#clear();
     await this.#cleared;
   }
+}
+
+/** `envelope` marked as a replay of a dead letter, as a halt stores it (see REPLAY_HEADER). */
+function markReplay(envelope: Envelope): Envelope {
+  return { ...envelope, headers: { ...envelope.headers, [REPLAY_HEADER]: '1' } };
+}
+
+/** `envelope` without the replay mark: as it was delivered. */
+function unmarkReplay(envelope: Envelope): Envelope {
+  const { [REPLAY_HEADER]: _mark, ...headers } = envelope.headers;
+  return { ...envelope, headers };
 }

@@ -44,6 +44,7 @@ export type InboxOperations = Pick<InboxStore<unknown>, 'forget' | 'prune' | 'st
 const DEAD = '~dead';
 const RERUN = '~rerun';
 const ALONE = '~alone';
+const DRAIN = '~drain';
 
 /** One row of an inbox store's per-name count: a stored consumer name (suffix and all), its records and the age of its oldest. */
 export interface InboxNameCount {
@@ -55,7 +56,8 @@ export interface InboxNameCount {
 /**
  * Folds an inbox store's counts per stored consumer name (one `GROUP BY consumer`) into
  * {@link InboxStats}: `<consumer>~dead` marks count as dead letters, `<consumer>~rerun`
- * records as processed (and replayed), `<consumer>~alone` start markers not at all. For
+ * records as processed (and replayed), `<consumer>~alone` and `<consumer>~drain` start
+ * markers not at all. For
  * store authors implementing `stats()`, so the consumer's naming stays in the core.
  */
 export function inboxStatsFromCounts(counts: readonly InboxNameCount[]): InboxStats {
@@ -66,7 +68,7 @@ export function inboxStatsFromCounts(counts: readonly InboxNameCount[]): InboxSt
     return found;
   };
   for (const { name, records, oldestAgeMs } of counts) {
-    if (name.endsWith(ALONE)) continue;
+    if (name.endsWith(ALONE) || name.endsWith(DRAIN)) continue;
     if (name.endsWith(DEAD)) {
       entry(name.slice(0, -DEAD.length)).deadLetters += records;
       continue;

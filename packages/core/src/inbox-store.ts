@@ -94,8 +94,12 @@ export interface InboxRunOptions {
    * (consumer, topic, key) is halted; if so it stores `envelope` as held behind the halt
    * (once per (consumer, messageId): a second hold of the same message is a no-op) and
    * returns `{ held: true }` without running `work`.
+   *
+   * `consumer` names the consumer whose halt is checked and behind which the message is
+   * held, when the run records under another name than the subscription's own (a replay's
+   * record, `<consumer>~rerun`); default: the run's `consumer`.
    */
-  readonly hold?: { readonly topic: string; readonly key: string; readonly envelope: Envelope };
+  readonly hold?: { readonly topic: string; readonly key: string; readonly envelope: Envelope; readonly consumer?: string };
 }
 
 /**
@@ -115,6 +119,9 @@ export interface InboxRunOptions {
  *   clock), so two instances never drain one key at once, and a dead drainer's key is
  *   claimed again once its lease runs out. Every drain call takes the owner and renews
  *   the lease; one whose lease was lost does nothing and returns false/empty.
+ *   `renewDrain` renews it on its own: the drainer calls it while one step runs long (a
+ *   held message retrying in place), so a drain that is alive never loses its claim,
+ *   and learns from `false` that it has (it then stops before its next step).
  * - `settleHead` removes the head (kept as parked when `parked`); `drop` removes one held
  *   message; `rehalt` makes a held message the new head and the halt halted again (no
  *   longer resumed), for a message that fails while draining or a retried head that
@@ -133,6 +140,13 @@ export interface InboxHalts {
   listHalted(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxHaltedKey[]>;
   resumeHalted(consumer: string, topic: string, key: string, action: InboxResumeAction): Promise<number>;
   claimResumed(consumer: string, owner: string, leaseMs: number): Promise<InboxDrainClaim | undefined>;
+  /**
+   * Renews `owner`'s drain lease on the halt of (consumer, topic, key) for the length it was
+   * claimed with (database clock); true when it did, false when the claim is lost (the lease
+   * ran out, another drainer took it, the halt was halted again or lifted). Changes nothing
+   * else.
+   */
+  renewDrain(consumer: string, topic: string, key: string, owner: string): Promise<boolean>;
   settleHead(consumer: string, topic: string, key: string, owner: string, options: { readonly parked: boolean; readonly error?: string }): Promise<boolean>;
   /** Held messages of the key, oldest first, at most `limit`. */
   listHeld(consumer: string, topic: string, key: string, owner: string, limit: number): Promise<readonly Envelope[]>;
@@ -142,7 +156,7 @@ export interface InboxHalts {
   listParked(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxParkedMessage[]>;
 }
 
-const HALT_MEMBERS = ['halt', 'listHalted', 'resumeHalted', 'claimResumed', 'settleHead', 'listHeld', 'drop', 'rehalt', 'lift', 'listParked'] as const;
+const HALT_MEMBERS = ['halt', 'listHalted', 'resumeHalted', 'claimResumed', 'renewDrain', 'settleHead', 'listHeld', 'drop', 'rehalt', 'lift', 'listParked'] as const;
 
 /** Whether `store` has the {@link InboxHalts} capability (every member is a function). */
 export function hasInboxHalts<S extends object>(store: S): store is S & InboxHalts {

@@ -107,6 +107,6 @@ export type { InMemoryOutboxStoreConfig } from './in-memory/in-memory-outbox-sto
 export { InMemoryOutboxStore } from './in-memory/in-memory-outbox-store.js';
 export type { InMemoryInboxStoreConfig } from './in-memory/in-memory-inbox-store.js';
 export { InMemoryInboxStore } from './in-memory/in-memory-inbox-store.js';
-export type { InMemoryBrokerConfig, InMemoryConnection, PublishRejection } from './in-memory/in-memory-broker.js';
+export type { InMemoryBrokerConfig, InMemoryConnection, PublishRejection, SettleKind } from './in-memory/in-memory-broker.js';
 export { InMemoryBroker } from './in-memory/in-memory-broker.js';
 export { InMemoryTransport } from './in-memory/in-memory-transport.js';

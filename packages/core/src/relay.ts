@@ -356,23 +356,40 @@ export class Relay<Tx> {
         }
         const transportOk = await this.#process(batch, claimedAt, defer);
         if (transportOk) this.#resume();
-        else await this.#pause();
+        else {
+          // Nothing renews confirmed rows waiting for the next claim, and a pause may
+          // outlast their lease: complete them first, or another relay sends them again.
+          if (pending && (await this.#completePending(pending, beforeCommit, 'before pausing'))) pending = undefined;
+          await this.#pause();
+        }
       } catch (error) {
         if (stopping.aborted) break;
         this.#firstClaim?.(error);
         this.#lastError = describeError(error);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
+        // Confirmed rows still pending stay for the next claim: the store itself failed, so
+        // a separate complete now would most likely fail as well.
         await this.#pause();
       }
     }
     // Stopping: what the broker confirmed is completed now, not left to its lease.
     const done = pending as PendingCompletion | undefined;
-    if (done) {
-      try {
-        this.#completed(done.sequences.length, await store.complete(done.lease, done.sequences, { signal: this.#abandon.signal, ...(beforeCommit ? { beforeCommit } : {}) }));
-      } catch (error) {
-        this.#deps.logger.warn('complete failed while stopping; confirmed rows are published again after their lease', { error: describeError(error) });
-      }
+    if (done) await this.#completePending(done, beforeCommit, 'while stopping');
+  }
+
+  /**
+   * Completes confirmed rows that were waiting for the loop's next claim, on their own;
+   * resolves whether the store answered. Never rejects: a failure is logged, and rows not
+   * completed are published again after their lease (at least once).
+   */
+  async #completePending(done: PendingCompletion, beforeCommit: FaultHook | undefined, when: string): Promise<boolean> {
+    try {
+      const completed = await this.#deps.store.complete(done.lease, done.sequences, { signal: this.#abandon.signal, ...(beforeCommit ? { beforeCommit } : {}) });
+      this.#completed(done.sequences.length, completed);
+      return true;
+    } catch (error) {
+      this.#deps.logger.warn(`complete failed ${when}; confirmed rows are published again after their lease`, { error: describeError(error) });
+      return false;
     }
   }
 
@@ -619,7 +636,8 @@ export class Relay<Tx> {
  * (another relay re-claimed some: sending the rest could break their order), or when no
  * renewal has succeeded for `LEASE_BUDGET` of a lease (the database may already count it
  * expired); it never un-aborts. A failed renewal is retried at the next beat. `stop`
- * clears every timer and waits for a renewal in flight.
+ * clears every timer and waits for a renewal in flight, but no longer than the lease's
+ * budget: a renewal that hangs never holds the relay's loop.
  */
 class LeaseHeartbeat {
   readonly #lost = new AbortController();
@@ -665,8 +683,11 @@ class LeaseHeartbeat {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#beat);
+    // A renewal that never answers (a hung connection) must not hold the relay's loop: it is
+    // waited for only until the lease could lapse. A late answer touches only rows still
+    // held by the lease, and by then none is.
+    if (this.#renewing) await Promise.race([this.#renewing, aborted(this.#lost.signal)]);
     clearTimeout(this.#lapse);
-    await this.#renewing;
   }
 
   /** The lease is known to hold from `since` (local clock, taken before the store call). */

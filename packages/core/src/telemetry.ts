@@ -136,6 +136,7 @@ export class Instruments {
   /** Keys an ordered subscription halted (`poison: 'halt'`); counted in the snapshot's `haltedKeys` too. */
   readonly consumerHaltedKeys: CountingCounter;
   readonly ackFailures: CountingCounter;
+  readonly settleFailures: CountingCounter;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
     const counter = (name: string, description: string) => new CountingCounter(meter.createCounter(name, { description }));
@@ -149,12 +150,13 @@ export class Instruments {
     this.haltedKeys = counter('courier.relay.halted_keys', 'keys halted by the poison-head policy');
     this.consumerHaltedKeys = counter('courier.consumer.halted_keys', "keys an ordered subscription halted (poison 'halt')");
     this.ackFailures = counter('courier.consumer.ack_failures', 'acknowledgements that failed after the inbox recorded the message (the broker redelivers it; the inbox drops that copy)');
+    this.settleFailures = counter('courier.consumer.settle_failures', 'retry and dead-letter settles the transport failed (the message is asked back later and given up on or retried again)');
   }
 
   /** Totals since this bus was created. */
   snapshot(): {
     published: number; publishFailures: number; relayPauses: number; processed: number;
-    retries: number; deadLettered: number; duplicates: number; haltedKeys: number; ackFailures: number;
+    retries: number; deadLettered: number; duplicates: number; haltedKeys: number; ackFailures: number; settleFailures: number;
   } {
     return {
       published: this.published.total,
@@ -166,6 +168,7 @@ export class Instruments {
       duplicates: this.duplicates.total,
       haltedKeys: this.haltedKeys.total + this.consumerHaltedKeys.total,
       ackFailures: this.ackFailures.total,
+      settleFailures: this.settleFailures.total,
     };
   }
 }

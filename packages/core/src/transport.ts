@@ -89,10 +89,32 @@ export interface DeadLetterReason {
 }
 
 /**
- * One received message. Exactly one of `ack`, `retry` or `deadLetter` must be called;
- * later calls are ignored. If the connection is lost first, the broker redelivers.
- * A settle that cannot reach the broker (its channel or connection is gone) rejects with
- * a retriable `TransportError`; the broker then redelivers and the inbox drops the copy.
+ * One received message. Exactly one of `ack`, `retry` or `deadLetter` settles it; calls
+ * after the one that settled it are ignored. If the connection is lost first, the broker
+ * redelivers.
+ *
+ * A settle that fails — it cannot reach the broker, or the broker refuses or never confirms
+ * the copy it writes (a delay-tier or retry-topic publish, a dead-letter publish), or a
+ * broker-native settle (a nak, an abandon, a dead-letter disposition, an ack) fails — rejects
+ * with a `TransportError` and has settled nothing. Then, whatever else happens:
+ * - the transport takes a later settle of the delivery (the core asks `retry` after a failed
+ *   `retry` or `deadLetter`, to have the message back after its pause; it asks nothing after
+ *   a failed `ack`, the inbox having recorded the message);
+ * - the message is never lost: a copy is written, and confirmed, before the original is
+ *   acknowledged or committed past, so a failure in between leaves a duplicate at worst;
+ * - the message is never left in hand for ever: a delivery whose handler returned with it
+ *   unsettled (every settle failed, or none was made) comes back to the consumer, flagged
+ *   `redelivered` — through the broker where a lease, lock or dead channel brings it back
+ *   (RabbitMQ requeues it, the SQL transport's lease and Service Bus's lock lapse), and
+ *   through the transport itself where nothing would (a Kafka record stays in hand, holding
+ *   its key and its partition's commit point, until the transport hands it back; a JetStream
+ *   in-progress heartbeat must stop). Its key and commit point then move again;
+ * - a dead letter the broker refuses for good (too large for the dead-letter place) is not
+ *   retried unchanged for ever: the transport writes a reduced copy that still carries the
+ *   whole message (the reason text cut; Kafka) or bounds what it adds before writing
+ *   (RabbitMQ), so the key moves on.
+ * The conformance kit holds every transport to this through `TransportFixture.failSettles`
+ * and its oversized dead-letter case.
  */
 export interface Delivery {
   readonly envelope: Envelope;

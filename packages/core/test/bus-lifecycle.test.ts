@@ -246,7 +246,7 @@ describe('bus lifecycle', () => {
       ready: false,
       relay: { running: false, ready: false, paused: false, lastError: null, sinceLastClaimMs: -1 },
       consumers: [],
-      counters: { published: 0, publishFailures: 0, relayPauses: 0, processed: 0, retries: 0, deadLettered: 0, duplicates: 0, haltedKeys: 0, ackFailures: 0 },
+      counters: { published: 0, publishFailures: 0, relayPauses: 0, processed: 0, retries: 0, deadLettered: 0, duplicates: 0, haltedKeys: 0, ackFailures: 0, settleFailures: 0 },
     });
     h.bus.subscribe('a', Placed, async () => {});
     h.bus.subscribe('b', Placed, async () => {});

@@ -37,7 +37,7 @@ function envelope(messageId: string, key: string | null): Envelope {
 }
 
 /** A bus with one ordered `halt` subscription whose handler fails for the messages in `broken`, recording applied ids in commit order. */
-async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> } = {}) {
+async function haltBus(options: { maxAttempts?: number; retryDelayMs?: number; leaseMs?: number; loseAckOf?: Set<string> } = {}) {
   const database = new InMemoryDatabase();
   const broker = new InMemoryBroker();
   const connection = broker.connect();
@@ -72,7 +72,7 @@ async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> 
     outbox: new InMemoryOutboxStore({ database }),
     inbox,
     transport,
-    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } },
+    relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 }, ...(options.leaseMs ? { leaseMs: options.leaseMs } : {}) },
   });
   const broken = new Set<string>();
   const failing = new Set<string>();
@@ -87,7 +87,7 @@ async function haltBus(options: { maxAttempts?: number; loseAckOf?: Set<string> 
       if (failing.has(message.messageId)) throw new Error(`failing ${message.messageId}`);
       context.tx.onCommit(() => applied.push(message.messageId));
     },
-    { ordered: true, poison: 'halt', retry: { maxAttempts: options.maxAttempts ?? 2, initialDelayMs: 1, maxDelayMs: 1 } },
+    { ordered: true, poison: 'halt', retry: { maxAttempts: options.maxAttempts ?? 2, initialDelayMs: options.retryDelayMs ?? 1, maxDelayMs: options.retryDelayMs ?? 1, jitter: 0 } },
   );
   await bus.start();
   const ids = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => `${prefix}-${i + 1}-${newMessageId()}`);
@@ -231,6 +231,40 @@ describe("poison 'halt' for ordered subscriptions: behaviour", () => {
   });
 });
 
+describe("poison 'halt': the drain's claim", () => {
+  // Issue 29: the drain's lease was renewed only by its steps, not while one step ran. A
+  // head retrying in place for longer than the lease lost the claim: its re-halt was fenced
+  // out, the key stayed resumed 'retry', was claimed and run again for ever, and the
+  // consumer's other resumed keys never drained.
+  it('is renewed while a resumed head retries in place for longer than the lease: the head halts the key again, and the next resumed key drains', async () => {
+    const leaseMs = 1_500;
+    // Four backoffs of 1 s: the head's retries outlast the lease more than twice over.
+    await using h = await haltBus({ maxAttempts: 5, retryDelayMs: 1_000, leaseMs });
+    const [a1] = h.ids('a', 1) as [string];
+    const [b1] = h.ids('b', 1) as [string];
+    h.broken.add(a1);
+    h.broken.add(b1);
+    await h.publish('a', [a1]);
+    await eventually(async () => expect(await h.inbox.listHalted()).toHaveLength(1));
+    await h.publish('b', [b1]);
+    await eventually(async () => expect(await h.inbox.listHalted()).toHaveLength(2));
+    // a1 now fails every try (retried in place); b1 is fixed.
+    h.broken.delete(a1);
+    h.failing.add(a1);
+    h.broken.delete(b1);
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+    expect(await h.inbox.resumeHalted('ledger', Moved.topic, 'b', 'retry')).toBe(1);
+    await eventually(async () => {
+      const halts = await h.inbox.listHalted();
+      expect(halts.map((halt) => [halt.key, halt.resumed, halt.head?.envelope.messageId])).toEqual([['a', null, a1]]);
+      expect(halts[0]!.head!.error).toMatch(/ATTEMPTS_EXHAUSTED: 5 attempts/);
+    }, 20_000);
+    expect(h.applied).toEqual([b1]);
+    // The drain ran the head's five attempts once: no second drainer ran it meanwhile.
+    expect(h.runs.filter((id) => id === a1)).toHaveLength(1 + 5);
+  });
+});
+
 describe("poison 'halt': a lost ack after the halt committed", () => {
   it('the head redelivered behind its own halt is held, and applied once when the key is resumed', async () => {
     const lose = new Set<string>();
@@ -315,6 +349,142 @@ describe("poison 'halt': a lost ack after the halt committed", () => {
     } finally {
       killing.on = false;
       await Promise.all(live.map((process) => process.bus.stop({ timeoutMs: 1_000 }).catch(() => undefined)));
+      await broker.close();
+    }
+  });
+});
+
+describe("poison 'halt': crash accounting of drained messages", () => {
+  // Issue 29: a resumed head that killed its process was run by every new process about
+  // every lease, for ever: the drain counted no starts. It must halt the key again after
+  // `maxCrashes` deaths, as a delivery that keeps killing its process is given up on.
+  it('a resumed head that kills every process draining it halts its key again as CRASH_LOOP after maxCrashes deaths', async () => {
+    const database = new InMemoryDatabase();
+    const broker = new InMemoryBroker();
+    const inbox = new InMemoryInboxStore({ database });
+    const outbox = new InMemoryOutboxStore({ database });
+    const producer = broker.connect();
+    const applied: string[] = [];
+    const mode = { head: 'broken' as 'broken' | 'killing' | 'fine' };
+    const [a1, a2] = [`a1-${newMessageId()}`, `a2-${newMessageId()}`];
+    let processes = 0;
+    let deaths = 0;
+    const live: ReturnType<typeof createBus<InMemoryTransaction>>[] = [];
+    const start = async (): Promise<void> => {
+      processes += 1;
+      const connection = broker.connect();
+      // A short drain lease (relay.leaseMs): a dead drainer's key is claimed again soon.
+      const bus = createBus({ outbox, inbox, transport: connection, relay: { pollIntervalMs: 20, leaseMs: 500, pause: { initialDelayMs: 10, maxDelayMs: 20 } } });
+      bus.subscribe(
+        'ledger',
+        Moved,
+        async (message, context) => {
+          if (message.messageId === a1 && mode.head === 'broken') throw new UnrecoverableError('broken a1');
+          if (message.messageId === a1 && mode.head === 'killing') {
+            // The process dies with a1 in hand (as SIGKILL: nothing settled or cleared); a fresh one starts.
+            deaths += 1;
+            live.splice(live.indexOf(bus), 1);
+            broker.kill(connection);
+            void bus.stop({ timeoutMs: 0 }).catch(() => undefined);
+            setTimeout(() => void start(), 5);
+            return new Promise<never>(() => {});
+          }
+          context.tx.onCommit(() => applied.push(message.messageId));
+        },
+        // A long crash window: a dead "process" here keeps its timers, a real one does not.
+        { ordered: true, poison: 'halt', maxCrashes: 2, crashWindowMs: 60_000, retry: { maxAttempts: 2, initialDelayMs: 1, maxDelayMs: 1 } },
+      );
+      live.push(bus);
+      await bus.start();
+    };
+    try {
+      await start();
+      await producer.publish([envelope(a1, 'a'), envelope(a2, 'a')]);
+      await eventually(async () => expect((await inbox.listHalted({ consumer: 'ledger' }))[0]?.held).toBe(1));
+      mode.head = 'killing';
+      expect(await inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+      const halts = await eventually(async () => {
+        const listed = await inbox.listHalted({ consumer: 'ledger' });
+        expect(listed.map((halt) => [halt.key, halt.resumed, halt.head?.envelope.messageId, halt.held])).toEqual([['a', null, a1, 1]]);
+        return listed;
+      }, 20_000);
+      expect(halts[0]!.head!.error).toMatch(/^CRASH_LOOP: message never finished in 2 drain runs on 'ledger'/);
+      expect(deaths, 'killed by maxCrashes drain runs, then not run again').toBe(2);
+      expect(applied).toEqual([]);
+      // A resume after the fix runs it afresh: the count was dropped with the halt.
+      mode.head = 'fine';
+      expect(await inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+      await eventually(() => expect(applied).toEqual([a1, a2]));
+      await eventually(async () => expect(await inbox.listHalted()).toEqual([]));
+      expect(processes).toBe(3);
+    } finally {
+      mode.head = 'fine';
+      await Promise.all(live.map((bus) => bus.stop({ timeoutMs: 1_000 }).catch(() => undefined)));
+      await broker.close();
+    }
+  });
+});
+
+describe("poison 'halt': replays of dead letters", () => {
+  // Issue 29: a replayed dead letter that ended on the halt path was drained under the
+  // consumer's own inbox record — which its dead-lettering had left — so the drain counted
+  // it a duplicate and never applied it, while the dead letter was gone. And a replay
+  // arriving while its key was halted was not held: it ran ahead of the halted head.
+  it('a replay that fails again halts its key as a replay, one arriving on a halted key is held; both are applied in order when drained', async () => {
+    const database = new InMemoryDatabase();
+    const broker = new InMemoryBroker();
+    const inbox = new InMemoryInboxStore({ database });
+    const outbox = new InMemoryOutboxStore({ database });
+    const producer = broker.connect();
+    const broken = new Set<string>();
+    const applied: string[] = [];
+    const headers: Record<string, string>[] = [];
+    const [m1, m2, n1] = [`m1-${newMessageId()}`, `m2-${newMessageId()}`, `n1-${newMessageId()}`];
+    const subscribe = (poison: 'park' | 'halt') => {
+      const bus = createBus({ outbox, inbox, transport: broker.connect(), relay: { pollIntervalMs: 20, pause: { initialDelayMs: 10, maxDelayMs: 20 } } });
+      bus.subscribe(
+        'ledger',
+        Moved,
+        async (message, context) => {
+          headers.push({ ...message.headers });
+          if (broken.has(message.messageId)) throw new UnrecoverableError(`broken ${message.messageId}`);
+          context.tx.onCommit(() => applied.push(message.messageId));
+        },
+        { ordered: true, poison, retry: { maxAttempts: 2, initialDelayMs: 1, maxDelayMs: 1 } },
+      );
+      return bus;
+    };
+    // Dead-lettered while the subscription parked its poison (before it moved to 'halt').
+    const parking = subscribe('park');
+    await parking.start();
+    broken.add(m1);
+    broken.add(m2);
+    await producer.publish([envelope(m1, 'a'), envelope(m2, 'a')]);
+    await eventually(async () => expect((await producer.deadLetters!.list('ledger')).map((letter) => letter.envelope.messageId).sort()).toEqual([m1, m2].sort()));
+    await parking.stop();
+    const letters = new Map((await producer.deadLetters!.list('ledger')).map((letter) => [letter.envelope.messageId, letter.id]));
+    broken.delete(m2);
+    const halting = subscribe('halt');
+    try {
+      await halting.start();
+      // m1 is still broken: its replay fails again and halts the key.
+      expect(await producer.deadLetters!.replay('ledger', [letters.get(m1)!])).toBe(1);
+      await eventually(async () => expect((await inbox.listHalted({ consumer: 'ledger' }))[0]?.head?.envelope.messageId).toBe(m1));
+      // m2's replay and a new message of the key arrive while it is halted: both held.
+      expect(await producer.deadLetters!.replay('ledger', [letters.get(m2)!])).toBe(1);
+      await eventually(async () => expect((await inbox.listHalted({ consumer: 'ledger' }))[0]?.held).toBe(1));
+      await producer.publish([envelope(n1, 'a')]);
+      await eventually(async () => expect((await inbox.listHalted({ consumer: 'ledger' }))[0]?.held).toBe(2));
+      expect(applied, 'nothing of the halted key ran ahead of its head').toEqual([]);
+      broken.delete(m1);
+      expect(await inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry')).toBe(1);
+      await eventually(() => expect(applied).toEqual([m1, m2, n1]));
+      await eventually(async () => expect(await inbox.listHalted()).toEqual([]));
+      expect(await producer.deadLetters!.list('ledger')).toEqual([]);
+      expect((await inbox.stats()).consumers.find((entry) => entry.consumer === 'ledger')).toMatchObject({ replayed: 2, deadLetters: 2 });
+      expect(headers.filter((seen) => Object.keys(seen).some((name) => name.startsWith('courier-'))), 'the handler saw a Courier header').toEqual([]);
+    } finally {
+      await halting.stop();
       await broker.close();
     }
   });

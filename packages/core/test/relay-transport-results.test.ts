@@ -76,3 +76,65 @@ describe('relay and per-message transport results', () => {
     expect(watch.maxPerKey).toBe(1);
   });
 });
+
+describe('relay with completeAndClaim and a pause', () => {
+  // Issue 29: with a store that completes confirmed rows with the loop's next claim, a batch
+  // confirmed in part before connectivity trouble left its confirmed rows pending through
+  // the whole pause — neither completed nor renewed — so another relay claimed them once
+  // the lease ran out and published them again.
+  it('completes the confirmed rows of a batch before pausing after a partial connectivity failure', async () => {
+    const clock = { offset: 0 };
+    let calls = 0;
+    const script = (messages: readonly Envelope[]) => {
+      calls += 1;
+      // The first message of the first batch gets through; everything after it is cut by a
+      // connection loss (so every relay loop that claims pauses too).
+      return messages.map((_, index) => (calls === 1 && index === 0 ? undefined : new TransportError('connection lost before the confirm; it may still arrive')));
+    };
+    await using h = harness({
+      clock,
+      transport: (inner) => scriptedTransport(inner, script),
+      // A pause far longer than the lease: the rows must not depend on it ending.
+      bus: { relay: { leaseMs: 1_000, batchSize: 5, pause: { initialDelayMs: 60_000, maxDelayMs: 60_000 } } },
+    });
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { id: 'confirmed' }, { key: 'k-1', messageId: 'confirmed' });
+      h.bus.outbox(tx).publish(Placed, { id: 'cut' }, { key: 'k-2', messageId: 'cut' });
+    });
+    await h.bus.start({ consumers: false });
+    await eventually(() => expect(h.bus.health().relay.paused).toBe(true));
+    // The lease is long gone on the database clock: another relay claims what is left.
+    clock.offset += 60_000;
+    const stolen = await h.outbox.claim({ owner: 'other-relay', limit: 10, leaseMs: 60_000, perKey: 1 });
+    expect(stolen.records.map((record) => record.envelope.messageId), 'a confirmed row was left to another relay to publish again').toEqual(['cut']);
+    expect(h.bus.health().counters.published).toBe(1);
+  });
+});
+
+describe("relay guard: a key's later message after an earlier one failed in the same batch", () => {
+  // Every real pipelining transport stops a key itself after a refusal, so the relay's own
+  // guard (release, never complete, what follows a failed message of its key in a batch) was
+  // never exercised. This transport confirms every message it does not refuse.
+  it('releases, and sends again after its predecessor, a message confirmed behind a refused one of its key', async () => {
+    const offered: string[] = [];
+    let calls = 0;
+    const script = (messages: readonly Envelope[]) => {
+      calls += 1;
+      offered.push(...messages.map((message) => message.messageId));
+      // The first batch: the key's head is refused (not a connectivity result), the rest confirmed.
+      return messages.map((message) => (calls === 1 && message.messageId === 'k-first' ? new TransportError("broker refused 'k-first'", { code: 'PAYLOAD_TOO_LARGE', retriable: true }) : undefined));
+    };
+    await using h = harness({
+      transport: (inner) => ({ ...scriptedTransport(inner, script), capabilities: { ...inner.capabilities, orderedPipelining: true } }),
+      bus: { relay: { batchSize: 10, retry: { maxAttempts: 3, initialDelayMs: 5, maxDelayMs: 5, jitter: 0 } } },
+    });
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { id: 'k-first' }, { key: 'k', messageId: 'k-first' });
+      h.bus.outbox(tx).publish(Placed, { id: 'k-second' }, { key: 'k', messageId: 'k-second' });
+    });
+    await h.bus.start({ consumers: false });
+    await eventually(async () => expect(await h.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0 }));
+    expect(offered, "'k-second' was completed although 'k-first' before it failed in the same batch").toEqual(['k-first', 'k-second', 'k-first', 'k-second']);
+    expect(h.outbox.failures.flat().map((failure) => failure.outcome)).toEqual(['retry']);
+  });
+});

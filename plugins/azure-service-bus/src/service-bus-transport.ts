@@ -5,6 +5,7 @@ import {
   SerializationError,
   TransportError,
   abortableSleep,
+  noopLogger,
   decodeEnvelope,
   linkSignals,
   onAbort,
@@ -175,6 +176,8 @@ export class ServiceBusTransport implements Transport {
   /** Queue mode (`entities: 'queues'`). */
   readonly #queues: boolean;
   readonly #source: ClientSource;
+  /** Where the subscriptions report settles that failed (an abandon retried, say). */
+  readonly logger: Logger;
   readonly #senders = new Map<string, { sender: ServiceBusSender; generation: number }>();
   readonly #subscriptions = new Set<ServiceBusSubscription>();
   readonly #topics = new Set<string>();
@@ -202,6 +205,7 @@ export class ServiceBusTransport implements Transport {
     // A client still connecting gets two publish deadlines before a timeout gives it up.
     // A given-up client's close is waited for 2 s at most (see ClientSource): `bus.stop()` must not hang on a dead connection.
     this.#source = new ClientSource(config.client, { patienceMs: 2 * publishTimeoutMs, abandonCloseAfterMs: 2_000, logger: config.logger });
+    this.logger = config.logger ?? noopLogger;
     this.#config = { client: config.client, entities, sessions: config.sessions ?? false, prefix, publishTimeoutMs, maxLockRenewalMs, maxMessageBytes, brokerMessageId: config.brokerMessageId, topics: config.topics };
     this.capabilities = {
       orderingByKey: this.#config.sessions,
@@ -697,6 +701,15 @@ const onLiveClient = (settle: Promise<void>, givenUp: AbortSignal): Promise<void
     throw error;
   });
 
+/** Longest dead-letter reason and description Service Bus takes, in characters. */
+const DEAD_TEXT_MAX = 4_096;
+
+/** `text` cut to at most `max` UTF-16 characters (a split surrogate pair dropped), the cut marked with `…`. */
+function cutText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  return `${text.slice(0, max - 1).replace(/[\uD800-\uDBFF]$/u, '')}…`;
+}
+
 const isConnectivity = (error: CourierError): boolean => error.code === 'TRANSPORT' || error.code === 'PUBLISH_TIMEOUT' || error.code === 'CLOSED';
 
 /** A pending in-place retry: after the delay the message is abandoned with the attempt raised. */
@@ -873,6 +886,9 @@ class ServiceBusSubscription implements Subscription {
       try {
         await action();
       } catch (error) {
+        // Settled nothing: the message is still locked here, so a later settle (the core's
+        // retry after a failed dead letter) is taken rather than left to the lock's lapse.
+        settled = false;
         // The ServiceBusError code (MessageLockLost: the lock lapsed before the settle) says
         // what happened in every log line, whatever wording the service gives its description.
         const code = codeOf(error);
@@ -893,7 +909,9 @@ class ServiceBusSubscription implements Subscription {
         once(
           () =>
             onLiveClient(
-              receiver.deadLetterMessage(message, { deadLetterReason: reason.code, deadLetterErrorDescription: reason.message, [P.deadAt]: new Date().toISOString(), [P.deadFor]: this.endpoint.consumer }),
+              // Service Bus takes at most 4,096 characters in either (a longer one fails the
+              // settle every time: the key would never move on).
+              receiver.deadLetterMessage(message, { deadLetterReason: cutText(reason.code, DEAD_TEXT_MAX), deadLetterErrorDescription: cutText(reason.message, DEAD_TEXT_MAX), [P.deadAt]: new Date().toISOString(), [P.deadFor]: this.endpoint.consumer }),
               givenUp,
             ),
           'deadLetter',
@@ -907,15 +925,40 @@ class ServiceBusSubscription implements Subscription {
     return parked;
   }
 
-  /** Waits the retry delay (the lock renewed by the SDK), then abandons with the attempt raised. */
+  /**
+   * Waits the retry delay (the lock renewed by the SDK), then abandons with the attempt raised.
+   * An abandon that fails is asked again (1 s, doubling to 30 s; each failure logged) until it
+   * goes through, the client is given up or the subscription stops: the SDK keeps renewing the
+   * lock of a message it holds, so one failed abandon would otherwise hold the message (and,
+   * ordered, its session's key) until `maxLockRenewalMs`. A given-up client or a stop leaves
+   * the message to its lock, which then lapses.
+   */
   async #retryLater(receiver: ServiceBusReceiver | ServiceBusSessionReceiver, message: ServiceBusReceivedMessage, parked: ParkedRetry, givenUp: AbortSignal): Promise<void> {
     const linked = linkSignals([this.#stop.signal, givenUp]);
     try {
       await abortableSleep(parked.delayMs, linked.signal);
+      for (let failures = 0; !linked.signal.aborted; ) {
+        try {
+          await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), givenUp);
+          return;
+        } catch (error) {
+          if (linked.signal.aborted) return;
+          failures += 1;
+          const delayMs = Math.min(30_000, 1_000 * 2 ** (failures - 1));
+          this.transport.logger.error('service bus abandon of a retried message failed; asking again', {
+            consumer: this.endpoint.consumer,
+            messageId: String(message.messageId ?? ''),
+            delayMs,
+            error: describe(error),
+          });
+          await abortableSleep(delayMs, linked.signal).catch(() => undefined);
+        }
+      }
+    } catch {
+      // Stopped or given up during the delay: the message comes back after its lock.
     } finally {
       linked.dispose();
     }
-    await onLiveClient(receiver.abandonMessage(message, { [P.attempt]: parked.attempt }), givenUp).catch(() => undefined);
   }
 
   #spawnSessionLoop(topic: string): void {

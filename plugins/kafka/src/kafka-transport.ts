@@ -121,6 +121,19 @@ function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
  */
 const RESTART_BACKOFF = retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 500, multiplier: 2, maxDelayMs: 30_000, jitter: 0.2 }, 'consumer restart');
 
+/** Delays before a record whose run left it unsettled runs again: 1 s doubling to 30 s (see `KafkaSubscription#giveBack`). */
+const GIVE_BACK_BACKOFF = retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 1_000, multiplier: 2, maxDelayMs: 30_000, jitter: 0.2 }, 'give back');
+
+/** Longest reason text, in UTF-8 bytes, of a dead letter written again after the broker refused it for its size. */
+const DEAD_REASON_CUT_BYTES = 4_096;
+
+/** `text` cut to at most `maxBytes` of UTF-8 without splitting a character, the cut marked with `…`. */
+function cutUtf8(text: string, maxBytes: number): string {
+  if (Buffer.byteLength(text, 'utf8') <= maxBytes) return text;
+  const bytes = Buffer.from(text, 'utf8').subarray(0, Math.max(0, maxBytes - 3));
+  return `${bytes.toString('utf8').replace(/\uFFFD$/u, '')}…`;
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -599,11 +612,18 @@ export class KafkaTransport implements Transport {
     }
   }
 
-  /** Reads a dead-letter topic from its start to its current end (a throwaway group that is deleted afterwards). */
+  /**
+   * Reads a dead-letter topic from its start to its current end (a throwaway group that is
+   * deleted afterwards). An operator's read creates nothing: a consumer whose dead-letter
+   * topic does not exist (a name never subscribed, an operator's typo) has no dead letters,
+   * and a name no Kafka topic can hold is refused with a `ConfigError`, not retriable.
+   */
   async #readDead(consumer: string): Promise<Map<string, { record: KafkaMessage; headers: Record<string, string> }>> {
     this.#assertOpen();
+    this.#assertConsumerName(consumer);
     const topic = this.deadLetterTopic(consumer);
-    await this.#ensureTopics([topic], { 'cleanup.policy': 'compact' });
+    const latest = new Map<string, { record: KafkaMessage; headers: Record<string, string> }>();
+    if (!(await this.#topicExists(topic, consumer))) return latest;
     let ends: Awaited<ReturnType<Admin['fetchTopicOffsets']>>;
     try {
       ends = await this.#topicOffsets(topic);
@@ -612,7 +632,6 @@ export class KafkaTransport implements Transport {
     }
     const admin = await this.#connectedAdmin();
     const remaining = new Map(ends.filter((end) => BigInt(end.high) > BigInt(end.low)).map((end) => [end.partition, BigInt(end.high)]));
-    const latest = new Map<string, { record: KafkaMessage; headers: Record<string, string> }>();
     if (remaining.size === 0) return latest;
     const groupId = `${this.#prefix}courier-dlt-reader.${randomUUID()}`;
     const reader = this.#client.consumer({ groupId, sessionTimeout: 10_000, maxWaitTimeInMs: 100 });
@@ -642,6 +661,26 @@ export class KafkaTransport implements Transport {
       await admin.deleteGroups([groupId]).catch(() => undefined);
     }
     return latest;
+  }
+
+  /** Refuses (`ConfigError`, not retriable) a consumer name that cannot name this transport's topics: nothing of it can exist. */
+  #assertConsumerName(consumer: string): void {
+    const room = this.limits.consumer?.bytes ?? TOPIC_MAX;
+    if (consumer.length === 0 || !NAME_PATTERN.test(consumer) || Buffer.byteLength(consumer, 'utf8') > room) {
+      throw new ConfigError(`consumer '${consumer}' cannot be a Kafka consumer of this transport: it must be 1 to ${room} of A-Z a-z 0-9 . _ - (it names the group's topics)`);
+    }
+  }
+
+  /** Whether `topic` exists on the broker (asked once it is not known to); a broker that cannot be asked is a retriable `TransportError`. */
+  async #topicExists(topic: string, consumer: string): Promise<boolean> {
+    if (this.#knownTopics.has(topic)) return true;
+    try {
+      const admin = await this.#connectedAdmin();
+      const topics = await within(admin.listTopics(), this.#connectTimeoutMs, 'listing topics');
+      return topics.includes(topic);
+    } catch (error) {
+      throw this.#closedOr(error instanceof CourierError ? error : new TransportError(`could not read the dead letters of '${consumer}': ${describe(error)}`, { cause: error, retriable: true }));
+    }
   }
 
   async #listDead(consumer: string, limit = 100): Promise<readonly DeadLetter[]> {
@@ -750,6 +789,14 @@ interface Item {
   readonly orderKey: string | undefined;
   timer?: NodeJS.Timeout;
   dropped?: boolean;
+  /**
+   * Times the record was handed back after a run that left it unsettled (its retry or dead
+   * letter failed, or its handler settled nothing): it is delivered again flagged
+   * `redelivered`, after a delay that grows with this count.
+   */
+  givenBack?: number;
+  /** Waiting to be handed back (in `#waiting`, but not a retry copy counted in `#retryWaiting`). */
+  handingBack?: boolean;
 }
 
 class KafkaSubscription implements Subscription {
@@ -984,7 +1031,7 @@ class KafkaSubscription implements Subscription {
       if (this.#drop(item)) {
         clearTimeout(item.timer);
         this.#waiting.delete(item);
-        if (item.orderKey === undefined) {
+        if (item.orderKey === undefined && !item.handingBack) {
           this.#retryWaiting -= 1;
           this.#resumeRetries();
         }
@@ -1142,25 +1189,79 @@ class KafkaSubscription implements Subscription {
     try {
       envelope = decodeRecord(item.message.key, item.message.value, item.headers);
     } catch (error) {
-      await this.#deadLetter(item, { code: 'ENVELOPE_INVALID', message: describe(error) }).catch(() => undefined);
+      try {
+        await this.#deadLetter(item, { code: 'ENVELOPE_INVALID', message: describe(error) });
+      } catch (failed) {
+        this.#giveBack(item, failed);
+      }
       return;
     }
     let settled = false;
-    const once = async (action: () => Promise<void>): Promise<void> => {
+    // A retry or dead letter whose copy the broker did not take has settled nothing: the
+    // record is still in hand, and a later settle of it is taken (the Delivery contract).
+    // An ack has finished the record here even when its commit failed (the next commit
+    // carries it), so it stays settled.
+    const once = async (action: () => Promise<void>, undoOnFailure: boolean): Promise<void> => {
       if (settled) return;
       settled = true;
-      await action();
+      try {
+        await action();
+      } catch (error) {
+        if (undoOnFailure) settled = false;
+        throw error;
+      }
     };
     const delivery: Delivery = {
       envelope,
       attempt: item.attempt,
-      redelivered: item.offset < item.state.suspectBelow,
+      redelivered: item.offset < item.state.suspectBelow || (item.givenBack ?? 0) > 0,
       ...(item.headers[HEADERS.replayed] === '1' ? { replayed: true } : {}),
-      ack: () => once(() => this.#finish(item)),
-      retry: (delayMs, reason) => once(() => this.#retry(item, delayMs, reason)),
-      deadLetter: (reason) => once(() => this.#deadLetter(item, reason)),
+      ack: () => once(() => this.#finish(item), false),
+      retry: (delayMs, reason) => once(() => this.#retry(item, delayMs, reason), true),
+      deadLetter: (reason) => once(() => this.#deadLetter(item, reason), true),
     };
-    await this.#handler(delivery).catch(() => undefined);
+    let failure: unknown;
+    await this.#handler(delivery).catch((error: unknown) => {
+      failure = error;
+    });
+    // Nothing settled it: a record left in hand would stop its key and the partition's
+    // commit point until a rebalance, so it is handed back to run again.
+    if (!settled) this.#giveBack(item, failure ?? new Error('the handler returned without settling the delivery'));
+  }
+
+  /**
+   * Hands a record whose run left it unsettled back to run again, after 1 s doubling to 30 s
+   * per time it was handed back, flagged `redelivered`; it keeps its place in its key (ordered)
+   * and holds the partition's commit point meanwhile. Logged as an error each time.
+   */
+  #giveBack(item: Item, cause: unknown): void {
+    if (this.#stopped) return;
+    item.givenBack = (item.givenBack ?? 0) + 1;
+    const delayMs = backoffDelay(GIVE_BACK_BACKOFF, item.givenBack);
+    this.#parts.logger.error('kafka record left unsettled by its run (its retry or dead letter failed, or nothing settled it); handed back to run again', {
+      consumer: this.#endpoint.consumer,
+      record: `${item.state.topic}[${item.state.partition}]@${item.offset}`,
+      delayMs,
+      times: item.givenBack,
+      error: describeError(cause),
+    });
+    item.handingBack = true;
+    this.#waiting.add(item);
+    item.timer = setTimeout(() => {
+      this.#waiting.delete(item);
+      item.handingBack = false;
+      if (this.#stopped) return;
+      if (item.state.revoked) {
+        // Its partition went to another member, which has it: leave the front of its key.
+        if (!item.dropped) {
+          item.dropped = true;
+          this.#release();
+        }
+        this.#nextOfKey(item);
+        return;
+      }
+      this.#enqueue(item);
+    }, delayMs);
   }
 
   /** The record is done: the next of its key may run, and the partition's commit point may move. */
@@ -1240,7 +1341,19 @@ class KafkaSubscription implements Subscription {
         ...(item.headers[HEADERS.replayed] === '1' ? { [HEADERS.replayed]: '1' } : {}),
       }),
     );
-    await this.#finish(item);
+    await this.#finishCopied(item);
+  }
+
+  /**
+   * Finishes a record whose copy (retry, dead letter) the broker has acknowledged. A commit
+   * that fails now fails nothing: the record is done here and the next commit carries it
+   * (a crash first redelivers it, and the inbox drops the copy). Rejecting would have the
+   * core ask for a second copy.
+   */
+  async #finishCopied(item: Item): Promise<void> {
+    await this.#finish(item).catch((error: unknown) => {
+      this.#parts.logger.warn('kafka commit after a settled copy failed; the next commit carries it', { consumer: this.#endpoint.consumer, error: describeError(error) });
+    });
   }
 
   async #deadLetter(item: Item, reason: DeadLetterReason): Promise<void> {
@@ -1257,7 +1370,25 @@ class KafkaSubscription implements Subscription {
     // The dead-letter record's key is its id (compaction keeps the latest per id); the original key travels in a header.
     if (item.message.key === null) headers['courier-dead-key-null'] = '1';
     else headers['courier-dead-key'] = item.message.key.toString('base64');
-    await this.#parts.publishCopy(this.#parts.deadLetterTopic, { key: id, value: item.message.value === null ? '' : item.message.value.toString('utf8'), headers });
-    await this.#finish(item);
+    const value = item.message.value === null ? '' : item.message.value.toString('utf8');
+    try {
+      await this.#parts.publishCopy(this.#parts.deadLetterTopic, { key: id, value, headers });
+    } catch (error) {
+      const type = protocolType(error);
+      if (type === undefined || !CONTENT_ERRORS.has(type) || Buffer.byteLength(reason.message, 'utf8') <= DEAD_REASON_CUT_BYTES) throw error;
+      // Refused for its size: the reason text is what a dead letter adds to a record the
+      // broker took, so a copy with the reason cut still carries the whole message. Should
+      // that be refused too (a dead-letter topic configured smaller), the settle fails and
+      // the core asks the record back, to be dead-lettered again later (logged, counted).
+      headers[HEADERS.deadMessage] = cutUtf8(reason.message, DEAD_REASON_CUT_BYTES);
+      headers[HEADERS.deadMessageBytes] = String(Buffer.byteLength(reason.message, 'utf8'));
+      this.#parts.logger.warn('kafka refused a dead letter for its size; writing it with the reason cut', {
+        consumer: this.#endpoint.consumer,
+        record: id,
+        error: describeError(error),
+      });
+      await this.#parts.publishCopy(this.#parts.deadLetterTopic, { key: id, value, headers });
+    }
+    await this.#finishCopied(item);
   }
 }

@@ -25,6 +25,8 @@ export const HEADERS = {
   /** Dead-letter records: why, when, and where the record was consumed. */
   deadCode: 'courier-dead-code',
   deadMessage: 'courier-dead-message',
+  /** Present when `deadMessage` was cut to fit the broker: the whole reason's length in UTF-8 bytes. */
+  deadMessageBytes: 'courier-dead-message-bytes',
   deadAt: 'courier-dead-at',
   origin: 'courier-origin',
 } as const;

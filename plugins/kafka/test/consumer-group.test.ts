@@ -5,7 +5,7 @@
 import { deferred, eventually, makeEnvelope, uniqueId, type TransportFixture } from '@courier/conformance';
 import type { Delivery, Envelope, Transport } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createKafkaFixture } from './support/fixture.js';
+import { createKafkaFixture, plainClient } from './support/fixture.js';
 
 let fixture: TransportFixture | undefined;
 afterEach(async () => {
@@ -97,5 +97,78 @@ describe('KafkaTransport consumer groups', () => {
       },
       { timeoutMs: 25_000 },
     );
+  });
+});
+
+describe('KafkaTransport commit point and records waiting to retry', () => {
+  // A record waiting for its retry is unfinished: committing past it (as the acks of records
+  // after it would) loses it when its member dies before the retry runs.
+  it('never commits past a record waiting to retry in place (ordered); a crash while it waits brings it back', async () => {
+    const testId = uniqueId();
+    fixture = await createKafkaFixture({ testId }, { partitions: 1 });
+    const topic = `${testId}.waiting`;
+    const consumer = `${testId}-waiting`;
+    const envelopes = Array.from({ length: 5 }, (_, index) => makeEnvelope({ topic, key: `k${index}`, type: 'kafka.Waiting' }));
+    const waiting = envelopes[0]!;
+    const doomed = await fixture.connect();
+    const acked: string[] = [];
+    let retried = false;
+    await doomed.subscribe({ consumer, topics: [topic], ordered: true, concurrency: 8 }, async (delivery) => {
+      if (delivery.envelope.messageId === waiting.messageId) {
+        // Far beyond the test: it is still waiting when its member dies.
+        await delivery.retry(600_000, { code: 'LATER', message: 'waits' });
+        retried = true;
+        return;
+      }
+      await delivery.ack();
+      acked.push(delivery.envelope.messageId);
+    });
+    await publishAll(fixture.transport, envelopes);
+    await eventually(() => expect({ retried, acked: acked.length }).toEqual({ retried: true, acked: 4 }), { timeoutMs: 20_000 });
+    await fixture.kill(doomed);
+
+    const survivor: Delivery[] = [];
+    await fixture.transport.subscribe({ consumer, topics: [topic], ordered: true, concurrency: 8 }, async (delivery) => {
+      survivor.push(delivery);
+      await delivery.ack();
+    });
+    await eventually(() => expect(survivor.map((d) => d.envelope.messageId)).toContain(waiting.messageId), { timeoutMs: 25_000 });
+  });
+
+  it('never commits the retry topic past a copy waiting for its time while later copies run (unordered)', async () => {
+    const testId = uniqueId();
+    fixture = await createKafkaFixture({ testId }, { partitions: 1 });
+    const topic = `${testId}.waiting-copy`;
+    const consumer = `${testId}-waiting-copy`;
+    const [waiting, quick] = [makeEnvelope({ topic, key: 'a', type: 'kafka.Waiting' }), makeEnvelope({ topic, key: 'b', type: 'kafka.Waiting' })];
+    const runs: string[] = [];
+    let quickAcked = false;
+    await fixture.transport.subscribe({ consumer, topics: [topic], ordered: false, concurrency: 8 }, async (delivery) => {
+      const { messageId } = delivery.envelope;
+      runs.push(`${messageId === waiting.messageId ? 'waiting' : 'quick'}#${delivery.attempt}`);
+      if (messageId === waiting.messageId) return delivery.retry(600_000, { code: 'LATER', message: 'waits' });
+      if (delivery.attempt === 1) return delivery.retry(0, { code: 'SOON', message: 'again at once' });
+      // The ack resolves once its commit is done.
+      await delivery.ack();
+      quickAcked = true;
+    });
+    await publishAll(fixture.transport, [waiting]);
+    await eventually(() => expect(runs).toContain('waiting#1'), { timeoutMs: 20_000 });
+    // The quick message's copy lands on the retry topic after the waiting one's, runs and is acknowledged.
+    await publishAll(fixture.transport, [quick]);
+    await eventually(() => expect(quickAcked).toBe(true), { timeoutMs: 20_000 });
+    const retryTopic = (fixture.transport as unknown as { retryTopic(name: string): string }).retryTopic(consumer);
+    const admin = plainClient(`${testId}-offsets`).admin();
+    await admin.connect();
+    try {
+      const ends = await admin.fetchTopicOffsets(retryTopic);
+      expect(ends.map((end) => end.high), 'both copies are on the retry topic').toEqual(['2']);
+      // The acknowledgement's commit is done: it stopped at the waiting copy (offset 0).
+      const [committed] = await admin.fetchOffsets({ groupId: `${testId}.${consumer}`, topics: [retryTopic] });
+      expect(BigInt(committed?.partitions[0]?.offset ?? '-1'), 'the retry topic is committed no further than the waiting copy').toBeLessThanOrEqual(0n);
+    } finally {
+      await admin.disconnect();
+    }
+    expect(runs.filter((run) => run.startsWith('waiting'))).toEqual(['waiting#1']);
   });
 });

@@ -40,12 +40,24 @@ function transportWithNotReadyLeader(testId: string, failures: number, connectTi
   return { transport, lookups };
 }
 
+/** Creates the dead-letter topic of `consumer`, as the worker that subscribed it would (`deadLetters.list` creates nothing). */
+async function createDeadLetterTopic(transport: KafkaTransport, testId: string, consumer: string): Promise<void> {
+  const admin = plainClient(`${testId}-setup`).admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ waitForLeaders: true, topics: [{ topic: transport.deadLetterTopic(consumer), numPartitions: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }] });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 describe('KafkaTransport offset lookups on a partition whose leader is not ready', () => {
   it('deadLetters.list asks again (through a new admin client from the third try) instead of failing', async () => {
     await assertBrokerAnswers();
     const testId = uniqueId();
     cleanups.push(() => deleteTestObjects(testId));
     const { transport, lookups } = transportWithNotReadyLeader(testId, 3);
+    await createDeadLetterTopic(transport, testId, 'payments');
     await expect(transport.deadLetters.list('payments')).resolves.toEqual([]);
     expect(lookups.count, 'offset lookups: 3 refused, then one answered').toBe(4);
     expect(lookups.admins, 'the shared admin client, then new ones for the third and fourth tries').toBe(3);
@@ -56,6 +68,7 @@ describe('KafkaTransport offset lookups on a partition whose leader is not ready
     const testId = uniqueId();
     cleanups.push(() => deleteTestObjects(testId));
     const { transport, lookups } = transportWithNotReadyLeader(testId, Number.POSITIVE_INFINITY, 1_500);
+    await createDeadLetterTopic(transport, testId, 'payments');
     const failure = await transport.deadLetters.list('payments').then(
       () => undefined,
       (error: unknown) => error,

@@ -96,7 +96,8 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
               await core.runner.prologue(trx);
               if (options.hold) {
                 const { topic, key, envelope } = options.hold;
-                if (await this.#holdIfHalted(trx, haltId(consumer, topic, key), consumer, envelope)) return { duplicate: false, held: true } as const;
+                const halted = options.hold.consumer ?? consumer;
+                if (await this.#holdIfHalted(trx, haltId(halted, topic, key), halted, envelope)) return { duplicate: false, held: true } as const;
               }
               const recorded = await core.dialect.insertInboxRecord(core.runner, trx, messageId, consumer);
               if (!recorded) return { duplicate: true } as const;
@@ -253,6 +254,11 @@ export class MikroOrmInboxStore<EM extends EntityManager = EntityManager> implem
       await runner.run(`UPDATE ${this.#table('inboxHalts')} SET drain_owner = ?, drain_until = ${dialect.plusMs(dialect.now)}, lease_ms = ? WHERE halt_id = ?`, [owner, leaseMs, leaseMs, row['halt_id']], trx);
       return { consumer, topic: text(row['topic']), key: text(row['msg_key']), action: text(row['resumed']) as InboxResumeAction, head: headOf(row) };
     });
+  }
+
+  /** Renews `owner`'s drain lease on a halt it still holds (the step every drain call takes first); false when the claim is lost. */
+  async renewDrain(consumer: string, topic: string, key: string, owner: string): Promise<boolean> {
+    return this.#owned('renewDrain', consumer, topic, key, owner, async () => true, false);
   }
 
   /** Removes the head of a halt `owner` drains, keeping it as parked when asked. */

@@ -70,8 +70,28 @@ const NOT_BEFORE_HEADER = 'Courier-Not-Before';
 const REPLAYED_HEADER = 'Courier-Replayed';
 const DEAD_HEADER = 'Courier-Dead';
 const MSG_ID_HEADER = 'Nats-Msg-Id';
-/** Room kept for the encoded headers inside the server's 1 MiB `max_payload`. */
+/**
+ * Room kept for the encoded headers inside the server's 1 MiB `max_payload`; far more than
+ * JetStream stores ({@link MAX_HEADER_BYTES}), so a payload of `maxMessageBytes` always fits
+ * with its headers, those a retry copy or dead letter adds included. `publish` still checks
+ * each message against the server's actual `max_payload` (a server may lower it).
+ */
 const HEADER_ROOM = 512 * 1024;
+/** nats-server stores no message whose header block is over 64 KiB ("header size exceeds maximum allowed of 64k"). */
+const MAX_HEADER_BYTES = 64 * 1024 - 1;
+/**
+ * Of {@link MAX_HEADER_BYTES}, what a message's own headers must leave for those its retry
+ * copy or dead letter adds: `validate` refuses an envelope that leaves less. A dead letter's
+ * reason is cut to what is left (`deadLetterHeader`), so a message that was published can
+ * always be dead-lettered.
+ */
+const COPY_HEADER_RESERVE = 4 * 1024;
+/**
+ * Bytes `publish` leaves free under `max_payload` beyond a message's own headers: room for
+ * what a retry copy adds (`Courier-Attempt`, `Courier-Not-Before`, `Courier-Replayed`), so a
+ * message that was published can always be retried; kept again when a dead letter is sized.
+ */
+const PAYLOAD_MARGIN = 512;
 const PREFIX_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;
 
 interface Connection {
@@ -326,12 +346,25 @@ export class NatsJetStreamTransport implements Transport {
 
   // ---------------------------------------------------------------- publish
 
-  /** Lists what makes NATS refuse `envelope` whatever its state: topics with an empty subject token. */
+  /**
+   * Lists what makes NATS refuse `envelope` whatever its state: a topic with an empty subject
+   * token, and envelope fields whose encoded headers leave JetStream's 64 KiB header bound
+   * too little room for a retry copy's or dead letter's own (so it could be published but
+   * never retried or dead-lettered).
+   */
   validate(envelope: Envelope): readonly string[] {
+    const problems: string[] = [];
     if (envelope.topic.split('.').some((token) => token === '')) {
-      return [`topic '${envelope.topic}' has an empty token ('..', or a leading or trailing '.'), which a NATS subject cannot hold`];
+      problems.push(`topic '${envelope.topic}' has an empty token ('..', or a leading or trailing '.'), which a NATS subject cannot hold`);
     }
-    return [];
+    const { payload: _payload, ...meta } = envelope;
+    const bytes = 12 + Buffer.byteLength(ENVELOPE_HEADER) + 4 + Buffer.byteLength(JSON.stringify(meta));
+    if (bytes > MAX_HEADER_BYTES - COPY_HEADER_RESERVE) {
+      problems.push(
+        `envelope '${envelope.messageId}' encodes to ${bytes} bytes of NATS headers; JetStream stores at most ${MAX_HEADER_BYTES}, of which ${COPY_HEADER_RESERVE} are kept for a retry copy's or dead letter's own (shorten its headers)`,
+      );
+    }
+    return problems;
   }
 
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
@@ -370,7 +403,7 @@ export class NatsJetStreamTransport implements Transport {
         if (name === MSG_ID_HEADER) msgID = value;
         else headers.set(name, value);
       }
-      if (data.byteLength + headerBytes(headers) + 512 > maxPayload) {
+      if (data.byteLength + headerBytes(headers) + PAYLOAD_MARGIN > maxPayload) {
         results.push(
           Promise.resolve({ messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `message '${messageId}' with its headers is over the server's max_payload of ${maxPayload} bytes`) }),
         );
@@ -547,6 +580,34 @@ function decode(headers: MsgHdrs | undefined, data: Uint8Array): Envelope {
   return decodeEnvelope({ ...(parsed as object), payload });
 }
 
+/**
+ * The `Courier-Dead` header value of a dead letter: its reason, attempt, time and consumer as
+ * JSON, in at most `room` bytes. A reason whose message does not fit (a handler's error can
+ * quote a whole payload) is cut at a character boundary and says how long it was; the code
+ * and the other fields are kept whole. Past them nothing is cut: the publish then fails,
+ * and the message comes back.
+ */
+function deadLetterHeader(dead: { reason: DeadLetterReason; attempt: number; deadAt: string; consumer: string }, room: number): string {
+  const render = (message: string) => JSON.stringify({ reason: { code: dead.reason.code, message }, attempt: dead.attempt, deadAt: dead.deadAt, consumer: dead.consumer });
+  const whole = render(dead.reason.message);
+  if (Buffer.byteLength(whole) <= room) return whole;
+  const { message } = dead.reason;
+  const cut = (length: number) => {
+    // Never between the two halves of a surrogate pair.
+    const end = length > 0 && /[\uD800-\uDBFF]/.test(message[length - 1]!) ? length - 1 : length;
+    return `${message.slice(0, end)}… (cut; ${Buffer.byteLength(message)} bytes in all)`;
+  };
+  // The longest prefix that fits: JSON escapes make a character cost 1 to 6 bytes, so search.
+  let low = 0;
+  let high = message.length;
+  while (low < high) {
+    const middle = Math.ceil((low + high) / 2);
+    if (Buffer.byteLength(render(cut(middle))) <= room) low = middle;
+    else high = middle - 1;
+  }
+  return render(cut(low));
+}
+
 function headerBytes(headers: MsgHdrs): number {
   let total = 12;
   for (const [name, values] of headers) for (const value of values) total += Buffer.byteLength(name) + Buffer.byteLength(value) + 4;
@@ -565,11 +626,32 @@ function publishError(error: unknown, messageId: string): CourierError {
 interface InHand {
   readonly msg: JsMsg;
   readonly key: string | null;
-  settled: boolean;
+  /**
+   * An ack was sent for this delivery. The client then drops every later nak and in-progress
+   * signal of it (nats.js `didAck`), and the server may have taken the ack even if its answer
+   * never came: such a delivery can only come back through AckWait, and perhaps never.
+   */
+  ackSent: boolean;
 }
 
-/** How many retry copies waiting for their not-before a subscription remembers (see `redelivered`). */
-const NOT_DUE_REMEMBERED = 10_000;
+/** A pulled delivery on its way to the handler. */
+interface Pulled {
+  readonly msg: JsMsg;
+  readonly envelope: Envelope;
+  readonly attempt: number;
+  readonly replayed: boolean;
+  readonly redelivered: boolean;
+}
+
+/** How many deliveries this subscription put back (nak) a subscription remembers (see `redelivered`, `#putBack`). */
+const PUT_BACK_REMEMBERED = 10_000;
+
+/**
+ * How long a delivery waits before it comes again after its settle failed or never came,
+ * unless the core asked for a delay (a `retry` after the failed settle). Short next to
+ * AckWait, but not zero: a handler that never settles would otherwise spin.
+ */
+const GIVE_BACK_DELAY_MS = 1_000;
 
 /** One live subscription: pull loops over the endpoint's durables, a lease when ordered. */
 class JetStreamSubscription implements Subscription {
@@ -580,13 +662,17 @@ class JetStreamSubscription implements Subscription {
   readonly #stop = new AbortController();
   readonly #inHand = new Map<number, InHand>();
   readonly #handlers = new Set<Promise<void>>();
-  readonly #keyQueues = new Map<string, { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[]>();
-  readonly #ready: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }[] = [];
+  readonly #keyQueues = new Map<string, Pulled[]>();
+  readonly #ready: Pulled[] = [];
   #running = 0;
   /** Ordered only: when our hold of the group's lease ends unless renewed (epoch ms). */
   #leaseUntil = 0;
-  /** Retry copies put back (nak) until their not-before: stream sequence → delivery count at the nak. */
-  readonly #notDue = new Map<number, number>();
+  /**
+   * Deliveries this subscription put back (nak): retry copies until their not-before, and
+   * deliveries whose settle failed or never came. Stream sequence → delivery count at the nak,
+   * and the attempt it comes back with when the header's is behind (a failed retry copy).
+   */
+  readonly #putBack = new Map<number, { readonly deliveries: number; readonly attempt?: number }>();
   /** Ordered only, per source: the last stream sequence a rewound consumer had handed out (see `rewindConsumer`). */
   readonly #handedOutThrough = new Map<string, number>();
   #slotWaiters: (() => void)[] = [];
@@ -611,7 +697,11 @@ class JetStreamSubscription implements Subscription {
       });
   }
 
-  /** Keeps every delivery in hand alive, so AckWait redelivers only after a crash. */
+  /**
+   * Keeps every delivery in hand alive (running, queued behind its key, or waiting to run
+   * again in place), so AckWait redelivers only after a crash. A delivery whose settle failed
+   * or never came leaves the hand (`#comeBack`): kept alive, it would never come back.
+   */
   #heartbeat(): void {
     for (const item of this.#inHand.values()) {
       try {
@@ -668,25 +758,25 @@ class JetStreamSubscription implements Subscription {
     try {
       envelope = decode(msg.headers, msg.data);
     } catch (error) {
+      // Never in hand: if the dead letter fails, AckWait brings the message back to try again.
       await this.#deadLetter(msg, undefined, 1, { code: 'ENVELOPE_INVALID', message: describe(error) }).catch(() => undefined);
       return;
     }
-    const attempt = Number(msg.headers?.get(ATTEMPT_HEADER) || '1') || 1;
+    // A delivery this subscription put back comes again with one more delivery: that nak
+    // is no crash. Anything else JetStream counts is flagged.
+    const putBack = this.#putBack.get(msg.seq);
+    this.#putBack.delete(msg.seq);
+    const onlyWaited = putBack !== undefined && msg.info.deliveryCount === putBack.deliveries + 1;
+    // A retry whose copy the broker failed came back as the original: the attempt it asked for is remembered here.
+    const attempt = Math.max(Number(msg.headers?.get(ATTEMPT_HEADER) || '1') || 1, (onlyWaited && putBack.attempt) || 0);
     const notBefore = Number(msg.headers?.get(NOT_BEFORE_HEADER) || '0');
     if (notBefore > Date.now()) {
-      this.#notDue.set(msg.seq, msg.info.deliveryCount);
-      // Bounded: a copy another instance takes next is simply flagged (the safe side).
-      if (this.#notDue.size > NOT_DUE_REMEMBERED) this.#notDue.delete(this.#notDue.keys().next().value!);
+      this.#rememberPutBack(msg, onlyWaited ? putBack.attempt : undefined);
       msg.nak(notBefore - Date.now());
       return;
     }
-    // A retry copy this subscription put back until its not-before comes again with one
-    // more delivery: that nak is no crash. Anything else JetStream counts is flagged.
-    const putBackAt = this.#notDue.get(msg.seq);
-    this.#notDue.delete(msg.seq);
-    const onlyWaited = putBackAt !== undefined && msg.info.deliveryCount === putBackAt + 1;
     const replayed = msg.headers?.get(REPLAYED_HEADER) === '1';
-    this.#inHand.set(msg.seq, { msg, key: envelope.key, settled: false });
+    this.#inHand.set(msg.seq, { msg, key: envelope.key, ackSent: false });
     // JetStream counts every delivery, the naks that hold a retry copy until its
     // not-before included. Only those this subscription made and saw come back are told
     // apart (above): a false "not redelivered" would hide a crash loop, a false
@@ -730,15 +820,36 @@ class JetStreamSubscription implements Subscription {
     }
   }
 
-  /** Hands one delivery to the handler; settling decides what the key does next. */
-  async #run(item: { msg: JsMsg; envelope: Envelope; attempt: number; replayed: boolean; redelivered: boolean }): Promise<void> {
+  /**
+   * Hands one delivery to the handler; settling decides what the key does next. A settle
+   * counts once the broker answered it: one that fails, and a handler that ends without
+   * settling (or throws), leave the delivery to {@link #comeBack}, never in hand. Only the
+   * first settle call counts, except a `retry` after a failed one — the core asks for that
+   * (`ConsumerRunner.#handle`) — which sets the delay the message comes back after.
+   */
+  async #run(item: Pulled): Promise<void> {
     const { msg, envelope, attempt } = item;
     const ordered = this.#endpoint.ordered && envelope.key !== null;
-    let settled = false;
-    const once = async (settle: () => Promise<void>) => {
-      if (settled) return;
-      settled = true;
-      await settle();
+    // In an object: TypeScript does not follow a `let` the settle callbacks change.
+    const status: { state: 'open' | 'settling' | 'done' | 'failed' } = { state: 'open' };
+    let settling: Promise<void> | undefined;
+    // What the delivery comes back with if no settle goes through: the attempt the failed
+    // settle meant (a retry's is one more), after the delay a later retry asks for.
+    let comeBack = { delayMs: GIVE_BACK_DELAY_MS, attempt };
+    const settle = (attemptAfter: number, work: () => Promise<void>): Promise<void> => {
+      if (status.state !== 'open') return Promise.resolve();
+      status.state = 'settling';
+      settling = work().then(
+        () => {
+          status.state = 'done';
+        },
+        (error: unknown) => {
+          status.state = 'failed';
+          comeBack = { ...comeBack, attempt: attemptAfter };
+          throw error;
+        },
+      );
+      return settling;
     };
     const delivery: Delivery = {
       envelope,
@@ -746,27 +857,28 @@ class JetStreamSubscription implements Subscription {
       ...(item.replayed ? { replayed: true } : {}),
       redelivered: item.redelivered,
       ack: () =>
-        once(async () => {
-          await this.#ack(msg);
+        settle(attempt, async () => {
+          await this.#ack(msg, envelope);
           this.#release(msg, envelope);
         }),
-      retry: (delayMs: number, reason: DeadLetterReason) =>
-        once(async () => {
+      retry: (delayMs: number, reason: DeadLetterReason) => {
+        if (status.state === 'failed') {
+          comeBack = { ...comeBack, delayMs: Math.max(0, delayMs) };
+          return Promise.resolve();
+        }
+        return settle(attempt + 1, async () => {
           if (ordered) {
             // In place: the message stays at the head of its key; the slot is freed during the delay.
-            void abortableSleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
-              if (this.#stop.signal.aborted) return;
-              this.#ready.unshift({ ...item, attempt: attempt + 1, redelivered: false });
-              this.#pump();
-            });
+            this.#reHand(item, delayMs, attempt + 1);
             return;
           }
           void reason;
           await this.#retryCopy(msg, envelope, attempt + 1, delayMs);
           this.#release(msg, envelope);
-        }),
+        });
+      },
       deadLetter: (reason: DeadLetterReason) =>
-        once(async () => {
+        settle(attempt, async () => {
           await this.#deadLetter(msg, envelope, attempt, reason);
           this.#release(msg, envelope);
         }),
@@ -774,8 +886,69 @@ class JetStreamSubscription implements Subscription {
     try {
       await this.#handler(delivery);
     } catch {
-      // The core settles handler failures; a rejected settle leaves the message to AckWait.
+      // The core settles a handler's failures itself; a handler that throws anyway has not
+      // settled, and its delivery comes back below like any unsettled one.
     }
+    // A settle the handler started without awaiting it (against the contract) decides first.
+    await settling?.catch(() => undefined);
+    if (status.state === 'done') return;
+    // From here on the delivery is given back: settles that come later are ignored.
+    status.state = 'done';
+    this.#comeBack(item, comeBack.delayMs, comeBack.attempt);
+  }
+
+  /**
+   * Makes a delivery whose settle failed, or whose handler ended without settling, come
+   * back instead of staying in hand — where the in-progress heartbeat would keep the server
+   * from ever redelivering it, and an ordered key would wait for it for ever.
+   *
+   * - An ack was sent (a plain ack, or the ack after a retry or dead-letter copy was
+   *   written): the client ignores a nak now, and the server may have taken the ack. It
+   *   leaves the hand and its key moves on; AckWait brings it back if the ack was lost. Its
+   *   key may move on because the core acks only after the inbox recorded the message (that
+   *   copy is then dropped as a duplicate), and a copy was written otherwise; waiting for it
+   *   instead would hold the key for ever whenever the ack did go through.
+   * - On an ordered key, nothing sent: it is handed out again in place after `delayMs`, as
+   *   an ordered retry is, so the next message of its key still waits for it (a nak would let
+   *   that one overtake it).
+   * - Otherwise: put back with a nak delayed by `delayMs`, remembered with `attempt`, so it
+   *   comes back to any instance and is not taken for a crash's redelivery here.
+   */
+  #comeBack(item: Pulled, delayMs: number, attempt: number): void {
+    const { msg, envelope } = item;
+    const held = this.#inHand.get(msg.seq);
+    if (held?.msg !== msg) return; // given back already (the lease was lost, or the subscription closed)
+    if (held.ackSent) {
+      this.#release(msg, envelope);
+      return;
+    }
+    if (this.#endpoint.ordered && envelope.key !== null) {
+      this.#reHand(item, delayMs, attempt);
+      return;
+    }
+    this.#rememberPutBack(msg, attempt > item.attempt ? attempt : undefined);
+    this.#release(msg, envelope);
+    try {
+      msg.nak(delayMs);
+    } catch {
+      // The connection is gone: out of hand, AckWait brings it back.
+    }
+  }
+
+  /** Ordered keys: hands `item` out again after `delayMs` with `attempt`, at the head of its key, unless it left the hand meanwhile. */
+  #reHand(item: Pulled, delayMs: number, attempt: number): void {
+    void abortableSleep(Math.max(0, delayMs), this.#stop.signal).then(() => {
+      // Given back meanwhile (the lease was lost): the next holder has it, not this one.
+      if (this.#stop.signal.aborted || this.#inHand.get(item.msg.seq)?.msg !== item.msg) return;
+      this.#ready.unshift({ ...item, attempt, redelivered: false });
+      this.#pump();
+    });
+  }
+
+  /** Remembers that this subscription put `msg` back (see `#putBack`); bounded: one forgotten is flagged `redelivered` when it comes back (the safe side). */
+  #rememberPutBack(msg: JsMsg, attempt: number | undefined): void {
+    this.#putBack.set(msg.seq, attempt === undefined ? { deliveries: msg.info.deliveryCount } : { deliveries: msg.info.deliveryCount, attempt });
+    if (this.#putBack.size > PUT_BACK_REMEMBERED) this.#putBack.delete(this.#putBack.keys().next().value!);
   }
 
   /** Forgets a settled message and lets the next of its key go. */
@@ -791,11 +964,14 @@ class JetStreamSubscription implements Subscription {
     this.#pump();
   }
 
-  async #ack(msg: JsMsg): Promise<void> {
+  /** Acknowledges `msg` and waits for the server's answer; rejects (retriably) when none comes in time. */
+  async #ack(msg: JsMsg, envelope: Envelope | undefined): Promise<void> {
+    const held = this.#inHand.get(msg.seq);
+    if (held?.msg === msg) held.ackSent = true;
     try {
-      await msg.ackAck({ expect: this.#transport.internals.options.connectTimeoutMs } as never);
+      await msg.ackAck({ timeout: this.#transport.internals.options.connectTimeoutMs });
     } catch (error) {
-      throw new TransportError(`could not acknowledge: ${describe(error)}`, { cause: error, retriable: true });
+      throw new TransportError(`could not acknowledge '${envelope?.messageId ?? msg.seq}': ${describe(error)}`, { cause: error, retriable: true });
     }
   }
 
@@ -811,21 +987,33 @@ class JetStreamSubscription implements Subscription {
     } catch (error) {
       throw new TransportError(`could not publish the retry of '${envelope.messageId}': ${describe(error)}`, { cause: error, retriable: true });
     }
-    await this.#ack(msg);
+    await this.#ack(msg, envelope);
   }
 
+  /**
+   * Writes `msg` to the consumer's dead letters with its reason, then acknowledges it.
+   * The copy always fits the server's `max_payload` and JetStream's header bound when the
+   * message did: its `Nats-*`
+   * headers (server directives for the original publish, such as `Nats-Expected-Stream`,
+   * which the DLQ stream would refuse) are dropped and the reason's message is cut to the
+   * room left (see `deadLetterHeader`).
+   */
   async #deadLetter(msg: JsMsg, envelope: Envelope | undefined, attempt: number, reason: DeadLetterReason): Promise<void> {
     const internals = this.#transport.internals;
     const connection = await this.#transport.connection();
     const headers = natsHeaders();
-    if (msg.headers) for (const [name, values] of msg.headers) if (name !== MSG_ID_HEADER) for (const value of values) headers.append(name, value);
-    headers.set(DEAD_HEADER, JSON.stringify({ reason: { code: reason.code, message: reason.message }, attempt, deadAt: new Date().toISOString(), consumer: this.#endpoint.consumer }));
+    if (msg.headers) for (const [name, values] of msg.headers) if (!/^nats-/i.test(name)) for (const value of values) headers.append(name, value);
+    const maxPayload = connection.nc.info?.max_payload ?? 1024 * 1024;
+    // Two bounds: the whole message within the connection's max_payload, the headers within what JetStream stores.
+    const room =
+      Math.min(maxPayload - msg.data.byteLength - PAYLOAD_MARGIN, MAX_HEADER_BYTES - 64) - headerBytes(headers) - Buffer.byteLength(DEAD_HEADER) - 4;
+    headers.set(DEAD_HEADER, deadLetterHeader({ reason, attempt, deadAt: new Date().toISOString(), consumer: this.#endpoint.consumer }, room));
     try {
       await connection.js.publish(internals.deadSubject(this.#endpoint.consumer), msg.data, { msgID: `${hash(this.#endpoint.consumer)}~${msg.seq}`, headers });
     } catch (error) {
       throw new TransportError(`could not dead-letter '${envelope?.messageId ?? msg.seq}': ${describe(error)}`, { cause: error, retriable: true });
     }
-    await this.#ack(msg);
+    await this.#ack(msg, envelope);
   }
 
   // ------------------------------------------------------------- ordered

@@ -716,10 +716,18 @@ class QueueSubscription implements Subscription {
       return;
     }
     let settled = false;
+    // A settle that failed settled nothing: the row is still held under this lease, so a
+    // later settle (the core's retry after it) is taken; left unsettled, the row comes back
+    // once the lease runs out (it is no longer renewed once the handler returned).
     const once = async (work: () => Promise<void>): Promise<void> => {
       if (settled) return;
       settled = true;
-      await work();
+      try {
+        await work();
+      } catch (error) {
+        settled = false;
+        throw error;
+      }
     };
     const delivery: Delivery = {
       envelope,

@@ -25,6 +25,9 @@ export interface InMemoryBrokerConfig {
 /** Decides whether the broker rejects one published message (fault injection). */
 export type PublishRejection = (envelope: Envelope) => boolean;
 
+/** A kind of settle (see {@link InMemoryBroker.failSettles}). */
+export type SettleKind = 'ack' | 'retry' | 'deadLetter';
+
 /**
  * One connection's view of an {@link InMemoryBroker}; what an {@link InMemoryTransport}
  * delegates to. Obtain it through {@link InMemoryBroker.connect}.
@@ -135,6 +138,17 @@ export class InMemoryBroker {
     return this.#core.failPublish(predicate);
   }
 
+  /**
+   * Makes the next `count` (default 1) settles of `kind` fail, as a broker failure would:
+   * the delivery's `ack`, `retry` or `deadLetter` rejects with a retriable `TransportError`
+   * and the delivery stays unsettled — a later settle of it is taken, and one its handler
+   * leaves unsettled goes back to its place in the queue (fault injection for the kit's
+   * settle-failure cases).
+   */
+  failSettles(kind: SettleKind, count = 1): void {
+    this.#core.failSettles(kind, count);
+  }
+
   /** Closes every connection (waiting for handlers in flight) and stops timers. Idempotent. */
   close(): Promise<void> {
     return this.#core.close();
@@ -187,6 +201,20 @@ class BrokerCore {
     return () => {
       this.#rejections.delete(predicate);
     };
+  }
+
+  readonly #settleFaults = new Map<SettleKind, number>();
+
+  failSettles(kind: SettleKind, count: number): void {
+    this.#settleFaults.set(kind, (this.#settleFaults.get(kind) ?? 0) + count);
+  }
+
+  /** Whether this settle of `kind` is to fail (and counts it off). */
+  takeSettleFault(kind: SettleKind): boolean {
+    const left = this.#settleFaults.get(kind) ?? 0;
+    if (left <= 0) return false;
+    this.#settleFaults.set(kind, left - 1);
+    return true;
   }
 
   close(): Promise<void> {
@@ -376,12 +404,16 @@ class Consumer implements Subscription {
   start(entry: Entry): void {
     const group = this.#group!;
     let settled = false;
-    const settle = async (apply: () => void): Promise<void> => {
+    const settle = async (kind: SettleKind, apply: () => void): Promise<void> => {
       if (settled) return;
       if (this.#connection.state === 'killed') {
         throw new TransportError(`connection '${this.#connection.id}' of broker '${this.#broker.name}' was killed; the delivery will be redelivered`, {
           retriable: false,
         });
+      }
+      if (this.#broker.takeSettleFault(kind)) {
+        // Not settled: a later settle is taken, and a handler that returns leaves it to come back.
+        throw new TransportError(`broker '${this.#broker.name}' failed the ${kind} of '${entry.envelope.messageId}' (injected fault)`, { retriable: true });
       }
       settled = true;
       if (entry.holder !== this) return;
@@ -397,16 +429,16 @@ class Consumer implements Subscription {
       attempt: entry.attempt,
       replayed: entry.replayed === true,
       redelivered: entry.redelivered === true,
-      ack: () => settle(remove),
+      ack: () => settle('ack', remove),
       retry: (delayMs: number) =>
-        settle(() => {
+        settle('retry', () => {
           entry.attempt += 1;
           entry.redelivered = false;
           entry.availableAt = Date.now() + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0);
           entry.holder = null;
         }),
       deadLetter: (reason: DeadLetterReason) =>
-        settle(() => {
+        settle('deadLetter', () => {
           remove();
           this.#broker.deadLetter(group, entry, reason);
         }),

@@ -61,7 +61,7 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
     if (this.#records.has(pair)) return { duplicate: true };
     if (options.hold) {
       // Checked and held in one synchronous step: nothing can lift the halt in between.
-      const halt = this.#halts.get(haltOf(consumer, options.hold.topic, options.hold.key));
+      const halt = this.#halts.get(haltOf(options.hold.consumer ?? consumer, options.hold.topic, options.hold.key));
       if (halt) {
         this.#hold(halt, options.hold.envelope);
         return { duplicate: false, held: true };
@@ -193,6 +193,12 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
       return { consumer, topic: halt.topic, key: halt.key, action: halt.resumed, head: halt.head };
     }
     return undefined;
+  }
+
+  /** Renews `owner`'s drain lease on a halt it still holds; false when the claim is lost. */
+  async renewDrain(consumer: string, topic: string, key: string, owner: string): Promise<boolean> {
+    this.#ready('renewDrain');
+    return this.#owned(consumer, topic, key, owner) !== undefined;
   }
 
   /** Removes the head of a halt `owner` drains, keeping it as parked when asked. */

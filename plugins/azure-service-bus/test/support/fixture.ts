@@ -1,7 +1,7 @@
 // The Service Bus transport fixture: every transport has its own client behind a TCP proxy
 // of its own, so a test can cut one client (kill) or all of this fixture's (outage)
 // without touching the stand-in other tests share.
-import { ServiceBusClient } from '@azure/service-bus';
+import { ServiceBusClient, type ServiceBusReceiver, type ServiceBusSessionReceiver } from '@azure/service-bus';
 import type { Envelope, Transport } from '@courier/core';
 import { TcpProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import type { DeliveryHandler, Endpoint, PublishResult, Subscription } from '@courier/core';
@@ -59,6 +59,48 @@ export function createServiceBusFixture(context: FixtureContext): Promise<Transp
   return createServiceBusFixtureIn({}, context);
 }
 
+/** A header that makes the stand-in refuse the message (the fixture's `refusable`). */
+const REFUSED_HEADER = 'conformance-refused';
+
+/** Settles the fixture is to fail next, by kind (`TransportFixture.failSettles`). */
+type SettleFaults = Record<'ack' | 'retry' | 'deadLetter', number>;
+
+/** `target` with `overrides` in place of some of its members; every other member bound to it. */
+function overriding<T extends object>(target: T, overrides: Partial<T>): T {
+  return new Proxy(target, {
+    get(object, name, receiver) {
+      if (Object.prototype.hasOwnProperty.call(overrides, name)) return overrides[name as keyof T];
+      const value: unknown = Reflect.get(object, name, receiver);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(object) : value;
+    },
+  });
+}
+
+/** `receiver` whose settle calls fail while `faults` has one of their kind due: complete (`ack`), abandon (`retry`), dead-letter. */
+function faultyReceiver<R extends ServiceBusReceiver>(receiver: R, faults: SettleFaults): R {
+  const failing = <A extends unknown[]>(kind: keyof SettleFaults, settle: (...args: A) => Promise<void>) => async (...args: A): Promise<void> => {
+    if (faults[kind] > 0) {
+      faults[kind] -= 1;
+      throw new Error(`service bus fixture: the service failed the ${kind} settle (injected fault)`);
+    }
+    await settle(...args);
+  };
+  return overriding(receiver, {
+    completeMessage: failing('ack', receiver.completeMessage.bind(receiver)),
+    abandonMessage: failing('retry', receiver.abandonMessage.bind(receiver)),
+    deadLetterMessage: failing('deadLetter', receiver.deadLetterMessage.bind(receiver)),
+  } as Partial<R>);
+}
+
+/** `client` whose receivers (plain and session) fail settles as `faults` says. */
+function faultyClient(client: ServiceBusClient, faults: SettleFaults): ServiceBusClient {
+  return overriding(client, {
+    createReceiver: ((...args: Parameters<ServiceBusClient['createReceiver']>) => faultyReceiver((client.createReceiver as (...rest: unknown[]) => ServiceBusReceiver)(...args), faults)) as ServiceBusClient['createReceiver'],
+    acceptNextSession: (async (...args: unknown[]) => faultyReceiver(await (client.acceptNextSession as (...rest: unknown[]) => Promise<ServiceBusSessionReceiver>)(...args), faults)) as ServiceBusClient['acceptNextSession'],
+    acceptSession: (async (...args: unknown[]) => faultyReceiver(await (client.acceptSession as (...rest: unknown[]) => Promise<ServiceBusSessionReceiver>)(...args), faults)) as ServiceBusClient['acceptSession'],
+  });
+}
+
 /**
  * The transport fixture in the given mode. On the stand-in, queue mode marks its names
  * ({@link QUEUE_MARK}, {@link SESSION_QUEUE_MARK}) so the stand-in makes queues of them,
@@ -79,6 +121,7 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
     server ? (queues ? server.queueNames() : server.topicNames()).filter((name) => name.startsWith(prefix.toLowerCase())).map((name) => name.slice(prefix.length)) : [...used];
   const entries = new Map<Transport, { proxy: TcpProxy | undefined; killed: boolean }>();
   let rejecting: ((envelope: Envelope) => boolean) | undefined;
+  const settleFaults: SettleFaults = { ack: 0, retry: 0, deadLetter: 0 };
   let duplicates = 0;
   let duplicating = false;
 
@@ -89,7 +132,7 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
     // Short SDK retries: an outage must surface within the suite's waits, not after minutes.
     // A factory: the transport replaces its client after a lost connection.
     const connectionString = proxy ? standInConnectionString(proxy.port) : REAL_CONNECTION_STRING!;
-    const client = () => new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: proxy ? 3_000 : 10_000 } });
+    const client = () => faultyClient(new ServiceBusClient(connectionString, { retryOptions: { maxRetries: 1, retryDelayInMs: 200, timeoutInMs: proxy ? 3_000 : 10_000 } }), settleFaults);
     const config: ServiceBusTransportConfig = {
       client,
       entities: queues ? 'queues' : 'topics',
@@ -97,10 +140,14 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
       prefix,
       topics,
       publishTimeoutMs: 5_000,
-      // Above the stand-in's 256 KiB: the broker's own limit refuses (the fixture's `refusable`).
-      maxMessageBytes: 300 * 1024,
+      // The transport's default maxMessageBytes (240 KiB under the stand-in's 256 KiB): the
+      // kit's oversized dead-letter case publishes a payload of exactly what is declared.
       brokerMessageId: (envelope) =>
-        rejecting?.(envelope) ? `${REFUSED_ID_PREFIX}${envelope.messageId}` : duplicating ? `${envelope.messageId}#dup-${(duplicates += 1)}` : envelope.messageId,
+        rejecting?.(envelope) || envelope.headers[REFUSED_HEADER] !== undefined
+          ? `${REFUSED_ID_PREFIX}${envelope.messageId}`
+          : duplicating
+            ? `${envelope.messageId}#dup-${(duplicates += 1)}`
+            : envelope.messageId,
       ...extra,
     };
     const transport = provisioner ? new ProvisionedServiceBusTransport(config, provisioner) : new ServiceBusTransport(config);
@@ -153,9 +200,16 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
             rejecting = predicate;
           },
         }),
-    // Over the entity's maximum message size (256 KiB on the stand-in, as on a Standard namespace;
-    // a Premium namespace takes more: run the real-namespace tests on Standard).
-    refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(270 * 1024)) }),
+    // The receiver's settle call (complete, abandon, dead-letter) fails as the service's answer would.
+    failSettles: async (kind, count = 1) => {
+      settleFaults[kind] += count;
+    },
+    // Marked so that the stand-in refuses it (its broker id says so); nothing validate() could
+    // foresee. On a real namespace: over the entity's maximum message size (256 KiB on a Standard
+    // namespace; a Premium namespace takes more: run the real-namespace tests on Standard), which
+    // the transport's own size check refuses first.
+    refusable: (envelope) =>
+      provisioner ? { ...envelope, payload: JSON.stringify('x'.repeat(270 * 1024)) } : { ...envelope, headers: { ...envelope.headers, [REFUSED_HEADER]: 'yes' } },
     // A second copy under another MessageId (duplicate detection is on), sent through the
     // fixture's own transport, whose link is already open: the copy follows the original closely.
     injectDuplicate: async (envelope) => {

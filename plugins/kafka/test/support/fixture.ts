@@ -103,15 +103,80 @@ function probe(): Promise<void> {
   });
 }
 
+/** Settles the fixture is to fail next, by kind (`TransportFixture.failSettles`). */
+type SettleFaults = Record<'ack' | 'retry' | 'deadLetter', number>;
+
+/** Whether one more fault of `kind` is due (and counts it off). */
+function takeFault(faults: SettleFaults, kind: keyof SettleFaults): boolean {
+  if (faults[kind] <= 0) return false;
+  faults[kind] -= 1;
+  return true;
+}
+
+/** `target` with `overrides` in place of some of its members; every other member bound to it. */
+function overriding<T extends object>(target: T, overrides: Partial<T>): T {
+  return new Proxy(target, {
+    get(object, name, receiver) {
+      if (Object.prototype.hasOwnProperty.call(overrides, name)) return overrides[name as keyof T];
+      const value: unknown = Reflect.get(object, name, receiver);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(object) : value;
+    },
+  });
+}
+
+/**
+ * `client` with settle faults, as the broker would fail them: a produce to a retry topic
+ * (`retry`) or a dead-letter topic (`deadLetter`) fails without writing anything, and an
+ * offset commit that moves a partition's commit point (`ack`; the in-hand mark commits
+ * before a record is handed over keep the point where it is) fails without committing.
+ */
+function faultyClient(client: Kafka, faults: SettleFaults): Kafka {
+  return overriding(client, {
+    producer: (config) => {
+      const producer = client.producer(config);
+      return overriding(producer, {
+        sendBatch: async (batch) => {
+          const topics = (batch.topicMessages ?? []).map((entry) => entry.topic);
+          for (const [kind, infix] of [['retry', '.courier-retry.'], ['deadLetter', '.courier-dlt.']] as const) {
+            if (topics.some((topic) => topic.includes(infix)) && takeFault(faults, kind)) {
+              throw new Error(`kafka fixture: the broker failed a produce to ${topics.join(', ')} (injected ${kind} fault)`);
+            }
+          }
+          return producer.sendBatch(batch);
+        },
+      });
+    },
+    consumer: (config) => {
+      const consumer = client.consumer(config);
+      const last = new Map<string, { offset: bigint; metadata: string | null | undefined }>();
+      // An ack's commit moves the point and keeps the in-hand mark (the metadata); the mark's
+      // own commits, made before records are handed over, raise the mark.
+      const isAck = (entry: { topic: string; partition: number; offset: string; metadata?: string | null }) => {
+        const before = last.get(`${entry.topic}\0${entry.partition}`);
+        return before !== undefined && BigInt(entry.offset) > before.offset && entry.metadata === before.metadata;
+      };
+      return overriding(consumer, {
+        commitOffsets: async (offsets) => {
+          if (offsets.some(isAck) && takeFault(faults, 'ack')) throw new Error('kafka fixture: the broker failed an offset commit (injected ack fault)');
+          await consumer.commitOffsets(offsets);
+          for (const entry of offsets) last.set(`${entry.topic}\0${entry.partition}`, { offset: BigInt(entry.offset), metadata: entry.metadata });
+        },
+      });
+    },
+  });
+}
+
 export async function createKafkaFixture({ testId }: FixtureContext, config: Partial<KafkaTransportConfig> = {}): Promise<TransportFixture> {
   await assertBrokerAnswers();
   const entries = new Map<Transport, { proxy: TcpProxy; killed: boolean }>();
   let down = false;
+  const faults: SettleFaults = { ack: 0, retry: 0, deadLetter: 0 };
 
   const make = async (): Promise<KafkaTransport> => {
     const proxy = await TcpProxy.create({ host, port });
     if (!down) await proxy.open();
-    const transport = new KafkaTransport({ client: proxiedClient(proxy, testId), prefix: `${testId}.`, ...TEST_CONFIG, ...(transportLogger ? { logger: transportLogger } : {}), ...config });
+    const client = faultyClient(proxiedClient(proxy, testId), faults);
+    const transport = new KafkaTransport({ client, prefix: `${testId}.`, ...TEST_CONFIG, ...(transportLogger ? { logger: transportLogger } : {}), ...config });
     entries.set(transport, { proxy, killed: false });
     return transport;
   };
@@ -136,6 +201,9 @@ export async function createKafkaFixture({ testId }: FixtureContext, config: Par
         down = false;
         await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy.open()));
       },
+    },
+    failSettles: async (kind, count = 1) => {
+      faults[kind] += count;
     },
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
     injectDuplicate: async (envelope) => {

@@ -35,6 +35,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
   const transports: RabbitMqTransport[] = [];
   const consumers = new Set<string>();
   const refusals: ((envelope: Envelope) => boolean)[] = [];
+  const settleFaults: SettleFaults = { ack: 0, retry: 0, deadLetter: 0 };
   // Messages the suite wants refused are diverted to this queue, which holds nothing and
   // overflows with reject-publish: the broker itself nacks them.
   const refuseQueue = `${prefix}.refuse`;
@@ -62,7 +63,7 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
           throw new Error(handle.killed ? 'this transport was killed' : 'simulated network outage');
         }
         handle.connections.push(connection);
-        divertRefused(connection, refuseQueue, (envelope) => refusals.some((refuse) => refuse(envelope)));
+        divertRefused(connection, refuseQueue, (envelope) => refusals.some((refuse) => refuse(envelope)), settleFaults);
         return connection;
       },
     });
@@ -92,19 +93,27 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
     if (transports.some((t) => t.connected)) throw new Error('a transport still believes it is connected');
   });
 
+  const declareRefuseQueue = async (): Promise<void> => {
+    const connection = await openConnection(`${prefix}-refuse`);
+    try {
+      const channel = await connection.createChannel();
+      await channel.assertQueue(refuseQueue, { durable: false, arguments: { 'x-max-length': 0, 'x-overflow': 'reject-publish' } });
+    } finally {
+      await connection.close();
+    }
+  };
+
   const transport = await create();
   const fixture: TransportFixture = {
     transport,
     connect: create,
     async rejectPublish(predicate) {
-      const connection = await openConnection(`${prefix}-refuse`);
-      try {
-        const channel = await connection.createChannel();
-        await channel.assertQueue(refuseQueue, { durable: false, arguments: { 'x-max-length': 0, 'x-overflow': 'reject-publish' } });
-      } finally {
-        await connection.close();
-      }
+      await declareRefuseQueue();
       refusals.push(predicate);
+    },
+    async failSettles(kind, count = 1) {
+      if (kind !== 'ack') await declareRefuseQueue();
+      settleFaults[kind] += count;
     },
     refusable(envelope) {
       return { ...envelope, headers: { ...envelope.headers, [CLOSE_CHANNEL_HEADER]: 'yes' } };
@@ -167,12 +176,49 @@ export function destroySocket(connection: ChannelModel): void {
  */
 const CLOSE_CHANNEL_HEADER = 'conformance-close-channel';
 
+/** Settles the fixture is to fail next, by kind (`TransportFixture.failSettles`). */
+type SettleFaults = Record<'ack' | 'retry' | 'deadLetter', number>;
+
+/** Whether one more fault of `kind` is due (and counts it off). */
+function takeFault(faults: SettleFaults, kind: keyof SettleFaults): boolean {
+  if (faults[kind] <= 0) return false;
+  faults[kind] -= 1;
+  return true;
+}
+
+/**
+ * The settle fault a copy published straight to `routingKey` (the default exchange) is
+ * subject to: a delay-tier queue's copy (`retry`) or the dead-letter queue's (`deadLetter`).
+ */
+function copyKind(exchange: string, routingKey: string): 'retry' | 'deadLetter' | undefined {
+  if (exchange !== '') return undefined;
+  if (/\.retry\.[^.]+$/.test(routingKey)) return 'retry';
+  if (routingKey.endsWith('.dead')) return 'deadLetter';
+  return undefined;
+}
+
 /**
  * Makes confirm channels of `connection` publish messages matching `refused` to
  * `refuseQueue` instead (test support for `rejectPublish`): the broker, not the client,
  * then nacks them. Messages marked with {@link CLOSE_CHANNEL_HEADER} get a string `CC`.
+ * With `faults` (`failSettles`): the next delay-tier or dead-letter copies due to fail go to
+ * `refuseQueue` too (the broker nacks them), and the next acks due to fail close their
+ * channel (the broker takes the delivery back) and throw, as an ack on a channel that died.
  */
-function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (envelope: Envelope) => boolean): void {
+function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (envelope: Envelope) => boolean, faults: SettleFaults): void {
+  const createChannel = connection.createChannel.bind(connection);
+  connection.createChannel = async (...args) => {
+    const channel = await createChannel(...args);
+    const ack = channel.ack.bind(channel);
+    channel.ack = (message, allUpTo) => {
+      if (takeFault(faults, 'ack')) {
+        void channel.close().catch(() => undefined);
+        throw new Error('rabbitmq fixture: the channel died under the ack (injected ack fault)');
+      }
+      ack(message, allUpTo);
+    };
+    return channel;
+  };
   const createConfirmChannel = connection.createConfirmChannel.bind(connection);
   connection.createConfirmChannel = async (...args) => {
     const channel: ConfirmChannel = await createConfirmChannel(...args);
@@ -184,6 +230,8 @@ function divertRefused(connection: ChannelModel, refuseQueue: string, refused: (
       } catch {
         // Not an envelope (a retry or dead-letter copy is one too; anything else passes).
       }
+      const kind = copyKind(exchange, routingKey);
+      if (kind !== undefined && takeFault(faults, kind)) divert = true;
       if (divert) return publish('', refuseQueue, content, options, callback);
       const headers = options?.headers as Record<string, unknown> | undefined;
       const poisoned = headers?.[CLOSE_CHANNEL_HEADER] !== undefined ? { ...options, headers: { ...headers, CC: 'x' } } : options;

@@ -135,7 +135,7 @@ export function sharedSqliteOrm(testId: string): Promise<SharedOrm> {
  * called (every statement and transaction rejects), which is how a crashed process's
  * connection looks to the code still holding it.
  */
-function cuttable(orm: MikroORM): { view: SqlTransportConfig['orm']; cut: () => void } {
+function cuttable(orm: MikroORM, faults: SettleFaults): { view: SqlTransportConfig['orm']; cut: () => void } {
   let dead = false;
   const connection = orm.em.getConnection('write');
   const deadConnection = new Proxy(connection, {
@@ -144,6 +144,8 @@ function cuttable(orm: MikroORM): { view: SqlTransportConfig['orm']; cut: () => 
       if (property !== 'execute' && property !== 'transactional') return typeof value === 'function' ? value.bind(target) : value;
       return (...args: unknown[]) => {
         if (dead) return Promise.reject(new Error('the connection of a killed instance is gone'));
+        const kind = property === 'execute' && typeof args[0] === 'string' ? settleKind(args[0]) : undefined;
+        if (kind !== undefined && takeFault(faults, kind)) return Promise.reject(new Error(`sql fixture: the database failed the ${kind} statement (injected fault)`));
         return (value as (...rest: unknown[]) => Promise<unknown>).apply(target, args);
       };
     },
@@ -156,6 +158,24 @@ function cuttable(orm: MikroORM): { view: SqlTransportConfig['orm']; cut: () => 
     },
   });
   return { view: { em }, cut: () => (dead = true) };
+}
+
+/** Settles the fixture is to fail next, by kind (`TransportFixture.failSettles`). */
+type SettleFaults = Record<'ack' | 'retry' | 'deadLetter', number>;
+
+/** Whether one more fault of `kind` is due (and counts it off). */
+function takeFault(faults: SettleFaults, kind: keyof SettleFaults): boolean {
+  if (faults[kind] <= 0) return false;
+  faults[kind] -= 1;
+  return true;
+}
+
+/** The settle a statement of the SQL transport carries out, if it is one: its ack's delete, its retry's or dead letter's update. */
+function settleKind(sql: string): keyof SettleFaults | undefined {
+  if (/^\s*DELETE FROM \S+ WHERE seq = \S+ AND lease_owner = /i.test(sql)) return 'ack';
+  if (/SET attempt = attempt \+ 1, lease_owner = NULL/.test(sql)) return 'retry';
+  if (/SET state = 'dead', lease_owner = NULL/.test(sql)) return 'deadLetter';
+  return undefined;
 }
 
 /** Options of {@link createSqlTransportFixture}. */
@@ -175,6 +195,7 @@ export function createSqlTransportFixture(dialect: QueueDialectName, options: Sq
     if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
     const instances = new Map<Transport, Instance>();
     const tablePrefix = `${testId}_`;
+    const faults: SettleFaults = { ack: 0, retry: 0, deadLetter: 0 };
 
     const make = async (): Promise<SqlTransport> => {
       let proxy: TcpProxy | undefined;
@@ -187,7 +208,7 @@ export function createSqlTransportFixture(dialect: QueueDialectName, options: Sq
         const own = await openOrm(dialect, testId, proxy);
         orm = { orm: own, release: () => own.close(true).catch(() => undefined) };
       }
-      const { view, cut } = cuttable(orm.orm);
+      const { view, cut } = cuttable(orm.orm, faults);
       const transport = new SqlTransport({ orm: view, tablePrefix, leaseMs: FIXTURE_LEASE_MS, pollIntervalMs: 100, ...options.config });
       instances.set(transport, { orm, proxy, cut, killed: false });
       return transport;
@@ -220,6 +241,10 @@ export function createSqlTransportFixture(dialect: QueueDialectName, options: Sq
                 await Promise.all([...instances.values()].filter((instance) => !instance.killed).map((instance) => instance.proxy?.open() ?? Promise.resolve()));
               },
             },
+      // The statement of the settle fails, as a database error or a dropped connection would.
+      failSettles: async (kind, count = 1) => {
+        faults[kind] += count;
+      },
       // Read through the fixture's own instance (its proxy is open unless an outage is on).
       locate: (ids) => locateInQueue(instances.get(transport)!.orm.orm, dialect, testId, ids),
       close: async () => {
