@@ -12,7 +12,15 @@
 //   - the `types` file of the root export exists, and a TypeScript file importing every
 //     package type-checks (NodeNext resolution, declarations checked);
 //   - the conformance kit runs one SIGKILL scenario there, from a TypeScript fixture module,
-//     with no vitest setting (as a plugin author outside this repository would run it).
+//     with no vitest setting (as a plugin author outside this repository would run it);
+// and runs scripts/pack-smoke-round-trip.mjs there: a publish → relay → consume round
+// trip through @courier/core, @courier/mikro-orm (outbox, inbox, migration classes run by
+// MikroORM's migrator) and @courier/sql-transport on one SQLite file.
+//
+// `--mikro-orm 7` is a probe, not a support claim: it installs MikroORM 7 (MIKRO_ORM_7
+// below; it needs Node 22.17+) instead of the MikroORM 6 the workspace tests with, ignoring
+// the plugins' peer range (`<7`: README "Supported platforms" lists what 7 still breaks), so
+// that the round trip keeps working there while the rest is made to.
 // Exits non-zero and says what failed. COURIER_SMOKE_KEEP=1 keeps the scratch folder.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,6 +29,16 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+// MikroORM 7 releases are not all served at one version, and each driver pins its core
+// exactly: 7.2.1 is the newest version every package the plugins use is served at.
+const MIKRO_ORM_7 = '7.2.1';
+const args = process.argv.slice(2);
+const mikroOrmFlag = args.indexOf('--mikro-orm');
+const mikroOrmMajor = mikroOrmFlag === -1 ? undefined : args[mikroOrmFlag + 1];
+if (mikroOrmMajor !== undefined && mikroOrmMajor !== '6' && mikroOrmMajor !== '7') {
+  console.error(`pack-smoke: --mikro-orm takes 6 or 7, got '${mikroOrmMajor ?? ''}'`);
+  process.exit(2);
+}
 const failures = [];
 const fail = (message) => {
   failures.push(message);
@@ -117,13 +135,17 @@ try {
     if (!files.some((file) => file.startsWith('package/dist/'))) fail(`${pkg.manifest.name}: the tarball has no dist/`);
     console.log(`packed ${pkg.manifest.name}: ${created[0]} (${files.filter(Boolean).length} files)`);
     dependencies[pkg.manifest.name] = `file:${relative(app, pkg.tarball)}`;
-    // Peers at the version the repository pins for its own tests, else the declared range.
+    // Peers at the version the repository pins for its own tests, else the declared range
+    // (MikroORM at MIKRO_ORM_7 with --mikro-orm 7).
     for (const [name, range] of Object.entries(packed.peerDependencies ?? {})) {
       if (name.startsWith('@courier/') || peers[name]) continue;
-      peers[name] = pkg.manifest.devDependencies?.[name] ?? range;
+      peers[name] = mikroOrmMajor === '7' && name.startsWith('@mikro-orm/') ? MIKRO_ORM_7 : (pkg.manifest.devDependencies?.[name] ?? range);
     }
   }
   Object.assign(dependencies, peers);
+  for (const [name, version] of Object.entries(peers)) {
+    if (name.startsWith('@mikro-orm/') && mikroOrmMajor === '7' && version !== MIKRO_ORM_7) fail(`${name} would install at ${version}, not ${MIKRO_ORM_7}`);
+  }
 
   // ---------------------------------------------------------------- install
   writeFileSync(
@@ -131,7 +153,9 @@ try {
     `${JSON.stringify({ name: 'courier-pack-smoke', private: true, type: 'module', dependencies }, null, 2)}\n`,
   );
   console.log(`npm install in the scratch project: ${Object.keys(dependencies).join(', ')}`);
-  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+  // The MikroORM 7 probe is outside the plugins' peer range on purpose (see the top).
+  const peerFlags = mikroOrmMajor === '7' ? ['--legacy-peer-deps'] : [];
+  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline', ...peerFlags], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
 
   // ---------------------------------------------------------------- run-time checks
   const checked = packages.filter((pkg) => pkg.tarball);
@@ -226,6 +250,20 @@ if (problems.length > 0) {
     console.log(`ok types: a consumer importing ${checked.length} packages type-checks`);
   }
 
+  // ---------------------------------------------------------------- round trip
+  const roundTripNeeds = ['@courier/core', '@courier/mikro-orm', '@courier/sql-transport', '@mikro-orm/libsql', '@mikro-orm/migrations'];
+  const absent = roundTripNeeds.filter((name) => !existsSync(join(app, 'node_modules', ...name.split('/'), 'package.json')));
+  if (absent.length > 0) {
+    fail(`round trip: ${absent.join(', ')} not installed in the scratch project`);
+  } else {
+    writeFileSync(join(app, 'round-trip.mjs'), readFileSync(join(root, 'scripts', 'pack-smoke-round-trip.mjs')));
+    try {
+      execFileSync('node', ['round-trip.mjs'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'], timeout: 120_000 });
+    } catch {
+      fail('the publish → relay → consume round trip failed (see above)');
+    }
+  }
+
   // ---------------------------------------------------------------- the kit outside the workspace
   // A plugin author's project: the kit installed from its tarball, a TypeScript fixture module,
   // no vitest setting of ours. One SIGKILL scenario must run there as it does here (it failed
@@ -286,4 +324,4 @@ if (failures.length > 0) {
   console.error(`pack smoke test FAILED: ${failures.length} problem(s)`);
   process.exit(1);
 }
-console.log(`pack smoke test passed: ${packages.length} package(s)`);
+console.log(`pack smoke test passed: ${packages.length} package(s), MikroORM ${mikroOrmMajor === '7' ? MIKRO_ORM_7 : 'as the workspace pins it'}`);

@@ -11,4 +11,5 @@ export { MikroOrmInboxStore } from './mikro-orm-inbox-store.js';
 export type { PostgresWakeupConfig } from './outbox-wakeups.js';
 export type { DriverErrorKind } from './storage-errors.js';
 export { classifyDriverError } from './storage-errors.js';
+export type { SqliteBusyTimeoutDriverOptions } from './sqlite-options.js';
 export { SQLITE_BUSY_TIMEOUT_MS, withSqliteBusyTimeout } from './sqlite-options.js';

@@ -1,5 +1,6 @@
 // The one busy timeout of the SQLite store: what its statements set, and what the ORM's own
 // connections should open with when several processes share a file.
+import { libsqlDriverOptionsWithTimeout, mikroOrmMajor, type MikroOrmMajor } from './mikro-orm-compat.js';
 
 /**
  * How long SQLite connections used by Courier wait for another connection's lock before
@@ -11,10 +12,20 @@
  */
 export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
 
+/** The `driverOptions` {@link withSqliteBusyTimeout} returns: the timeout is in one of the two places. */
+export interface SqliteBusyTimeoutDriverOptions {
+  /** Where MikroORM 7 passes it to libsql (milliseconds). */
+  readonly timeout?: number;
+  /** Where MikroORM 6 passes it to libsql (through knex). */
+  readonly connection?: { readonly timeout?: number };
+}
+
 /**
  * Returns a copy of `MikroORM.init` options for `@mikro-orm/libsql` whose connections wait
  * {@link SQLITE_BUSY_TIMEOUT_MS} for another process's lock from the moment libsql opens
- * them (`driverOptions.connection.timeout`, milliseconds).
+ * them: `driverOptions.connection.timeout` (milliseconds) with MikroORM 6,
+ * `driverOptions.timeout` with MikroORM 7 (the installed `@mikro-orm/core` decides; 7 ignores
+ * the place 6 reads, and 6 the place 7 reads).
  *
  * Why it is needed: MikroORM's init reads the schema before any Courier store exists to
  * give the connection its busy timeout, and a process recovering the journal of one that
@@ -24,15 +35,17 @@ export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
  * a `timeout` you set yourself wins. Throws a `TypeError` naming the option when
  * `driverOptions` or `driverOptions.connection` is present but not an object.
  */
-export function withSqliteBusyTimeout<O extends object>(options: O): O & { readonly driverOptions: { readonly connection: { readonly timeout: number } } } {
+export function withSqliteBusyTimeout<O extends object>(options: O): O & { readonly driverOptions: SqliteBusyTimeoutDriverOptions } {
+  return sqliteBusyTimeoutFor(options, mikroOrmMajor());
+}
+
+/** {@link withSqliteBusyTimeout} for a given MikroORM major (tests run both on one install). */
+export function sqliteBusyTimeoutFor<O extends object>(options: O, major: MikroOrmMajor): O & { readonly driverOptions: SqliteBusyTimeoutDriverOptions } {
   // Typed loosely on purpose: MikroORM's Options has only optional fields, and a plain
   // `{ dbName, entities }` literal must be accepted as it is.
   const driverOptions = plainObject((options as { readonly driverOptions?: unknown }).driverOptions, 'driverOptions');
   const connection = plainObject(driverOptions['connection'], 'driverOptions.connection');
-  return {
-    ...options,
-    driverOptions: { ...driverOptions, connection: { timeout: SQLITE_BUSY_TIMEOUT_MS, ...connection } },
-  };
+  return { ...options, driverOptions: libsqlDriverOptionsWithTimeout(driverOptions, connection, SQLITE_BUSY_TIMEOUT_MS, major) };
 }
 
 function plainObject(value: unknown, name: string): Record<string, unknown> {

@@ -3,6 +3,8 @@
 // timeout it sets is waited on, this file holds its merging rules.
 import { describe, expect, it } from 'vitest';
 import { SQLITE_BUSY_TIMEOUT_MS, withSqliteBusyTimeout } from '../src/index.js';
+import { mikroOrmMajor } from '../src/mikro-orm-compat.js';
+import { sqliteBusyTimeoutFor } from '../src/sqlite-options.js';
 
 describe('withSqliteBusyTimeout', () => {
   it('adds the store busy timeout and keeps every other option', () => {
@@ -29,5 +31,22 @@ describe('withSqliteBusyTimeout', () => {
   it('names the option that is not an object', () => {
     expect(() => withSqliteBusyTimeout({ driverOptions: 'file:x' })).toThrow('withSqliteBusyTimeout: driverOptions must be an object, got string');
     expect(() => withSqliteBusyTimeout({ driverOptions: { connection: null } })).toThrow('driverOptions.connection must be an object, got null');
+  });
+
+  it('follows the installed MikroORM major (the workspace tests with 6)', () => {
+    expect(mikroOrmMajor()).toBe(6);
+    expect(withSqliteBusyTimeout({}).driverOptions).toEqual(sqliteBusyTimeoutFor({}, 6).driverOptions);
+  });
+
+  // MikroORM 7 opens libsql's Database with driverOptions itself and ignores
+  // driverOptions.connection (a busy timeout of 0 there: scripts/pack-smoke.mjs --mikro-orm 7
+  // reads PRAGMA busy_timeout on a fresh ORM to prove it end to end).
+  it('puts the timeout at the top of driverOptions for MikroORM 7, keeping every other option', () => {
+    expect(sqliteBusyTimeoutFor({ dbName: 'shop.db', driverOptions: { intMode: 'number' } }, 7)).toEqual({
+      dbName: 'shop.db',
+      driverOptions: { intMode: 'number', timeout: SQLITE_BUSY_TIMEOUT_MS },
+    });
+    expect(sqliteBusyTimeoutFor({}, 7).driverOptions).toEqual({ timeout: SQLITE_BUSY_TIMEOUT_MS });
+    expect(sqliteBusyTimeoutFor({ driverOptions: { timeout: 5_000 } }, 7).driverOptions).toEqual({ timeout: 5_000 });
   });
 });
