@@ -1,4 +1,4 @@
-// `courier stats --watch` as an operator leaves it open: the binary as a child process on
+// `courier stats --watch` as an operator leaves it open (here into a pipe): the binary as a child process on
 // a SQLite outbox, read until it has drawn two refreshes (the second showing a row added
 // after the first, so it re-reads rather than repeats) and then a dozen, then stopped with
 // SIGINT (Ctrl-C), after which it exits 0 on its own, with nothing on stderr.
@@ -9,8 +9,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCli } from './support/run-cli.js';
 import { openStores, type CliTestSetup } from './support/setup.js';
 
-/** What the watch view prints before each refresh: clear the screen and home the cursor. */
+/** What the watch view prints before each refresh on a terminal (never into a pipe, as here). */
 const CLEAR = '\x1b[H\x1b[2J';
+/** In a pipe each refresh is one plain snapshot ending with its footer line. */
+const FOOTER = 'Ctrl-C to quit)\n';
 
 describe('courier stats --watch', () => {
   const prefix = `cliw${randomBytes(4).toString('hex')}_`;
@@ -29,12 +31,12 @@ describe('courier stats --watch', () => {
     await stores?.close();
   });
 
-  it('redraws in place at each interval, showing new rows, and exits 0 on SIGINT', async () => {
+  it('prints a snapshot at each interval, showing new rows, with no screen escapes in a pipe, and exits 0 on SIGINT', async () => {
     await append(2);
     const child = startCli(['stats', '--watch', '--interval', '300ms'], env);
     let stdout = '';
     let stderr = '';
-    const frames = () => stdout.split(CLEAR).slice(1);
+    const frames = () => stdout.split(FOOTER).slice(0, -1).map((frame) => `${frame}${FOOTER}`);
     let frameArrived: (() => void) | undefined;
     child.stdout!.on('data', (chunk: Buffer) => {
       stdout += chunk.toString();
@@ -78,6 +80,7 @@ describe('courier stats --watch', () => {
       child.kill('SIGINT');
       const code = await Promise.race([exited, new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 60_000))]);
       expect(code, `exit after SIGINT\nstderr: ${stderr}`).toBe(0);
+      expect(stdout).not.toContain(CLEAR);
       expect(stderr).toBe('');
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

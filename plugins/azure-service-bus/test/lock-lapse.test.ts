@@ -110,8 +110,8 @@ describe.skipIf(skipOnRealNamespace('the commit is held on the stand-in\'s lock 
   // The refusal lands on the first of several attempts, and on the last one: a consumer that
   // took it for a handler failure would retry the first and dead-letter the second.
   const policies: { readonly name: string; readonly retry: Partial<RetryPolicy> }[] = [
-    { name: 'attempts left', retry: {} },
-    { name: 'no attempt left (maxAttempts 1)', retry: { maxAttempts: 1 } },
+    { name: 'attempts left', retry: { initialDelayMs: 1, maxDelayMs: 1 } },
+    { name: 'no attempt left (maxAttempts 1)', retry: { maxAttempts: 1, initialDelayMs: 1, maxDelayMs: 1 } },
   ];
   for (const { name, retry } of policies) {
     it(`${name}: the effects are applied once, the redelivered copy is acked as a duplicate, nothing is retried or dead-lettered, the refusal is logged as a warning naming MessageLockLost, and the consumer keeps running`, async () => {
@@ -165,7 +165,10 @@ describe.skipIf(skipOnRealNamespace('the commit is held on the stand-in\'s lock 
         inbox: store.inbox,
         transport,
         logger,
-        relay: { pollIntervalMs: 50 },
+        // maxLockRenewalMs is 1 ms here so the lock can lapse; createBus refuses any retry or
+        // pause longer than that (retryDelayLimit), and this scenario retries nothing.
+        retry: { initialDelayMs: 1, maxDelayMs: 1 },
+        relay: { pollIntervalMs: 50, pause: { initialDelayMs: 1, maxDelayMs: 1 } },
         // The scenario: the handler's unit of work has committed, and the process stalls (an
         // event loop blocked longer than the lock, a renewal that failed) before the ack, until
         // the lock has lapsed on the broker. Waited on, not slept: a loaded machine only makes

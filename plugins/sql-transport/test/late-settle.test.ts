@@ -3,7 +3,7 @@
 // has claimed the row: the late settle must change nothing of that instance's claim — an ack
 // must not delete the row the other instance is handling (issue 29, a blind spot of the suite).
 import type { Delivery } from '@courier/core';
-import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
+import { deferred, eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/core';
 import { SqlTransport, type SqlTransportConfig } from '../src/index.js';
@@ -68,9 +68,14 @@ describe.each(['postgresql', 'mariadb', 'sqlite'] as const)('sql transport on %s
       const second = await fixture.connect();
       let firstHeld: Delivery | undefined;
       let secondHeld: Delivery | undefined;
-      // One slot each: the first instance, holding the message, claims nothing more.
+      // One slot each, and the first handler does not return until the end: the first instance,
+      // holding the message, claims nothing more (a handler that returned would free its slot,
+      // and the first instance could re-claim the row itself once its lease ran out).
+      const releaseFirst = deferred<void>();
+      closers.push(async () => releaseFirst.resolve());
       await first.subscribe({ consumer, topics: [topic], ordered: false, concurrency: 1 }, async (delivery) => {
         firstHeld ??= delivery;
+        await releaseFirst.promise;
       });
       const message = makeEnvelope({ topic, key: null });
       expect((await fixture.transport.publish([message]))[0]?.ok).toBe(true);
@@ -90,6 +95,7 @@ describe.each(['postgresql', 'mariadb', 'sqlite'] as const)('sql transport on %s
       expect(await count(message.messageId), `the row the second instance holds after a late ${late}`).toBe(1);
       if (late === 'deadLetter') expect(await first.deadLetters!.list(consumer)).toEqual([]);
 
+      releaseFirst.resolve();
       await secondHeld!.ack();
       await eventually(async () => expect(await count(message.messageId)).toBe(0), { timeoutMs: 10_000 });
     },
