@@ -10,6 +10,8 @@
 #               Maven Central into ~/.cache/courier/kafka, then started in the background)
 #   SQS         ElasticMQ on 127.0.0.1:9324 (scripts/elasticmq.sh: jars from Maven Central
 #               into ~/.cache/courier/elasticmq, then started in the background)
+#   Redis       7.x on 127.0.0.1:6379 (Debian's redis-server; started keeping nothing on
+#               disk, as on the project's machines)
 # Each service that does not answer is started (Debian packages' commands, as on the
 # project's machines), then waited for with a bounded loop; one that never answers fails
 # the script with what failed and how to start it by hand.
@@ -20,7 +22,7 @@
 #
 # Environment:
 #   COURIER_PG_URL, COURIER_MARIADB_URL, COURIER_RABBITMQ_URL, COURIER_NATS_URL,
-#   COURIER_KAFKA_BROKERS, COURIER_SQS_ENDPOINT     kept if already set
+#   COURIER_KAFKA_BROKERS, COURIER_SQS_ENDPOINT, COURIER_REDIS_URL     kept if already set
 #   COURIER_SERVICES=skip     touch no service, only export the URLs (your own servers)
 #   COURIER_TESTCONTAINERS=1  the same: the tests start containers themselves
 #   COURIER_SERVICE_TIMEOUT   seconds to wait for each service (default 120)
@@ -287,6 +289,39 @@ _cs_sqs_prepare() {
   _cs_log "SQS ready: $COURIER_SQS_ENDPOINT"
 }
 
+# ---------------------------------------------------------------- Redis
+# The port of COURIER_REDIS_URL (redis://host:port[/db]).
+_cs_redis_port() { local rest="${COURIER_REDIS_URL##*:}"; rest="${rest%%/*}"; printf '%s' "${rest:-6379}"; }
+
+# Redis answers when a PING over plain RESP gets +PONG (no redis-cli needed for the check).
+_cs_redis_up() {
+  local reply
+  reply="$(timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$(_cs_redis_port) || exit 1
+    printf 'PING\r\n' >&3
+    timeout 1 head -c 7 <&3" 2>/dev/null || true)"
+  [[ "$reply" == +PONG* ]]
+}
+
+_cs_redis_prepare() {
+  local port
+  port="$(_cs_redis_port)"
+  if _cs_redis_up; then
+    _cs_log "Redis answers on $port"
+  else
+    _cs_log "Redis does not answer on $port"
+    command -v redis-server >/dev/null 2>&1 ||
+      { _cs_fail "redis-server is not installed here; install Redis 7 (Debian: apt-get install redis-server) or set COURIER_REDIS_URL and COURIER_SERVICES=skip"; return 1; }
+    _cs_root install -d -o redis -g redis /var/lib/redis /var/log/redis 2>/dev/null || _cs_root install -d /var/lib/redis /var/log/redis || return 1
+    _cs_log "starting Redis: redis-server --daemonize yes --bind 127.0.0.1 --port $port --save '' --appendonly no"
+    _cs_root redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/ci.log </dev/null >&2 ||
+      _cs_log "redis-server exited non-zero; waiting anyway"
+    _cs_wait Redis _cs_redis_up ||
+      { _cs_fail "Redis did not answer on $port within ${COURIER_SERVICE_TIMEOUT:-120}s; see /var/log/redis/ci.log; start: redis-server --daemonize yes --bind 127.0.0.1 --port $port --save '' --appendonly no"; return 1; }
+  fi
+  _cs_log "Redis ready: $COURIER_REDIS_URL"
+}
+
 # ---------------------------------------------------------------- main
 courier_services_prepare() {
   : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
@@ -295,7 +330,8 @@ courier_services_prepare() {
   : "${COURIER_NATS_URL:=nats://127.0.0.1:4222}"
   : "${COURIER_KAFKA_BROKERS:=127.0.0.1:9092}"
   : "${COURIER_SQS_ENDPOINT:=http://127.0.0.1:9324}"
-  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL COURIER_KAFKA_BROKERS COURIER_SQS_ENDPOINT
+  : "${COURIER_REDIS_URL:=redis://127.0.0.1:6379}"
+  export COURIER_PG_URL COURIER_MARIADB_URL COURIER_RABBITMQ_URL COURIER_NATS_URL COURIER_KAFKA_BROKERS COURIER_SQS_ENDPOINT COURIER_REDIS_URL
   if [ "${COURIER_SERVICES:-}" = "skip" ] || [ "${COURIER_TESTCONTAINERS:-}" = "1" ]; then
     _cs_log "not preparing local services (COURIER_SERVICES=${COURIER_SERVICES:-} COURIER_TESTCONTAINERS=${COURIER_TESTCONTAINERS:-})"
     return 0
@@ -307,6 +343,7 @@ courier_services_prepare() {
   _cs_nats_prepare || failed="$failed NATS"
   _cs_kafka_prepare || failed="$failed Kafka"
   _cs_sqs_prepare || failed="$failed SQS"
+  _cs_redis_prepare || failed="$failed Redis"
   if [ -n "$failed" ]; then
     _cs_fail "not ready:$failed (see the messages above)"
     return 1
@@ -325,4 +362,5 @@ else
   printf 'export COURIER_NATS_URL=%q\n' "$COURIER_NATS_URL"
   printf 'export COURIER_KAFKA_BROKERS=%q\n' "$COURIER_KAFKA_BROKERS"
   printf 'export COURIER_SQS_ENDPOINT=%q\n' "$COURIER_SQS_ENDPOINT"
+  printf 'export COURIER_REDIS_URL=%q\n' "$COURIER_REDIS_URL"
 fi
