@@ -68,6 +68,8 @@ export type {
 export { hasInboxHalts } from './inbox-store.js';
 export type { InboxConsumerStats, InboxNameCount, InboxOperations, InboxStats } from './inbox-operations.js';
 export { inboxStatsFromCounts } from './inbox-operations.js';
+export type { FailureFacts, FailureGroup } from './failure-groups.js';
+export { failureGroupId, groupFailures, normaliseErrorMessage } from './failure-groups.js';
 export type {
   DeadLetter,
   DeadLetterReason,
