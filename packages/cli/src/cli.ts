@@ -1,9 +1,9 @@
 import { createInterface } from 'node:readline/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Command, CommanderError, Option } from 'commander';
-import { CourierError, describeError, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
+import { CourierError, describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
-import { actOnParked, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, failureFacts, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 import { runRelay } from './relay-process.js';
 
@@ -135,12 +135,19 @@ Examples:
       .action(async (options: { json?: boolean; watch?: boolean; interval: string }) => {
         const interval = parseDuration(options.interval, '--interval');
         const setup = await open('stats', configOf());
+        let partial = false;
         const render = async (): Promise<string> => {
           const stats = await collectStats(setup);
+          partial = stats.unavailable.length > 0;
           return options.json ? toJson(stats) : renderStats(stats);
         };
         if (!options.watch) {
           io.out(await render());
+          if (partial) {
+            // What could be read is printed; the exit code still tells a script it is incomplete.
+            io.err('courier: some stats could not be read (listed under "could not read"); is the database or broker running and reachable?');
+            setExit(EXIT.failure);
+          }
           return;
         }
         const stop = new AbortController();
@@ -177,7 +184,8 @@ Examples:
       .option('--type <type>', 'only this message type')
       .option('--consumer <consumer>', 'only this consumer (transport dead letters; also one not listed in the config)')
       .option('--code <code>', 'only this error code (e.g. HANDLER_FAILED, PUBLISH_UNROUTABLE)')
-      .option('--older-than <duration>', 'only those parked at least this long ago (e.g. 1h)');
+      .option('--older-than <duration>', 'only those parked at least this long ago (e.g. 1h)')
+      .option('--group <id>', 'only the members of this failure group (the GROUP column of `courier dead groups`)');
   const filterOf = (options: RawFilter): ParkedFilter => ({
     source: options.source,
     ...(options.topic !== undefined ? { topic: options.topic } : {}),
@@ -185,6 +193,7 @@ Examples:
     ...(options.consumer !== undefined ? { consumer: options.consumer } : {}),
     ...(options.code !== undefined ? { code: options.code } : {}),
     ...(options.olderThan !== undefined ? { olderThanMs: parseDuration(options.olderThan, '--older-than') } : {}),
+    ...(options.group !== undefined ? { group: parseGroupId(options.group) } : {}),
   });
   const placesOf = (setup: CourierCliSetup): ParkingPlaces => {
     if (!setup.outbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox nor a transport with dead letters');
@@ -203,12 +212,53 @@ Examples:
         const limit = parsePositiveInt(options.limit, '--limit');
         const filter = filterOf(options);
         const places = placesOf(await open('dead list', configOf()));
-        const items = await listParked(places, filter, limit);
+        // One more than asked tells whether the listing was cut: never cut silently.
+        const found = await listParked(places, filter, limit + 1);
+        const items = found.slice(0, limit);
         io.out(options.json ? toJson(items) : renderParked(items));
+        if (found.length > limit) io.err(`courier: showing the first ${limit}; more match (raise --limit, or narrow the filters)`);
       }),
     `  courier dead list
   courier dead list --source transport --consumer payments --code HANDLER_FAILED
   courier dead list --topic orders --older-than 1h --json`,
+  );
+
+  examples(
+    filterOptions(
+      dead
+        .command('groups')
+        .description('Group parked messages by (type, error code, normalised error, consumer): how many failed the same way, first and last seen. Replay or purge a group with --group <id>.'),
+    )
+      .option('--json', 'print a JSON array (each group with the references of its members)')
+      .action(async (options: RawFilter & { json?: boolean }) => {
+        const filter = filterOf(options);
+        const places = placesOf(await open('dead groups', configOf()));
+        const groups = groupFailures(await listParked(places, filter, Number.MAX_SAFE_INTEGER), failureFacts);
+        if (options.json) {
+          io.out(toJson(groups.map(({ members, ...group }) => ({ ...group, refs: members.map((member) => member.ref) }))));
+          return;
+        }
+        io.out(
+          groups.length === 0
+            ? 'no dead letters'
+            : table(
+                ['GROUP', 'COUNT', 'TYPE', 'CODE', 'CONSUMER', 'FIRST SEEN', 'LAST SEEN', 'ERROR'],
+                groups.map((group) => [
+                  group.id,
+                  String(group.count),
+                  group.type,
+                  group.code ?? '-',
+                  group.consumer ?? '(outbox)',
+                  group.firstSeen ? `${formatDuration(Date.now() - group.firstSeen.getTime())} ago` : '-',
+                  group.lastSeen ? `${formatDuration(Date.now() - group.lastSeen.getTime())} ago` : '-',
+                  oneLine(group.error),
+                ]),
+              ),
+        );
+      }),
+    `  courier dead groups
+  courier dead groups --source transport --consumer payments
+  courier dead replay --group 3ef380dedc8f --dry-run`,
   );
 
   examples(
@@ -238,15 +288,17 @@ Examples:
           )
           .argument('[ref...]', 'references as `dead list` prints them; or use --all with filters'),
       )
-        .option('--all', 'every parked message matching the filters')
+        .option('--all', 'every parked message matching the filters (--group alone needs no --all)')
         .option('--dry-run', 'list what would change, change nothing')
         .option('-y, --yes', 'do not ask for confirmation')
         .action(async (refs: string[], options: RawFilter & { all?: boolean; dryRun?: boolean; yes?: boolean }) => {
           const filter = filterOf(options);
-          if (refs.length === 0 && !options.all) throw new UsageError(`name what to ${action}: references (outbox:<sequence>, dlq:<consumer>:<id>) or --all with filters`);
-          if (refs.length > 0 && options.all) throw new UsageError('give references or --all, not both');
+          // A group names its members as exactly as references do, so it needs no --all.
+          const bulk = options.all === true || filter.group !== undefined;
+          if (refs.length === 0 && !bulk) throw new UsageError(`name what to ${action}: references (outbox:<sequence>, dlq:<consumer>:<id>), --group <id>, or --all with filters`);
+          if (refs.length > 0 && bulk) throw new UsageError('give references, or --all/--group with filters, not both');
           const places = placesOf(await open(`dead ${action}`, configOf()));
-          const items = options.all ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
+          const items = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
           if (items.length === 0) {
             io.out(`nothing to ${action}`);
             return;
@@ -270,7 +322,8 @@ Examples:
       action === 'replay'
         ? `  courier dead replay outbox:42 dlq:payments:0190a1b2-...
   courier dead replay --all --code PUBLISH_UNROUTABLE --dry-run
-  courier dead replay --all --consumer payments --yes`
+  courier dead replay --all --consumer payments --yes
+  courier dead replay --group 3ef380dedc8f --yes`
         : `  courier dead purge outbox:42
   courier dead purge --all --older-than 30d --dry-run
   courier dead purge --all --type orders.Legacy --yes`,
@@ -278,44 +331,33 @@ Examples:
   }
 
   // ── halted ──────────────────────────────────────────────────────────────────────────
-  const halted = program.command('halted').description('Keys halted by the poison-head policy: list them, resume them.');
-  examples(
-    halted
-      .command('list')
-      .description("List halted outbox keys with their head and how many rows wait behind it; with --consumer, that consumer's halted keys (ordered subscriptions with poison 'halt').")
+  const halted = program.command('halted').description("Keys halted by a poison head: the outbox's (relay, poison 'halt') and every consumer's (ordered subscriptions, poison 'halt'). List them, resume them.");
+  const haltedScope = (command: Command): Command =>
+    command
       .option('--topic <topic>', 'only this topic')
-      .option('--consumer <name>', "list this consumer's halted keys in the inbox store instead of the outbox's")
+      .option('--consumer <name>', "only this consumer's halted keys (the inbox store's), not the outbox's")
+      .addOption(new Option('--source <where>', "the outbox's halted keys, the consumers', or both").choices(['outbox', 'consumers', 'all']).default('all'));
+  examples(
+    haltedScope(
+      halted
+        .command('list')
+        .description("List halted keys with their head and how many messages wait behind it: the outbox's, and every consumer's in the inbox store (no need to name them)."),
+    )
       .option('--json', 'print a JSON array')
-      .action(async (options: { topic?: string; consumer?: string; json?: boolean }) => {
-        if (options.consumer !== undefined) {
-          const inbox = inboxHalts((await open('halted list', configOf())).inbox);
-          const keys = (await inbox.listHalted({ consumer: options.consumer, limit: 10_000 })).filter((key) => options.topic === undefined || key.topic === options.topic);
-          if (options.json) {
-            io.out(toJson(keys));
-            return;
-          }
-          io.out(
-            keys.length === 0
-              ? `no halted keys for consumer '${options.consumer}'`
-              : table(
-                  ['TOPIC', 'KEY', 'HEAD', 'HELD', 'RESUMED', 'ERROR'],
-                  keys.map((key) => [key.topic, key.key, key.head?.envelope.messageId ?? '-', String(key.held), key.resumed ?? '-', oneLine(key.head?.error ?? '')]),
-                ),
-          );
-          return;
-        }
-        const outbox = need((await open('halted list', configOf())).outbox, 'outbox');
-        const keys = await listAllHalted(outbox, options.topic);
+      .action(async (options: HaltedScopeOptions & { json?: boolean }) => {
+        const keys = await listHaltedEverywhere(await open('halted list', configOf()), options, io);
         if (options.json) {
           io.out(toJson(keys));
           return;
         }
         io.out(
           keys.length === 0
-            ? 'no halted keys'
+            ? options.consumer !== undefined
+              ? `no halted keys for consumer '${options.consumer}'`
+              : 'no halted keys'
             : table(
-                ['TOPIC', 'KEY', 'HEAD', 'HELD', 'ERROR'],
-                keys.map((key) => [key.topic, key.key, `outbox:${key.head.sequence}`, String(key.held), oneLine(key.head.lastError ?? '')]),
+                ['WHERE', 'TOPIC', 'KEY', 'HEAD', 'HELD', 'RESUMED', 'ERROR'],
+                keys.map((key) => [key.consumer === null ? 'outbox' : `consumer ${key.consumer}`, key.topic, key.key, key.headRef, String(key.held), key.resumed ?? '-', oneLine(key.error ?? '')]),
               ),
         );
       }),
@@ -324,60 +366,83 @@ Examples:
   courier halted list --consumer billing`,
   );
   examples(
-    halted
-      .command('resume')
-      .description('Resume a halted key: retry its head (default), or --park it as a dead row so the key moves on. Order within the key is kept.')
-      .argument('<topic>', 'the halted key’s topic')
-      .argument('<key>', 'the halted key')
-      .option('--park', 'mark the head dead instead of retrying it')
-      .option('--consumer <name>', "resume this consumer's halted key in the inbox store (a running consumer then drains it) instead of the outbox's")
-      .option('--dry-run', 'show the head, change nothing')
+    haltedScope(
+      halted
+        .command('resume')
+        .description(
+          'Resume halted keys: retry the head (default), or --park it so the key moves on. Order within the key is kept. Name one key (<topic> <key>, with --consumer for a consumer\'s), or --all with --topic/--consumer/--source. A consumer\'s key is drained by a running instance of that consumer.',
+        )
+        .argument('[topic]', 'the halted key’s topic')
+        .argument('[key]', 'the halted key'),
+    )
+      .option('--all', 'every halted key matching --topic, --consumer and --source')
+      .option('--park', 'park the head (a dead outbox row; a parked inbox head) instead of retrying it')
+      .option('--dry-run', 'show what would be resumed, change nothing')
       .option('-y, --yes', 'do not ask for confirmation')
-      .action(async (topic: string, key: string, options: { park?: boolean; consumer?: string; dryRun?: boolean; yes?: boolean }) => {
-        if (options.consumer !== undefined) {
-          const consumer = options.consumer;
-          const inbox = inboxHalts((await open('halted resume', configOf())).inbox);
-          const found = (await inbox.listHalted({ consumer, limit: 10_000 })).find((candidate) => candidate.topic === topic && candidate.key === key);
-          if (!found) throw new NotFoundError(`key '${key}' of topic '${topic}' is not halted for consumer '${consumer}' (list them with \`courier halted list --consumer ${consumer}\`)`);
-          const action = options.park ? 'park' : 'retry';
-          io.out(`head ${found.head?.envelope.messageId ?? '(already dealt with)'}, ${found.held} message(s) held behind it; resumed: ${found.resumed ?? 'no'}; last error: ${oneLine(found.head?.error ?? '-')}`);
-          if (options.dryRun) {
-            io.out(`dry run: would ${action} the head of '${topic}'/'${key}' for '${consumer}'; nothing changed`);
-            return;
-          }
-          if (!(await confirm(io, options.yes === true, `${action} the head of '${topic}'/'${key}' for '${consumer}'?`))) {
-            io.out('cancelled; nothing changed');
-            setExit(EXIT.failure);
-            return;
-          }
-          const changed = await inbox.resumeHalted(consumer, topic, key, action);
-          io.out(
-            changed === 0
-              ? `'${topic}'/'${key}' for '${consumer}' was already resumed; nothing changed`
-              : `resumed '${topic}'/'${key}' for '${consumer}' (${action}): a running instance of the consumer drains it`,
-          );
-          return;
-        }
-        const outbox = need((await open('halted resume', configOf())).outbox, 'outbox');
-        const found = (await listAllHalted(outbox, topic)).find((candidate) => candidate.key === key);
-        if (!found) throw new NotFoundError(`key '${key}' of topic '${topic}' is not halted (list them with \`courier halted list\`)`);
+      .action(async (topic: string | undefined, key: string | undefined, options: HaltedScopeOptions & { all?: boolean; park?: boolean; dryRun?: boolean; yes?: boolean }) => {
+        if (options.all && (topic !== undefined || key !== undefined)) throw new UsageError('give <topic> <key>, or --all with filters, not both');
+        if (!options.all && (topic === undefined || key === undefined)) throw new UsageError('name the key to resume (<topic> <key>), or use --all with --topic/--consumer/--source');
+        const setup = await open('halted resume', configOf());
         const action = options.park ? 'park' : 'retry';
-        io.out(`head outbox:${found.head.sequence} (${found.head.envelope.type}), ${found.held} row(s) held behind it; last error: ${oneLine(found.head.lastError ?? '-')}`);
+        let targets: HaltedEntry[];
+        if (options.all) {
+          // A key already resumed is draining: resuming it again would change nothing.
+          targets = (await listHaltedEverywhere(setup, options, io)).filter((entry) => entry.resumed === null);
+          if (targets.length === 0) {
+            io.out('nothing to resume');
+            return;
+          }
+        } else {
+          // One named key: the outbox's unless --consumer says whose (the same key may be halted in both).
+          const where: HaltedScopeOptions = { ...options, topic: topic!, source: options.consumer !== undefined ? 'consumers' : 'outbox' };
+          const found = (await listHaltedEverywhere(setup, where, io)).find((entry) => entry.key === key);
+          if (!found) {
+            throw new NotFoundError(
+              options.consumer !== undefined
+                ? `key '${key}' of topic '${topic}' is not halted for consumer '${options.consumer}' (list them with \`courier halted list --consumer ${options.consumer}\`)`
+                : `key '${key}' of topic '${topic}' is not halted in the outbox (list them with \`courier halted list\`)`,
+            );
+          }
+          targets = [found];
+        }
+        io.out(
+          table(
+            ['WHERE', 'TOPIC', 'KEY', 'HEAD', 'HELD', 'RESUMED', 'ERROR'],
+            targets.map((entry) => [entry.consumer === null ? 'outbox' : `consumer ${entry.consumer}`, entry.topic, entry.key, entry.headRef, String(entry.held), entry.resumed ?? '-', oneLine(entry.error ?? '-')]),
+          ),
+        );
         if (options.dryRun) {
-          io.out(`dry run: would ${action} the head of '${topic}'/'${key}'; nothing changed`);
+          io.out(`dry run: would ${action} the head of ${targets.length} halted key(s); nothing changed`);
           return;
         }
-        if (!(await confirm(io, options.yes === true, `${action} the head of '${topic}'/'${key}'?`))) {
+        if (!(await confirm(io, options.yes === true, `${action} the head of ${targets.length} halted key(s)?`))) {
           io.out('cancelled; nothing changed');
           setExit(EXIT.failure);
           return;
         }
-        const changed = await outbox.resume(topic, key, action);
-        io.out(`resumed '${topic}'/'${key}' (${action}): ${changed} row(s) changed`);
+        let resumed = 0;
+        for (const entry of targets) {
+          if (entry.consumer === null) {
+            const changed = await need(setup.outbox, 'outbox').resume(entry.topic, entry.key, action);
+            if (changed > 0) resumed += 1;
+            io.out(`outbox '${entry.topic}'/'${entry.key}' (${action}): ${changed} row(s) changed`);
+          } else {
+            const changed = await inboxHalts(setup.inbox).resumeHalted(entry.consumer, entry.topic, entry.key, action);
+            if (changed > 0) resumed += 1;
+            io.out(
+              changed === 0
+                ? `consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' was already resumed; nothing changed`
+                : `resumed consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' (${action}): a running instance of the consumer drains it`,
+            );
+          }
+        }
+        if (targets.length > 1) io.out(`resumed ${resumed} of ${targets.length} halted key(s) (${action})`);
       }),
     `  courier halted resume orders order-42
   courier halted resume orders order-42 --park --yes
-  courier halted resume orders order-42 --consumer billing --yes`,
+  courier halted resume orders order-42 --consumer billing --yes
+  courier halted resume --all --consumer billing --dry-run
+  courier halted resume --all --topic orders --yes`,
   );
 
   // ── prune ───────────────────────────────────────────────────────────────────────────
@@ -388,21 +453,44 @@ Examples:
       .requiredOption('--older-than <duration>', 'age to keep, e.g. 7d')
       .addOption(new Option('--only <what>', 'prune only the outbox or only the inbox').choices(['outbox', 'inbox']))
       .option('--batch-size <n>', 'rows per delete statement (the store’s default when absent)')
-      .action(async (options: { olderThan: string; only?: 'outbox' | 'inbox'; batchSize?: string }) => {
+      .option('--dry-run', 'say what would be deleted (the cut-off, and the inbox window per consumer where the store reports it), delete nothing')
+      .option('-y, --yes', `do not ask for confirmation below the safe window (${formatDuration(SAFE_PRUNE_MS)})`)
+      .action(async (options: { olderThan: string; only?: 'outbox' | 'inbox'; batchSize?: string; dryRun?: boolean; yes?: boolean }) => {
         const olderThanMs = parseDuration(options.olderThan, '--older-than');
         const batch = options.batchSize !== undefined ? { batchSize: parsePositiveInt(options.batchSize, '--batch-size') } : {};
         const setup = await open('prune', configOf());
-        if (options.only !== 'inbox') {
-          const outbox = need(setup.outbox, 'outbox');
-          io.out(`outbox: pruned ${await outbox.prune(olderThanMs, batch)} published row(s) older than ${options.olderThan}`);
+        const outbox = options.only !== 'inbox' ? need(setup.outbox, 'outbox') : undefined;
+        const inbox = options.only !== 'outbox' ? setup.inbox : undefined;
+        if (options.only === 'inbox') need(setup.inbox, 'inbox');
+        const cutoff = new Date(Date.now() - olderThanMs).toISOString();
+        if (options.dryRun || (inbox && olderThanMs < SAFE_PRUNE_MS)) {
+          if (outbox) io.out(`outbox: would delete published rows older than ${options.olderThan} (published before about ${cutoff})`);
+          if (inbox) {
+            io.out(`inbox: would delete records older than ${options.olderThan} (recorded before about ${cutoff}): a redelivery of such a message afterwards runs its handler again`);
+            const stats = typeof inbox.stats === 'function' ? await inbox.stats() : undefined;
+            for (const row of stats?.consumers ?? []) {
+              if (row.oldestRecordAgeMs > olderThanMs) io.out(`  consumer '${row.consumer}': ${row.records} record(s), the oldest ${formatDuration(row.oldestRecordAgeMs)} old; its deduplication window shrinks to ${options.olderThan}`);
+            }
+          }
         }
-        if (options.only !== 'outbox') {
-          if (setup.inbox) io.out(`inbox: pruned ${await setup.inbox.prune(olderThanMs, batch)} record(s) older than ${options.olderThan}`);
-          else if (options.only === 'inbox') need(setup.inbox, 'inbox');
+        if (options.dryRun) {
+          io.out('dry run: nothing deleted');
+          return;
         }
+        // Below a day the inbox forgets what it has already handled within the time a broker
+        // may still redeliver it (a retry tier, a parked consumer, a replay), so ask first.
+        if (inbox && olderThanMs < SAFE_PRUNE_MS && !(await confirm(io, options.yes === true, `prune the inbox's deduplication window down to ${options.olderThan}?`))) {
+          io.out('cancelled; nothing changed');
+          setExit(EXIT.failure);
+          return;
+        }
+        if (outbox) io.out(`outbox: pruned ${await outbox.prune(olderThanMs, batch)} published row(s) older than ${options.olderThan}`);
+        if (inbox) io.out(`inbox: pruned ${await inbox.prune(olderThanMs, batch)} record(s) older than ${options.olderThan}`);
       }),
     `  courier prune --older-than 7d
-  courier prune --older-than 30d --only inbox --batch-size 5000`,
+  courier prune --older-than 7d --dry-run
+  courier prune --older-than 30d --only inbox --batch-size 5000
+  courier prune --older-than 1h --only outbox`,
   );
 
   // ── migrate ─────────────────────────────────────────────────────────────────────────
@@ -479,6 +567,12 @@ interface RawFilter {
   consumer?: string;
   code?: string;
   olderThan?: string;
+  group?: string;
+}
+
+function parseGroupId(text: string): string {
+  if (!/^[0-9a-f]{12}$/i.test(text)) throw new UsageError(`--group '${text}' is not a failure group id (twelve hex digits, as \`courier dead groups\` prints them)`);
+  return text.toLowerCase();
 }
 
 function parsePort(text: string): number {
@@ -497,6 +591,59 @@ async function confirm(io: CliIo, yes: boolean, question: string): Promise<boole
   } finally {
     prompt.close();
   }
+}
+
+interface HaltedScopeOptions {
+  topic?: string;
+  consumer?: string;
+  source: 'outbox' | 'consumers' | 'all';
+}
+
+/** One halted key, the outbox's (`consumer` null) or a consumer's, as `courier halted` lists it. */
+interface HaltedEntry {
+  readonly consumer: string | null;
+  readonly topic: string;
+  readonly key: string;
+  /** `outbox:<sequence>` for an outbox head; the head's messageId for a consumer's; `-` once dealt with. */
+  readonly headRef: string;
+  readonly held: number;
+  readonly resumed: 'retry' | 'park' | null;
+  readonly error: string | null;
+  readonly head: unknown;
+}
+
+/**
+ * Every halted key in scope: the outbox's (paged through `listHalted`) and, through the inbox
+ * store's `listHalted` without a consumer, every consumer's — an operator must not have to
+ * know which consumers exist to see that one is stuck. A config without an outbox or an inbox
+ * with halts skips that half with a note on stderr, unless the scope names it.
+ */
+async function listHaltedEverywhere(setup: CourierCliSetup, scope: HaltedScopeOptions, io: CliIo): Promise<HaltedEntry[]> {
+  const entries: HaltedEntry[] = [];
+  const wantOutbox = scope.consumer === undefined && scope.source !== 'consumers';
+  const wantConsumers = scope.source !== 'outbox';
+  if (wantOutbox) {
+    if (setup.outbox) {
+      for (const key of await listAllHalted(setup.outbox, scope.topic)) {
+        entries.push({ consumer: null, topic: key.topic, key: key.key, headRef: `outbox:${key.head.sequence}`, held: key.held, resumed: null, error: key.head.lastError, head: key.head });
+      }
+    } else if (scope.source === 'outbox') need(setup.outbox, 'outbox');
+  }
+  if (wantConsumers) {
+    const inbox = setup.inbox;
+    if (inbox && hasInboxHalts(inbox as object)) {
+      const keys = await (inbox as unknown as InboxHalts).listHalted({ ...(scope.consumer !== undefined ? { consumer: scope.consumer } : {}), limit: 100_000 });
+      for (const key of keys) {
+        if (scope.topic !== undefined && key.topic !== scope.topic) continue;
+        entries.push({ consumer: key.consumer, topic: key.topic, key: key.key, headRef: key.head?.envelope.messageId ?? '-', held: key.held, resumed: key.resumed, error: key.head?.error ?? null, head: key.head });
+      }
+    } else if (scope.consumer !== undefined || scope.source === 'consumers') {
+      inboxHalts(inbox);
+    } else if (!inbox) {
+      io.err("courier: note: the config has no 'inbox', so consumers' halted keys are not listed");
+    }
+  }
+  return entries;
 }
 
 /** The inbox store's halts, or a usage error saying what the config lacks. */
@@ -548,29 +695,72 @@ export interface CliStats {
    * runtime): per consumer, its records, the oldest one's age, dead-letter marks and replays.
    */
   readonly inbox: InboxStats | null;
+  /**
+   * Present when the inbox store has halts: per consumer with any halted key (found without
+   * naming the consumers), its halted keys and the messages held behind them.
+   */
+  readonly consumerHalts: readonly { readonly consumer: string; readonly haltedKeys: number; readonly held: number }[] | null;
   /** Dead letters per consumer; `atLeast` when the transport listed its maximum. */
   readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean }[] | null;
+  /**
+   * What could not be read (a database or broker away), each with the error: the rest is
+   * still reported, so a broker outage does not hide the outbox backlog. Empty when all was read.
+   */
+  readonly unavailable: readonly { readonly what: string; readonly error: string }[];
 }
 
 const DEPTH_LIMIT = 10_000;
 
+/**
+ * The shortest inbox retention `courier prune` applies without asking: a day. Shorter, and a
+ * message the broker redelivers later (a long retry tier, a consumer stopped overnight, a
+ * replay) is no longer recognised as a duplicate. The outbox alone (`--only outbox`) has no
+ * such window: published rows are history.
+ */
+const SAFE_PRUNE_MS = 86_400_000;
+
 async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   if (!setup.outbox && !setup.inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides no outbox, inbox or transport dead letters to report on');
-  const inboxStats = setup.inbox?.stats;
+  const unavailable: { what: string; error: string }[] = [];
+  // Each part is read on its own: one failing (the broker down) must not hide the others.
+  const read = async <T>(what: string, work: () => Promise<T>): Promise<T | null> => {
+    try {
+      return await work();
+    } catch (error) {
+      unavailable.push({ what, error: describeError(error) });
+      return null;
+    }
+  };
+  const inbox = setup.inbox;
+  const inboxStats = inbox?.stats;
   const deadLetters = setup.transport?.deadLetters;
-  const [outbox, inbox, transport] = await Promise.all([
-    setup.outbox ? setup.outbox.stats() : null,
-    typeof inboxStats === 'function' ? inboxStats.call(setup.inbox) : null,
+  const [outbox, inboxResult, consumerHalts, transport] = await Promise.all([
+    setup.outbox ? read('outbox', () => setup.outbox!.stats()) : null,
+    typeof inboxStats === 'function' ? read('inbox', () => inboxStats.call(inbox)) : null,
+    inbox && hasInboxHalts(inbox as object)
+      ? read('consumer halted keys', async () => {
+          const perConsumer = new Map<string, { consumer: string; haltedKeys: number; held: number }>();
+          for (const key of await (inbox as unknown as InboxHalts).listHalted({ limit: 100_000 })) {
+            const entry = perConsumer.get(key.consumer) ?? { consumer: key.consumer, haltedKeys: 0, held: 0 };
+            entry.haltedKeys += 1;
+            entry.held += key.held;
+            perConsumer.set(key.consumer, entry);
+          }
+          return [...perConsumer.values()].sort((a, b) => (a.consumer < b.consumer ? -1 : a.consumer > b.consumer ? 1 : 0));
+        })
+      : null,
     deadLetters
       ? Promise.all(
-          (setup.consumers ?? []).map(async (consumer) => {
-            const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
-            return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };
-          }),
-        )
+          (setup.consumers ?? []).map((consumer) =>
+            read(`transport dead letters of '${consumer}'`, async () => {
+              const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
+              return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };
+            }),
+          ),
+        ).then((rows) => rows.filter((row) => row !== null))
       : null,
   ]);
-  return { outbox, inbox, transport };
+  return { outbox, inbox: inboxResult, consumerHalts, transport, unavailable };
 }
 
 function renderStats(stats: CliStats): string {
@@ -590,6 +780,14 @@ function renderStats(stats: CliStats): string {
           ),
     );
   }
+  if (stats.consumerHalts) {
+    lines.push('', 'consumer halted keys');
+    lines.push(
+      stats.consumerHalts.length === 0
+        ? '(none)'
+        : table(['CONSUMER', 'HALTED KEYS', 'MESSAGES HELD'], stats.consumerHalts.map((row) => [row.consumer, String(row.haltedKeys), String(row.held)])),
+    );
+  }
   if (stats.transport) {
     lines.push('', 'transport dead letters');
     lines.push(
@@ -597,6 +795,10 @@ function renderStats(stats: CliStats): string {
         ? '(no consumers listed in the config: add `consumers: [...]`)'
         : table(['CONSUMER', 'DEAD LETTERS'], stats.transport.map((row) => [row.consumer, `${row.atLeast ? '≥' : ''}${row.deadLetters}`])),
     );
+  }
+  if (stats.unavailable.length > 0) {
+    lines.push('', 'could not read (the rest above is current)');
+    for (const { what, error } of stats.unavailable) lines.push(`  ${what}: ${oneLine(error, 160)}`);
   }
   return lines.join('\n');
 }

@@ -1,4 +1,4 @@
-import type { Envelope, OutboxOperations, TransportDeadLetters } from '@courier/core';
+import { failureGroupId, normaliseErrorMessage, type Envelope, type FailureFacts, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { UsageError } from './format.js';
 
 /**
@@ -31,6 +31,8 @@ export interface ParkedFilter {
   readonly code?: string;
   /** Parked at least this long ago. */
   readonly olderThanMs?: number;
+  /** Only members of this failure group (the id `courier dead groups` prints). */
+  readonly group?: string;
 }
 
 /** Where the parked messages live, as the config provides them. */
@@ -98,7 +100,19 @@ function matches(item: ParkedMessage, filter: ParkedFilter): boolean {
   if (filter.consumer !== undefined && item.consumer !== filter.consumer) return false;
   if (filter.code !== undefined && item.code !== filter.code) return false;
   if (filter.olderThanMs !== undefined && (item.parkedAt === null || Date.now() - item.parkedAt.getTime() < filter.olderThanMs)) return false;
+  if (filter.group !== undefined && groupOf(item) !== filter.group) return false;
   return true;
+}
+
+/** What a parked message contributes to its failure group (core's `groupFailures`). */
+export function failureFacts(item: ParkedMessage): FailureFacts {
+  return { type: item.envelope.type, code: item.code, error: item.error, consumer: item.consumer, at: item.parkedAt };
+}
+
+/** The failure group id of a parked message, as `courier dead groups` prints it. */
+export function groupOf(item: ParkedMessage): string {
+  const facts = failureFacts(item);
+  return failureGroupId(facts.type, facts.code, normaliseErrorMessage(facts.error), facts.consumer);
 }
 
 /** A parsed reference. */
