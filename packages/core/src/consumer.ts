@@ -195,6 +195,7 @@ export class Consumer<Tx> {
    */
   async start(options: { readonly failFast?: boolean } = {}): Promise<void> {
     if (this.#subscription || this.#subscribing) return;
+    this.#deps.instruments.primeConsumer(this.#settings.consumer);
     this.#abort = new AbortController();
     this.#stopSubscribing = new AbortController();
     if (this.#halts && !this.#draining) {

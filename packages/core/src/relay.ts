@@ -16,6 +16,12 @@ import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { PublishResult, Transport } from './transport.js';
 
+/** The relay logs failed attempts of one topic at most this often (the rest are counted into the next line). */
+const FAILED_ATTEMPT_LOG_INTERVAL_MS = 10_000;
+/** `courier.relay.pauses` attributes: what made the relay pause (two values). */
+const PAUSED_BY_STORE = Object.freeze({ 'courier.pause.cause': 'store' });
+const PAUSED_BY_TRANSPORT = Object.freeze({ 'courier.pause.cause': 'transport' });
+
 /**
  * Result codes a transport uses for trouble that is not the message's fault (the
  * connection dropped, the broker did not answer in time): such messages are released
@@ -197,6 +203,8 @@ export class Relay<Tx> {
   #unwatch: (() => Promise<void>) | undefined;
   #paused = false;
   #pauseMs = 0;
+  /** Per topic: when a failed attempt was last logged, and how many were not logged since. */
+  readonly #failureLog = new Map<string, { at: number; suppressed: number }>();
   #lastError: string | null = null;
   #lastClaimAt = -1;
   /** Told the outcome of the first claim (undefined: it succeeded), then cleared. */
@@ -220,6 +228,8 @@ export class Relay<Tx> {
    */
   async start(options: { readonly failFast?: boolean } = {}): Promise<void> {
     if (this.#loop) return;
+    // Counters exist at 0 from the start, so `increase()` sees the first failure too.
+    this.#deps.instruments.primeRelay();
     this.#stopping = new AbortController();
     this.#abandon = new AbortController();
     const signal = this.#stopping.signal;
@@ -366,6 +376,7 @@ export class Relay<Tx> {
         if (stopping.aborted) break;
         this.#firstClaim?.(error);
         this.#lastError = describeError(error);
+        this.#deps.instruments.relayPauses.add(1, PAUSED_BY_STORE);
         this.#deps.logger.warn('relay cycle failed; pausing', { error: this.#lastError });
         // Confirmed rows still pending stay for the next claim: the store itself failed, so
         // a separate complete now would most likely fail as well.
@@ -482,7 +493,7 @@ export class Relay<Tx> {
       const notSent = sending.signal.aborted && error instanceof CourierError && error.code === NOT_SENT_CODE;
       if (!notSent) {
         this.#lastError = describeError(error);
-        instruments.relayPauses.add(1);
+        instruments.relayPauses.add(1, PAUSED_BY_TRANSPORT);
         this.#deps.logger.warn('transport unavailable; relay pauses', { error: this.#lastError, batch: records.length });
       }
       await store.release(lease, sequences, 0).catch((releaseError: unknown) => {
@@ -550,7 +561,7 @@ export class Relay<Tx> {
     // The rows just released are due at once: pausing keeps the relay from sending them
     // straight back into the trouble the transport reported.
     this.#lastError = describeError(unwell);
-    instruments.relayPauses.add(1);
+    instruments.relayPauses.add(1, PAUSED_BY_TRANSPORT);
     this.#deps.logger.warn('transport reported connectivity trouble for part of a batch; relay pauses', {
       error: this.#lastError,
       released: released.length,
@@ -582,9 +593,12 @@ export class Relay<Tx> {
     for (const { record, error } of failed) {
       const attempt = record.attempts + 1;
       const message = describeError(error);
-      this.#deps.instruments.publishFailures.add(1);
+      // Topic and code are bounded label values: topics are the application's, codes Courier's.
+      this.#deps.instruments.publishFailures.add(1, { 'messaging.destination.name': record.envelope.topic, 'error.type': error.code });
       if (error.retriable && attempt < retry.maxAttempts) {
-        failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs: backoffDelay(retry, attempt) });
+        const delayMs = backoffDelay(retry, attempt);
+        failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs });
+        this.#warnFailedAttempt(record, attempt, delayMs, message);
         continue;
       }
       await this.#deps.fault('poison-head', { messageIds: [record.envelope.messageId] });
@@ -605,6 +619,34 @@ export class Relay<Tx> {
       }
     }
     await this.#deps.store.fail(batch.lease, failures, { signal: this.#abandon.signal });
+  }
+
+  /**
+   * Logs a failed attempt that will be retried at warn, at most once per topic per
+   * {@link FAILED_ATTEMPT_LOG_INTERVAL_MS}, with how many were left out since: an operator
+   * sees a message failing long before it is finally dead-lettered, and a topic failing
+   * thousands of times a minute does not flood the log.
+   */
+  #warnFailedAttempt(record: OutboxRecord, attempt: number, retryInMs: number, error: string): void {
+    const topic = record.envelope.topic;
+    const now = Date.now();
+    const last = this.#failureLog.get(topic);
+    if (last && now - last.at < FAILED_ATTEMPT_LOG_INTERVAL_MS) {
+      last.suppressed += 1;
+      return;
+    }
+    this.#failureLog.set(topic, { at: now, suppressed: 0 });
+    this.#deps.logger.warn('publish attempt failed; retrying', {
+      messageId: record.envelope.messageId,
+      type: record.envelope.type,
+      topic,
+      key: record.envelope.key,
+      attempt,
+      maxAttempts: this.#settings.retry.maxAttempts,
+      retryInMs,
+      error,
+      ...(last && last.suppressed > 0 ? { suppressedSinceLast: last.suppressed } : {}),
+    });
   }
 
   #notifyHalted(envelope: Envelope, error: string): void {

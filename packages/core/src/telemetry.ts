@@ -153,6 +153,23 @@ export class Instruments {
     this.settleFailures = counter('courier.consumer.settle_failures', 'retry and dead-letter settles the transport failed (the message is asked back later and given up on or retried again)');
   }
 
+  /**
+   * Adds 0 to the relay's counters, so their series exist from the relay's start: a
+   * Prometheus `increase()` over a series whose first sample is already 1 sees no increase,
+   * so without this the first failure after a deploy would never alert. Counters recorded
+   * with per-event attributes (failures per topic and code) get their series at the first
+   * event; the alert rules read those with `rate() > 0 for:` instead.
+   */
+  primeRelay(): void {
+    for (const counter of [this.published, this.relayPauses, this.deadLettered, this.haltedKeys]) counter.add(0);
+  }
+
+  /** Adds 0 to the consumer counters of `consumer` (attribute `messaging.consumer.group.name`), for the same reason as {@link primeRelay}. */
+  primeConsumer(consumer: string): void {
+    const attributes = { 'messaging.consumer.group.name': consumer };
+    for (const counter of [this.processed, this.retries, this.deadLettered, this.duplicates, this.consumerHaltedKeys, this.ackFailures, this.settleFailures]) counter.add(0, attributes);
+  }
+
   /** Totals since this bus was created. */
   snapshot(): {
     published: number; publishFailures: number; relayPauses: number; processed: number;

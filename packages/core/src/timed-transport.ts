@@ -1,4 +1,5 @@
 import { metrics, type Histogram, type Meter } from '@opentelemetry/api';
+import { OPERATOR_GAUGES } from './operator-metrics.js';
 import type { Transport } from './transport.js';
 
 const INSTRUMENTATION = '@courier/core';
@@ -24,6 +25,8 @@ export const DURATION_HISTOGRAMS = {
  * meant for milliseconds), which put every sub-5-second duration in one bucket.
  */
 const MESSAGING_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+/** Messages per publish call: a relay batch is at most `relay.batchSize` (250 by default). */
+const BATCH_SIZE_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000];
 /** Publish latency can run into minutes while a relay is behind: the same, plus longer ones. */
 const LATENCY_BUCKETS_S = [...MESSAGING_BUCKETS_S, 30, 60, 300, 900];
 
@@ -57,6 +60,12 @@ export class DurationHistograms {
   readonly process: Histogram;
   readonly deliveryToAck: Histogram;
   readonly commitToConfirm: Histogram;
+  /**
+   * Messages per publish call (`courier.publish.batch.size`). A histogram rather than the
+   * `messaging.batch.message_count` attribute on the duration: as an attribute every batch
+   * size made a series of its own (up to `batchSize` × buckets × outcomes).
+   */
+  readonly batchSize: Histogram;
 
   constructor(meter: Meter = metrics.getMeter(INSTRUMENTATION)) {
     this.publish = meter.createHistogram(DURATION_HISTOGRAMS.publish, {
@@ -75,8 +84,32 @@ export class DurationHistograms {
       description: 'outbox row due (its insert, or its delay/notBefore) until the broker confirmed it',
       advice: { explicitBucketBoundaries: LATENCY_BUCKETS_S },
     });
+    this.batchSize = meter.createHistogram(BATCH_SIZE_HISTOGRAM, {
+      unit: '{message}',
+      description: 'messages per publish call',
+      advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS },
+    });
   }
 }
+
+/** Name of the histogram of messages per publish call. */
+export const BATCH_SIZE_HISTOGRAM = 'courier.publish.batch.size';
+const PUBLISH_ATTRIBUTES = Object.freeze({ 'messaging.system': 'courier', 'messaging.operation.type': 'send' });
+
+/**
+ * Renames for a Prometheus exporter: OpenTelemetry keeps the unit beside the name (`unit: 's'`),
+ * Prometheus wants it in the name (`_seconds`), and the exporter this repository uses
+ * does not add it. Pass these as `views` to the `MeterProvider` that feeds a Prometheus
+ * exporter (`courier relay` and `serveCourierMetrics` do), so durations and ages read
+ * `messaging_client_operation_duration_seconds`, `courier_outbox_oldest_pending_age_seconds`.
+ * Plain objects, the shape of `@opentelemetry/sdk-metrics`' `ViewOptions`, so the core needs
+ * no SDK; an OTLP pipeline keeps the semantic-convention names by not passing them.
+ */
+export const PROMETHEUS_VIEWS: readonly { readonly instrumentName: string; readonly name: string }[] = Object.freeze(
+  [...Object.values(DURATION_HISTOGRAMS), OPERATOR_GAUGES.outboxOldestPendingAge, OPERATOR_GAUGES.inboxOldestRecordAge].map((name) =>
+    Object.freeze({ instrumentName: name, name: `${name}_seconds` }),
+  ),
+);
 
 const seconds = (startedAt: number): number => (performance.now() - startedAt) / 1000;
 
@@ -105,9 +138,9 @@ export function timedTransport(transport: Transport, histograms: DurationHistogr
             'messaging.system': 'courier',
             'messaging.operation.type': 'send',
             'messaging.operation.name': 'publish',
-            'messaging.batch.message_count': messages.length,
             'courier.outcome': outcome,
           });
+          histograms.batchSize.record(messages.length, PUBLISH_ATTRIBUTES);
         }
       }
     },
