@@ -70,7 +70,15 @@ export type OutboxFailure =
 /** Counts operators watch. */
 export interface OutboxStats {
   readonly pending: number;
-  /** Age of the oldest due pending row in milliseconds (database clock), 0 when none. */
+  /**
+   * Age of the oldest unpublished row in milliseconds (database clock), 0 when none: counted
+   * from when the row *first* became due (its insert, or its delay/notBefore; a replay starts
+   * it again), over rows due and waiting, released, or failing (in a retry's backoff or being
+   * tried again). A row failing for hours therefore reads hours, not 0 while it waits out a
+   * backoff, so a backlog alert fires for it. Delayed rows not yet due count nothing.
+   * (The in-memory store keeps this; a SQL store needs a first-due column to — until it has
+   * one it counts from the last time the row became due.)
+   */
   readonly oldestPendingAgeMs: number;
   readonly inFlight: number;
   readonly dead: number;

@@ -136,6 +136,23 @@ describe('InMemoryOutboxStore', () => {
     expect(await outbox.complete(taker.lease, [taker.records[0]!.sequence])).toBe(1);
   });
 
+  it('counts a row in retry backoff (and one released) from when it first became due, not from the end of its backoff', async () => {
+    const { clock, db, outbox, claim } = setup();
+    await db.transaction(async (tx) => outbox.append(tx, [{ envelope: envelope('failing') }]));
+    clock.now += 1_000;
+    const first = await claim();
+    await outbox.fail(first.lease, [{ sequence: first.records[0]!.sequence, error: 'TransportError [PUBLISH_REJECTED]: no', outcome: 'retry', delayMs: 3_600_000 }]);
+    clock.now += 60_000;
+    // Waiting out an hour's backoff: 61 s old, as a backlog alert must see it (it read 0 before).
+    expect(await outbox.stats()).toMatchObject({ pending: 1, oldestPendingAgeMs: 61_000 });
+    clock.now += 3_600_000;
+    const second = await claim();
+    expect(await outbox.stats()).toMatchObject({ inFlight: 1, oldestPendingAgeMs: 3_661_000 });
+    await outbox.release(second.lease, [second.records[0]!.sequence], 0);
+    clock.now += 1_000;
+    expect((await outbox.stats()).oldestPendingAgeMs).toBe(3_662_000);
+  });
+
   it('reports the age of the oldest due pending row and prunes by publish time', async () => {
     const { clock, db, outbox, claim } = setup();
     await db.transaction(async (tx) => outbox.append(tx, [{ envelope: envelope('a') }, { envelope: envelope('b'), delayMs: 10_000 }]));

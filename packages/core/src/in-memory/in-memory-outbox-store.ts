@@ -35,6 +35,12 @@ interface Row {
   lastError: string | null;
   failedAt: number | null;
   dueAt: number;
+  /**
+   * When the row first became due (its insert, or its delay/notBefore), kept across retries
+   * and releases and reset only by a replay: `stats().oldestPendingAgeMs` counts from it, so
+   * a message failing for hours reads hours old, not 0 while it waits out a backoff.
+   */
+  firstDueAt: number;
   publishedAt: number | null;
   leaseToken: bigint | null;
   leaseOwner: string | null;
@@ -129,6 +135,7 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
           lastError: null,
           failedAt: null,
           dueAt: Math.max(now + delayMs, notBefore ?? now),
+          firstDueAt: Math.max(now + delayMs, notBefore ?? now),
           publishedAt: null,
           leaseToken: null,
           leaseOwner: null,
@@ -308,8 +315,12 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
     for (const row of this.#rows.values()) {
       if (row.state === 'pending') {
         pending += 1;
-        if (isLeased(row, now)) inFlight += 1;
-        else if (row.dueAt <= now) oldestDue = Math.min(oldestDue, row.dueAt);
+        const leased = isLeased(row, now);
+        if (leased) inFlight += 1;
+        // Due and waiting (also after a release), or failing (in a retry's backoff or being
+        // tried again): its real age, from when it first became due. A delayed row not yet
+        // due counts nothing; a first attempt in flight is `inFlight`, not backlog.
+        if (row.attempts > 0 || (!leased && row.firstDueAt <= now)) oldestDue = Math.min(oldestDue, row.firstDueAt);
       } else if (row.state === 'dead') dead += 1;
       else if (row.state === 'halted') haltedKeys.add(keyOf(row.envelope) ?? `#${row.sequence}`);
     }
@@ -505,6 +516,7 @@ function reset(row: Row, now: number): void {
   row.lastError = null;
   row.failedAt = null;
   row.dueAt = now;
+  row.firstDueAt = now;
   clearLease(row);
 }
 
