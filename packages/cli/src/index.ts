@@ -6,3 +6,5 @@ export type { ParkedFilter, ParkedMessage, ParkedRef } from './dead-letters.js';
 export { UsageError, parseDuration } from './format.js';
 export type { RunRelayOptions } from './relay-process.js';
 export { runRelay } from './relay-process.js';
+export type { CourierMetricsOptions, CourierMetricsServer, CourierMetricsSources } from './metrics-server.js';
+export { serveCourierMetrics } from './metrics-server.js';

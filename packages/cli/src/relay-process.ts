@@ -1,24 +1,14 @@
-import type { Server } from 'node:http';
-import { metrics } from '@opentelemetry/api';
-import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
-import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import {
   consoleLogger,
   createBus,
   describeError,
-  hasInboxHalts,
-  observeDeadLetters,
-  observeInbox,
-  observeInboxHalts,
-  observeOutbox,
-  observeRelay,
   type InboxOperations,
   type Logger,
   type OutboxOperations,
   type TransportDeadLetters,
 } from '@courier/core';
 import type { CourierRelaySetup } from './config.js';
-import { isLoopback, serveRelayHttp } from './relay-http.js';
+import { serveCourierMetrics, type CourierMetricsServer } from './metrics-server.js';
 
 /** Arguments of {@link runRelay}. */
 export interface RunRelayOptions {
@@ -65,12 +55,21 @@ export interface RunRelayOptions {
  */
 export async function runRelay(options: RunRelayOptions): Promise<number> {
   const logger = options.logger ?? consoleLogger('info');
-  const exporter = new PrometheusExporter({ preventServerStart: true });
-  const provider = new MeterProvider({ readers: [exporter] });
-  metrics.setGlobalMeterProvider(provider);
-  let server: Server | undefined;
-  const cleanups: (() => void)[] = [];
+  let served: CourierMetricsServer | undefined;
   try {
+    // Serving before the config's objects are built: `/health` says not ready (503) while the
+    // relay waits for its database, instead of refusing connections.
+    if (options.port !== undefined) {
+      served = await serveCourierMetrics({
+        port: options.port,
+        host: options.host,
+        token: options.token,
+        logger,
+        logName: 'relay',
+        serviceName: process.env['OTEL_SERVICE_NAME'] || 'courier-relay',
+        ...(options.metricsMaxAgeMs !== undefined ? { metricsMaxAgeMs: options.metricsMaxAgeMs } : {}),
+      });
+    }
     const setup = await options.build(logger);
     const bus = createBus({
       outbox: setup.outbox,
@@ -83,34 +82,12 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
           logger.error('key halted; resume it with `courier halted resume`', { topic, key, error });
         }),
     });
-    cleanups.push(observeOutbox(options.operations ?? setup.outbox, { logger }), observeRelay(bus, {}));
-    if (options.deadLetters && options.deadLetters.consumers.length > 0) {
-      cleanups.push(observeDeadLetters(options.deadLetters.deadLetters, options.deadLetters.consumers, { logger }));
-    }
-    const { inbox } = options;
-    if (inbox && hasInboxHalts(inbox)) cleanups.push(observeInboxHalts(inbox, { logger }));
-    if (inbox && typeof inbox.stats === 'function') cleanups.push(observeInbox(inbox, { logger }));
-    if (options.port !== undefined) {
-      const serializer = new PrometheusSerializer('', false);
-      const served = await serveRelayHttp({
-        port: options.port,
-        host: options.host,
-        token: options.token,
-        health: () => bus.health(),
-        collect: async () => {
-          const { resourceMetrics, errors } = await exporter.collect();
-          if (errors.length > 0) logger.warn('metrics collection errors', { errors: errors.map((error) => describeError(error)) });
-          return serializer.serialize(resourceMetrics);
-        },
-        ...(options.metricsMaxAgeMs !== undefined ? { metricsMaxAgeMs: options.metricsMaxAgeMs } : {}),
-      });
-      server = served.server;
-      const { address, port } = served.address;
-      logger.info('relay http listening', { host: address, port, endpoints: ['/health', '/metrics'], token: options.token !== undefined });
-      if (!isLoopback(options.host) && options.token === undefined) {
-        logger.warn('relay http endpoints are reachable from other hosts without authentication; set COURIER_RELAY_TOKEN (or --token), or bind loopback', { host: address });
-      }
-    }
+    served?.watch({
+      bus,
+      outbox: options.operations ?? setup.outbox,
+      ...(options.inbox ? { inbox: options.inbox } : {}),
+      ...(options.deadLetters ? { deadLetters: options.deadLetters } : {}),
+    });
 
     let signalled: (name: string) => void = () => undefined;
     const stopRequested = new Promise<string>((resolve) => {
@@ -148,9 +125,6 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
     logger.error('relay failed', { error: describeError(error) });
     return 1;
   } finally {
-    for (const cleanup of cleanups) cleanup();
-    if (server) await new Promise<void>((resolve) => server!.close(() => resolve()));
-    await provider.shutdown().catch(() => undefined);
-    metrics.disable();
+    await served?.close();
   }
 }

@@ -92,7 +92,7 @@ describe('courier relay (postgresql + rabbitmq)', () => {
     await eventually(
       async () => {
         const scraped = await (await fetch(`http://127.0.0.1:${first.port}/metrics`, authorised)).text();
-        for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
+        for (const name of ['courier_outbox_pending', 'courier_outbox_oldest_pending_age_seconds', 'courier_outbox_in_flight', 'courier_outbox_dead', 'courier_outbox_halted_keys', 'courier_relay_paused', 'courier_relay_published_total']) {
           expect(scraped, `metric ${name} in:\n${scraped}`).toMatch(new RegExp(`^${name}(\\{[^}]*\\})? \\d`, 'm'));
         }
         expect(Number(/^courier_relay_paused(?:\{[^}]*\})? (\d+)/m.exec(scraped)?.[1])).toBe(0);
@@ -103,9 +103,11 @@ describe('courier relay (postgresql + rabbitmq)', () => {
         expect(scraped).toMatch(new RegExp(`^courier_inbox_records\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
         expect(scraped).toMatch(new RegExp(`^courier_inbox_halted_keys\\{[^}]*messaging_consumer_group_name="${billing}"[^}]*\\} 1$`, 'm'));
         // Commit → confirm of the published rows (their age from the claim, database clock).
-        expect(scraped).toMatch(/^courier_relay_commit_to_confirm_duration_count\{[^}]*messaging_destination_name="[^"]+"[^}]*\} [1-9]/m);
+        expect(scraped).toMatch(/^courier_relay_commit_to_confirm_duration_seconds_count\{[^}]*messaging_destination_name="[^"]+"[^}]*\} [1-9]/m);
         // The publish-duration histogram (sent → every confirm) of the relay's publish calls.
-        expect(scraped).toMatch(/^messaging_client_operation_duration_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
+        expect(scraped).toMatch(/^messaging_client_operation_duration_seconds_count\{[^}]*messaging_operation_type="send"[^}]*\} [1-9]/m);
+        // The relay names itself (OTel service.name; Prometheus target_info), unless OTEL_SERVICE_NAME says otherwise.
+        expect(scraped).toMatch(/^target_info\{[^}]*service_name="courier-relay"/m);
       },
       { timeoutMs: 30_000 },
     );

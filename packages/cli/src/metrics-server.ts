@@ -1,0 +1,141 @@
+import type { Server } from 'node:http';
+import { metrics } from '@opentelemetry/api';
+import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import {
+  describeError,
+  hasInboxHalts,
+  noopLogger,
+  observeDeadLetters,
+  observeInbox,
+  observeInboxHalts,
+  observeOutbox,
+  observeRelay,
+  PROMETHEUS_VIEWS,
+  type Bus,
+  type InboxOperations,
+  type Logger,
+  type OutboxOperations,
+  type TransportDeadLetters,
+} from '@courier/core';
+import { isLoopback, serveRelayHttp } from './relay-http.js';
+
+/** Arguments of {@link serveCourierMetrics}. */
+export interface CourierMetricsOptions {
+  /** Port of `/health` and `/metrics` (0: any free port; read it from `address`). */
+  readonly port: number;
+  /** Address to listen on. Default `127.0.0.1`: only this machine (or pod) can connect. */
+  readonly host?: string;
+  /** When set, every request must carry `Authorization: Bearer <token>` (else 401). */
+  readonly token?: string | undefined;
+  /** How long one collection answers further scrapes (milliseconds). Default 5,000. */
+  readonly metricsMaxAgeMs?: number;
+  /**
+   * OpenTelemetry `service.name` of the metrics (Prometheus: `target_info`). Default: the
+   * `OTEL_SERVICE_NAME` environment variable, else `courier`.
+   */
+  readonly serviceName?: string;
+  readonly logger?: Logger;
+  /** First word of its log lines (`<name> http listening`). Default `metrics`; `courier relay` uses `relay`. */
+  readonly logName?: string;
+}
+
+/** What {@link CourierMetricsServer.watch} reports on; every member optional. */
+export interface CourierMetricsSources {
+  /** `/health` answers with its health (200 when ready, 503 when not); `courier.relay.paused` follows it. */
+  readonly bus?: Pick<Bus<unknown>, 'health'>;
+  /** The outbox gauges (pending, oldest pending age, in flight, dead, halted keys). */
+  readonly outbox?: OutboxOperations;
+  /** The inbox gauges: halted keys per consumer (a store with halts), records and dead letters per consumer (a store with `stats()`). */
+  readonly inbox?: InboxOperations;
+  /** The transport's dead letters per consumer, counted at most once a minute. */
+  readonly deadLetters?: { readonly deadLetters: Pick<TransportDeadLetters, 'list'>; readonly consumers: readonly string[] };
+}
+
+/** A running metrics endpoint; see {@link serveCourierMetrics}. */
+export interface CourierMetricsServer {
+  /** Where it listens (the port chosen when `port` was 0). */
+  readonly address: { readonly address: string; readonly port: number };
+  /** Registers the gauges of `sources` and, with `bus`, answers `/health` from it. Call once per source. */
+  watch(sources: CourierMetricsSources): void;
+  /** Stops serving, unregisters the gauges and the meter provider. */
+  close(): Promise<void>;
+}
+
+/**
+ * Serves Prometheus `/metrics` and `/health` for a process of your own — a consumer-only
+ * service, say — as `courier relay --port` does for the relay: the bus's counters and
+ * histograms, and the gauges of what you `watch`.
+ *
+ * Call it **before** `createBus`: it registers the process's global meter provider (with a
+ * Prometheus exporter, `PROMETHEUS_VIEWS` for `_seconds` names, and `service.name`), and a
+ * bus takes its instruments from the global provider when it is created. A process that
+ * already registers an OpenTelemetry SDK should add a Prometheus reader to it instead.
+ *
+ * Guarantees: the same as the relay's endpoint — one collection at a time, reused for
+ * `metricsMaxAgeMs`; with `token`, a request without it is answered 401 before anything is
+ * read; a non-loopback `host` without a token is logged as a warning. `/health` answers 503
+ * until a bus is watched.
+ */
+export async function serveCourierMetrics(options: CourierMetricsOptions): Promise<CourierMetricsServer> {
+  const logger = options.logger ?? noopLogger;
+  const host = options.host ?? '127.0.0.1';
+  const exporter = new PrometheusExporter({ preventServerStart: true });
+  const provider = new MeterProvider({
+    readers: [exporter],
+    views: [...PROMETHEUS_VIEWS],
+    resource: resourceFromAttributes({ 'service.name': options.serviceName ?? (process.env['OTEL_SERVICE_NAME'] || 'courier') }),
+  });
+  metrics.setGlobalMeterProvider(provider);
+  const cleanups: (() => void)[] = [];
+  let bus: Pick<Bus<unknown>, 'health'> | undefined;
+  const serializer = new PrometheusSerializer('', false);
+  let served: Awaited<ReturnType<typeof serveRelayHttp>>;
+  try {
+    served = await serveRelayHttp({
+      port: options.port,
+      host,
+      token: options.token,
+      health: () => bus?.health() ?? { ready: false, status: 'starting' },
+      collect: async () => {
+        const { resourceMetrics, errors } = await exporter.collect();
+        if (errors.length > 0) logger.warn('metrics collection errors', { errors: errors.map((error) => describeError(error)) });
+        return serializer.serialize(resourceMetrics);
+      },
+      ...(options.metricsMaxAgeMs !== undefined ? { metricsMaxAgeMs: options.metricsMaxAgeMs } : {}),
+    });
+  } catch (error) {
+    await provider.shutdown().catch(() => undefined);
+    metrics.disable();
+    throw error;
+  }
+  const { address, port } = served.address;
+  const name = options.logName ?? 'metrics';
+  logger.info(`${name} http listening`, { host: address, port, endpoints: ['/health', '/metrics'], token: options.token !== undefined });
+  if (!isLoopback(host) && options.token === undefined) {
+    logger.warn(`${name} http endpoints are reachable from other hosts without authentication; set COURIER_RELAY_TOKEN (or --token, or the token option), or bind loopback`, { host: address });
+  }
+  return {
+    address: { address, port },
+    watch(sources) {
+      if (sources.bus) {
+        bus = sources.bus;
+        cleanups.push(observeRelay(sources.bus));
+      }
+      if (sources.outbox) cleanups.push(observeOutbox(sources.outbox, { logger }));
+      if (sources.deadLetters && sources.deadLetters.consumers.length > 0) {
+        cleanups.push(observeDeadLetters(sources.deadLetters.deadLetters, sources.deadLetters.consumers, { logger }));
+      }
+      const { inbox } = sources;
+      if (inbox && hasInboxHalts(inbox)) cleanups.push(observeInboxHalts(inbox, { logger }));
+      if (inbox && typeof inbox.stats === 'function') cleanups.push(observeInbox(inbox, { logger }));
+    },
+    async close() {
+      for (const cleanup of cleanups.splice(0)) cleanup();
+      await new Promise<void>((resolve) => (served.server as Server).close(() => resolve()));
+      await provider.shutdown().catch(() => undefined);
+      metrics.disable();
+    },
+  };
+}
