@@ -34,7 +34,7 @@ describe.each(['postgresql', 'sqlite'] as Dialect[])('courier halted --consumer 
     expect(missing.code).toBe(1);
     const resumed = await runCli(['halted', 'resume', topic, 'k', '--consumer', 'billing', '--park', '--yes'], env);
     expect(resumed.code, resumed.stderr).toBe(0);
-    expect(resumed.stdout).toContain("resumed '");
+    expect(resumed.stdout).toContain("resumed consumer 'billing'");
     expect((await stores.inbox.listHalted({ consumer: 'billing' }))[0]?.resumed).toBe('park');
   });
 });
