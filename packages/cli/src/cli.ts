@@ -5,7 +5,6 @@ import { CourierError, describeError, groupFailures, hasInboxHalts, type InboxHa
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { actOnParked, failureFacts, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
-import { runRelay } from './relay-process.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
 export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
@@ -548,6 +547,8 @@ Examples:
         const setup = await open('relay', configOf());
         const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
         const deadLetters = setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {};
+        // Loaded here only: the metrics SDK and the exporter are not needed by any other command.
+        const { runRelay } = await import('./relay-process.js');
         setExit(
           await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...(setup.inbox ? { inbox: setup.inbox } : {}), ...deadLetters, port, host: options.host, token, metricsMaxAgeMs, stopTimeoutMs }),
         );
