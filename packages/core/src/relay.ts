@@ -15,6 +15,7 @@ import { inSpan, traceLinks } from './telemetry.js';
 import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { PublishResult, Transport } from './transport.js';
+import { boundReasonText } from './reason-text.js';
 
 /**
  * Result codes a transport uses for trouble that is not the message's fault (the
@@ -581,7 +582,9 @@ export class Relay<Tx> {
     const failures: OutboxFailure[] = [];
     for (const { record, error } of failed) {
       const attempt = record.attempts + 1;
-      const message = describeError(error);
+      // Bounded and cleaned here, once, for every store: the text comes from the broker or
+      // the transport, and a store's column may refuse it (U+0000 in PostgreSQL) or cut it.
+      const message = boundReasonText(describeError(error));
       this.#deps.instruments.publishFailures.add(1);
       if (error.retriable && attempt < retry.maxAttempts) {
         failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs: backoffDelay(retry, attempt) });
