@@ -1,0 +1,135 @@
+// CourierModule in a Nest application on the MikroORM PostgreSQL store and RabbitMQ: the
+// transaction idiom (published in a request's transaction → handled once; rolled back →
+// never), handlers as providers with their dependencies, draining at shutdown, and the
+// API / relay / worker modes of one image.
+import { eventually } from '@courier/conformance';
+import type { Bus } from '@courier/core';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { INestApplication } from '@nestjs/common';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { getBusToken } from '../src/index.js';
+import { createShopApp, dropEnv, HandlerGate, OrdersService, PaymentsLedger, prepareSchema, query, readyInPaymentsQueue, shopEnv, ShutdownProbe, type ShopEnv } from './support/shop.js';
+
+const WAIT = { timeoutMs: 30_000, intervalMs: 50 };
+
+let env: ShopEnv;
+const apps: INestApplication[] = [];
+
+beforeEach(async () => {
+  env = shopEnv();
+  await prepareSchema(env);
+});
+
+afterEach(async () => {
+  for (const app of apps.splice(0)) await app.close();
+  await dropEnv(env);
+});
+
+async function app(options: Parameters<typeof createShopApp>[1] = {}): Promise<INestApplication> {
+  const created = await createShopApp(env, options);
+  apps.push(created);
+  return created;
+}
+
+function payments(): Promise<{ order_id: string; message_id: string }[]> {
+  return query(env, 'SELECT order_id, message_id FROM $schema.nest_payments ORDER BY order_id');
+}
+
+function outboxStates(): Promise<{ key: string; state: string }[]> {
+  return query(env, 'SELECT msg_key AS key, state FROM $schema.courier_outbox ORDER BY seq');
+}
+
+async function post(url: string, body: unknown): Promise<number> {
+  const response = await fetch(`${url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
+  it('a message published in an HTTP request\'s transaction is handled once, by the handler provider with its injected dependencies', async () => {
+    const shop = await app();
+    await shop.listen(0, '127.0.0.1');
+    const url = await shop.getUrl();
+
+    expect(await post(url, { orderId: 'o-1', total: 42 })).toBe(201);
+    await shop.get(OrdersService).placeExplicitly('o-2', 7);
+
+    await eventually(async () => expect((await payments()).map((row) => row.order_id)).toEqual(['o-1', 'o-2']), WAIT);
+    const bus = shop.get<Bus<unknown>>(getBusToken());
+    await eventually(() => expect(bus.health().counters.processed).toBe(2), WAIT);
+    // The handler ran on the Nest provider: its injected ledger saw each order once.
+    expect([...shop.get(PaymentsLedger).runs].sort()).toEqual(['o-1', 'o-2']);
+    expect((await outboxStates()).map((row) => row.state)).toEqual(['published', 'published']);
+    expect(bus.health()).toMatchObject({ status: 'running', ready: true, counters: { duplicates: 0, deadLettered: 0 } });
+  });
+
+  it('a message whose transaction rolls back is never published nor handled', async () => {
+    const shop = await app();
+    await shop.listen(0, '127.0.0.1');
+    const url = await shop.getUrl();
+
+    expect(await post(url, { orderId: 'o-rolled-back', total: 1, fail: true })).toBe(500);
+    // A later order goes through the same relay and consumer: once it is handled, the
+    // rolled-back one had every chance to be, had anything of it been committed.
+    expect(await post(url, { orderId: 'o-after', total: 2 })).toBe(201);
+    await eventually(async () => expect((await payments()).map((row) => row.order_id)).toEqual(['o-after']), WAIT);
+
+    expect(await outboxStates()).toEqual([{ key: 'o-after', state: 'published' }]);
+    expect(await query(env, 'SELECT id FROM $schema.nest_orders')).toEqual([{ id: 'o-after' }]);
+    expect(shop.get(PaymentsLedger).runs).toEqual(['o-after']);
+  });
+
+  it('shutdown drains a handler in flight: its effects commit and are acknowledged before the next shutdown phase', async () => {
+    const shop = await app({ stopTimeoutMs: 20_000 });
+    const held = shop.get(HandlerGate).hold('o-slow');
+    await shop.get(OrdersService).place('o-slow', 5);
+    await held.entered;
+
+    const closing = shop.close();
+    apps.splice(apps.indexOf(shop), 1);
+    const bus = shop.get<Bus<unknown>>(getBusToken());
+    const probe = shop.get(ShutdownProbe);
+    await eventually(() => expect(bus.health().status).toBe('stopping'), WAIT);
+    // The handler holds the first shutdown phase (onModuleDestroy) for as long as it runs:
+    // watched for a while, the application gets no further.
+    await sleep(500);
+    expect(probe.seen).toBeUndefined();
+    expect(await payments()).toEqual([]);
+
+    held.release();
+    await closing;
+    // By the next phase (where ORM modules close their connections) the bus had stopped and
+    // the handler's work was committed with its inbox record, and acknowledged: nothing is
+    // left for the broker to deliver again.
+    expect(probe.seen).toEqual({ status: 'stopped', payments: 1 });
+    expect((await payments()).map((row) => row.order_id)).toEqual(['o-slow']);
+    expect(await query(env, `SELECT consumer FROM $schema.courier_inbox`)).toEqual([{ consumer: 'payments' }]);
+    expect(bus.health().counters.processed).toBe(1);
+    expect(await readyInPaymentsQueue(env)).toBe(0);
+  });
+
+  it('one image runs as API, relay or worker, chosen by the start options', async () => {
+    const api = await app({ start: { relay: false, consumers: false } });
+    const apiBus = api.get<Bus<unknown>>(getBusToken());
+    expect(apiBus.health()).toMatchObject({ relay: { running: false }, consumers: [] });
+    await api.get(OrdersService).place('o-modes', 9);
+    expect(await outboxStates()).toEqual([{ key: 'o-modes', state: 'pending' }]);
+
+    // The worker first: its subscription declares the queue the relay publishes to.
+    const worker = await app({ start: { relay: false } });
+    const workerBus = worker.get<Bus<unknown>>(getBusToken());
+    expect(workerBus.health()).toMatchObject({ relay: { running: false }, consumers: [{ consumer: 'payments', connected: true }] });
+    // Nothing relays yet: the API and the worker run no relay.
+    expect(await outboxStates()).toEqual([{ key: 'o-modes', state: 'pending' }]);
+
+    const relay = await app({ start: { consumers: false } });
+    const relayBus = relay.get<Bus<unknown>>(getBusToken());
+    expect(relayBus.health().consumers).toEqual([]);
+    await eventually(async () => expect((await payments()).map((row) => row.order_id)).toEqual(['o-modes']), WAIT);
+    expect(relayBus.health().counters.published).toBe(1);
+    expect(workerBus.health().counters.processed).toBe(1);
+    expect(worker.get(PaymentsLedger).runs).toEqual(['o-modes']);
+    expect(relay.get(PaymentsLedger).runs).toEqual([]);
+    expect(api.get(PaymentsLedger).runs).toEqual([]);
+  });
+});
