@@ -162,6 +162,33 @@ describe('registration and handlers', () => {
     expect(closed).toEqual(['stopped']);
   });
 
+  it('shutdown gives handlers in flight stop.timeoutMs, then goes on without them', async () => {
+    const entered: string[] = [];
+    const never = new Promise<void>(() => undefined);
+    @Injectable()
+    class Stuck {
+      @OnMessage(Greeted, { consumer: 'stuck' })
+      async handle(message: ReceivedMessage<unknown>): Promise<void> {
+        entered.push(message.messageId);
+        await never;
+      }
+    }
+    const options = memory({ stop: { timeoutMs: 300 } });
+    const app = await boot({ imports: [CourierModule.forRoot(options)], providers: [Stuck] });
+    const bus = app.get<Bus<InMemoryTransaction>>(getBusToken());
+    await publish(bus, options.database, Greeted, {});
+    await eventually(() => expect(entered).toHaveLength(1));
+    apps.splice(apps.indexOf(app), 1);
+    const started = Date.now();
+    await app.close();
+    // Abandoned after the configured 300 ms (the message stays unacknowledged, for redelivery):
+    // waited for, but not for the default 10 s, nor forever.
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(250);
+    expect(took).toBeLessThan(8_000);
+    expect(bus.health()).toMatchObject({ status: 'stopped', counters: { processed: 0 } });
+  });
+
   it('the terminus indicator is up while the bus is ready and down, with the reason, when it is not', async () => {
     @Module({ imports: [TerminusModule], providers: [CourierHealthIndicator], exports: [CourierHealthIndicator] })
     class HealthModule {}
