@@ -39,8 +39,8 @@ function outboxStates(): Promise<{ key: string; state: string }[]> {
   return query(env, 'SELECT msg_key AS key, state FROM $schema.courier_outbox ORDER BY seq');
 }
 
-async function post(url: string, body: unknown): Promise<number> {
-  const response = await fetch(`${url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+async function post(url: string, body: unknown, path = '/orders'): Promise<number> {
+  const response = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   await response.arrayBuffer();
   return response.status;
 }
@@ -51,15 +51,18 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
     await shop.listen(0, '127.0.0.1');
     const url = await shop.getUrl();
 
+    // Three idioms: @Transactional() in the service, the request's EntityManager and a flush,
+    // and em.transactional() outside any request.
     expect(await post(url, { orderId: 'o-1', total: 42 })).toBe(201);
-    await shop.get(OrdersService).placeExplicitly('o-2', 7);
+    expect(await post(url, { orderId: 'o-2', total: 3 }, '/orders/by-flush')).toBe(201);
+    await shop.get(OrdersService).placeExplicitly('o-3', 7);
 
-    await eventually(async () => expect((await payments()).map((row) => row.order_id)).toEqual(['o-1', 'o-2']), WAIT);
+    await eventually(async () => expect((await payments()).map((row) => row.order_id)).toEqual(['o-1', 'o-2', 'o-3']), WAIT);
     const bus = shop.get<Bus<unknown>>(getBusToken());
-    await eventually(() => expect(bus.health().counters.processed).toBe(2), WAIT);
+    await eventually(() => expect(bus.health().counters.processed).toBe(3), WAIT);
     // The handler ran on the Nest provider: its injected ledger saw each order once.
-    expect([...shop.get(PaymentsLedger).runs].sort()).toEqual(['o-1', 'o-2']);
-    expect((await outboxStates()).map((row) => row.state)).toEqual(['published', 'published']);
+    expect([...shop.get(PaymentsLedger).runs].sort()).toEqual(['o-1', 'o-2', 'o-3']);
+    expect((await outboxStates()).map((row) => row.state)).toEqual(['published', 'published', 'published']);
     expect(bus.health()).toMatchObject({ status: 'running', ready: true, counters: { duplicates: 0, deadLettered: 0 } });
   });
 

@@ -240,6 +240,17 @@ export class OrdersService {
     if (fail) throw new Error(`order '${orderId}' refused after its message was published`);
   }
 
+  /**
+   * The request-context idiom, no explicit transaction: in a request, the injected
+   * EntityManager is the request's fork; the flush commits the order and the outbox row in
+   * one implicit transaction.
+   */
+  async placeByFlush(orderId: string, total: number): Promise<void> {
+    this.em.persist(new ShopOrder(orderId, total));
+    this.bus.outbox(this.em).publish(OrderPlaced, { orderId, total }, { key: orderId });
+    await this.em.flush();
+  }
+
   /** The same with em.transactional(): publish on the EntityManager the callback gets. */
   async placeExplicitly(orderId: string, total: number): Promise<void> {
     await this.em.transactional(async (em) => {
@@ -268,6 +279,11 @@ export class OrdersController {
   @Post()
   async place(@Body() body: { orderId: string; total: number; fail?: boolean }): Promise<{ orderId: string }> {
     await this.orders.place(body.orderId, body.total, body.fail ?? false);
+    return { orderId: body.orderId };
+  }
+  @Post('by-flush')
+  async placeByFlush(@Body() body: { orderId: string; total: number }): Promise<{ orderId: string }> {
+    await this.orders.placeByFlush(body.orderId, body.total);
     return { orderId: body.orderId };
   }
 }
