@@ -4,7 +4,10 @@
 // API / relay / worker modes of one image.
 import { eventually } from '@courier/conformance';
 import type { Bus } from '@courier/core';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { runCli } from '@courier/cli';
 import type { INestApplication } from '@nestjs/common';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { getBusToken } from '../src/index.js';
@@ -134,5 +137,27 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
     expect(worker.get(PaymentsLedger).runs).toEqual(['o-modes']);
     expect(relay.get(PaymentsLedger).runs).toEqual([]);
     expect(api.get(PaymentsLedger).runs).toEqual([]);
+  });
+
+  it('the courier CLI runs on the options the module uses (courier.config.ts through courierCliSetup)', async () => {
+    const api = await app({ start: false });
+    await api.get(OrdersService).place('o-cli', 4);
+    const out: string[] = [];
+    const err: string[] = [];
+    const saved = { schema: process.env['NEST_TEST_SCHEMA'], prefix: process.env['NEST_TEST_PREFIX'] };
+    process.env['NEST_TEST_SCHEMA'] = env.schema;
+    process.env['NEST_TEST_PREFIX'] = env.prefix;
+    try {
+      const config = join(dirname(fileURLToPath(import.meta.url)), 'support', 'courier.config.ts');
+      const code = await runCli(['stats', '--json', '--config', config], { out: (text) => out.push(text), err: (text) => err.push(text), interactive: false, cwd: process.cwd() });
+      expect(code, err.join('\n')).toBe(0);
+    } finally {
+      for (const [key, value] of [['NEST_TEST_SCHEMA', saved.schema], ['NEST_TEST_PREFIX', saved.prefix]] as const) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+    // The API runs no relay: the CLI sees the order's message pending in the module's outbox.
+    expect(JSON.parse(out.join('\n'))).toMatchObject({ outbox: { pending: 1, dead: 0 } });
   });
 });

@@ -6,8 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import type { Bus, HandlerContext, ReceivedMessage } from '@courier/core';
 import { defineMessage } from '@courier/core';
-import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
-import { RabbitMqTransport, rabbitMqNames } from '@courier/rabbitmq';
+import { MikroOrmOutboxStore } from '@courier/mikro-orm';
+import { rabbitMqNames } from '@courier/rabbitmq';
 import { EntityManager, EntitySchema, MikroORM, RequestContext, Transactional, type Options } from '@mikro-orm/core';
 import { MikroORM as PostgresOrm } from '@mikro-orm/postgresql';
 import {
@@ -30,10 +30,9 @@ import { Test } from '@nestjs/testing';
 import { connect } from 'amqplib';
 import { z } from 'zod';
 import { CourierModule, InjectBus, OnMessage, type CourierStartOptions } from '../../src/index.js';
+import { DELAY_TIERS_MS, RABBITMQ_URL, shopCourierOptions } from './courier-options.js';
 
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-export const RABBITMQ_URL = process.env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
-const DELAY_TIERS_MS = [200, 600];
 export const PAYMENTS = 'payments';
 
 export const OrderPlaced = defineMessage('nestshop.OrderPlaced', {
@@ -310,23 +309,11 @@ export async function createShopApp(env: ShopEnv, options: ShopAppOptions = {}):
       OrmModule.forRoot(env),
       CourierModule.forRootAsync({
         inject: [MikroORM],
-        useFactory: (orm: MikroORM) => {
-          const outbox = new MikroOrmOutboxStore({ orm, schema: env.schema });
-          const transport = new RabbitMqTransport({ connection: RABBITMQ_URL, prefix: env.prefix, delayTiersMs: DELAY_TIERS_MS, publishTimeoutMs: 2_000 });
-          return {
-            outbox,
-            inbox: new MikroOrmInboxStore({ orm, schema: env.schema }),
-            transport,
-            relay: { pollIntervalMs: 200 },
-            retry: { initialDelayMs: 100, maxDelayMs: 600 },
-            ...(options.start !== undefined ? { start: options.start } : {}),
-            stop: { timeoutMs: options.stopTimeoutMs ?? 10_000 },
-            close: async () => {
-              await transport.close();
-              await outbox.close();
-            },
-          };
-        },
+        useFactory: (orm: MikroORM) => ({
+          ...shopCourierOptions(orm, env),
+          ...(options.start !== undefined ? { start: options.start } : {}),
+          stop: { timeoutMs: options.stopTimeoutMs ?? 10_000 },
+        }),
       }),
       ShopModule,
     ],
