@@ -4,6 +4,7 @@
 // API / relay / worker modes of one image.
 import { eventually } from '@courier/conformance';
 import type { Bus } from '@courier/core';
+import { fork } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -11,9 +12,10 @@ import { runCli } from '@courier/cli';
 import type { INestApplication } from '@nestjs/common';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { getBusToken } from '../src/index.js';
-import { createShopApp, dropEnv, HandlerGate, OrdersService, PaymentsLedger, prepareSchema, query, readyInPaymentsQueue, shopEnv, ShutdownProbe, type ShopEnv } from './support/shop.js';
+import { createShopApp, dropEnv, PG_URL, HandlerGate, OrdersService, PaymentsLedger, prepareSchema, query, readyInPaymentsQueue, shopEnv, ShutdownProbe, type ShopEnv } from './support/shop.js';
 
 const WAIT = { timeoutMs: 30_000, intervalMs: 50 };
+const HERE = dirname(fileURLToPath(import.meta.url));
 
 let env: ShopEnv;
 const apps: INestApplication[] = [];
@@ -139,6 +141,35 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
     expect(api.get(PaymentsLedger).runs).toEqual([]);
   });
 
+  it('SIGTERM with app.enableShutdownHooks() lets the handler in flight finish, commit and acknowledge before the process exits', async () => {
+    const worker = fork(join(HERE, 'support', 'sigterm-worker.ts'), [JSON.stringify({ schema: env.schema, prefix: env.prefix, pgUrl: PG_URL, handlerMs: 1_500 })], {
+      cwd: join(HERE, '..'),
+      execArgv: ['--conditions=@courier/source', '--import', 'tsx'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => worker.on('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      const messages: { kind: string; orderId?: string }[] = [];
+      worker.on('message', (message: { kind: string }) => messages.push(message));
+      await eventually(() => expect(messages).toContainEqual({ kind: 'ready' }), { timeoutMs: 60_000, intervalMs: 50 });
+      const api = await app({ start: false });
+      await api.get(OrdersService).place('o-term', 6);
+      await eventually(() => expect(messages).toContainEqual({ kind: 'entered', orderId: 'o-term' }), WAIT);
+
+      worker.kill('SIGTERM');
+      const { code, signal } = await exited;
+      // Nest re-raises the signal once it has closed the application.
+      expect(code === 0 || signal === 'SIGTERM', `exit code ${String(code)}, signal ${String(signal)}`).toBe(true);
+      expect((await payments()).map((row) => row.order_id)).toEqual(['o-term']);
+      expect(await query(env, `SELECT consumer FROM $schema.courier_inbox`)).toEqual([{ consumer: 'payments' }]);
+      expect(await readyInPaymentsQueue(env)).toBe(0);
+      expect(messages.filter((message) => message.kind === 'entered')).toHaveLength(1);
+    } finally {
+      if (worker.exitCode === null && worker.signalCode === null) worker.kill('SIGKILL');
+      await exited;
+    }
+  });
+
   it('the courier CLI runs on the options the module uses (courier.config.ts through courierCliSetup)', async () => {
     const api = await app({ start: false });
     await api.get(OrdersService).place('o-cli', 4);
@@ -148,7 +179,7 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
     process.env['NEST_TEST_SCHEMA'] = env.schema;
     process.env['NEST_TEST_PREFIX'] = env.prefix;
     try {
-      const config = join(dirname(fileURLToPath(import.meta.url)), 'support', 'courier.config.ts');
+      const config = join(HERE, 'support', 'courier.config.ts');
       const code = await runCli(['stats', '--json', '--config', config], { out: (text) => out.push(text), err: (text) => err.push(text), interactive: false, cwd: process.cwd() });
       expect(code, err.join('\n')).toBe(0);
     } finally {

@@ -5,10 +5,9 @@
 // dependencies. Each test gets its own PostgreSQL schema and RabbitMQ prefix.
 import { randomBytes } from 'node:crypto';
 import type { Bus, HandlerContext, ReceivedMessage } from '@courier/core';
-import { defineMessage } from '@courier/core';
 import { MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { rabbitMqNames } from '@courier/rabbitmq';
-import { EntityManager, EntitySchema, MikroORM, RequestContext, Transactional, type Options } from '@mikro-orm/core';
+import { EntityManager, MikroORM, RequestContext, Transactional, type Options } from '@mikro-orm/core';
 import { MikroORM as PostgresOrm } from '@mikro-orm/postgresql';
 import {
   Body,
@@ -28,34 +27,14 @@ import {
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { connect } from 'amqplib';
-import { z } from 'zod';
 import { CourierModule, InjectBus, OnMessage, type CourierStartOptions } from '../../src/index.js';
+import { ENTITIES, OrderPlaced, ShopOrder, ShopPayment } from './shop-model.js';
 import { DELAY_TIERS_MS, RABBITMQ_URL, shopCourierOptions } from './courier-options.js';
+
+export { OrderPlaced, ShopOrder, ShopPayment } from './shop-model.js';
 
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const PAYMENTS = 'payments';
-
-export const OrderPlaced = defineMessage('nestshop.OrderPlaced', {
-  version: 1,
-  schema: z.object({ orderId: z.string(), total: z.number() }),
-});
-
-export class ShopOrder {
-  constructor(
-    readonly id: string,
-    readonly total: number,
-  ) {}
-}
-export class ShopPayment {
-  constructor(
-    readonly messageId: string,
-    readonly orderId: string,
-  ) {}
-}
-const ENTITIES = [
-  new EntitySchema<ShopOrder>({ class: ShopOrder, tableName: 'nest_orders', properties: { id: { type: 'string', primary: true }, total: { type: 'number' } } }),
-  new EntitySchema<ShopPayment>({ class: ShopPayment, tableName: 'nest_payments', properties: { messageId: { type: 'string', primary: true }, orderId: { type: 'string' } } }),
-];
 
 /** One test's names: its PostgreSQL schema and RabbitMQ prefix. */
 export interface ShopEnv {
