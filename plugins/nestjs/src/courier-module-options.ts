@@ -1,5 +1,5 @@
 import type { BusConfig, StopOptions } from '@courier/core';
-import type { FactoryProvider, ModuleMetadata } from '@nestjs/common';
+import type { FactoryProvider, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 
 /**
  * Which parts of the bus this process runs, so one image serves as API, relay or worker:
@@ -61,14 +61,28 @@ export interface CourierModuleRootOptions<Tx = unknown> extends CourierModuleOpt
 }
 
 /**
- * `CourierModule.forRootAsync()`'s argument: a factory for the options, with the modules
- * it needs and the providers it is given, as for any Nest dynamic module.
+ * A provider that builds the options (`forRootAsync({ useClass })` or `{ useExisting }`),
+ * the way `TypeOrmOptionsFactory` / `MikroOrmOptionsFactory` do for their modules.
+ */
+export interface CourierOptionsFactory<Tx = unknown> {
+  createCourierOptions(): CourierModuleOptions<Tx> | Promise<CourierModuleOptions<Tx>>;
+}
+
+/**
+ * `CourierModule.forRootAsync()`'s argument: where the options come from — exactly one of
+ * `useFactory` (with `inject`), `useClass` (a {@link CourierOptionsFactory} the module
+ * instantiates) or `useExisting` (one already provided) — with the modules it needs, as for
+ * any Nest dynamic module.
  */
 export interface CourierModuleAsyncOptions<Tx = unknown> extends Pick<ModuleMetadata, 'imports'> {
   /** The bus's name. Default `'default'`. */
   readonly name?: string;
   /** Builds the options; may be async (open a connection, read `ConfigService`). */
-  readonly useFactory: (...args: never[]) => CourierModuleOptions<Tx> | Promise<CourierModuleOptions<Tx>>;
+  readonly useFactory?: (...args: never[]) => CourierModuleOptions<Tx> | Promise<CourierModuleOptions<Tx>>;
   /** Providers handed to `useFactory`, in order. */
   readonly inject?: FactoryProvider['inject'];
+  /** A class implementing {@link CourierOptionsFactory}, instantiated by the module with its own dependencies. */
+  readonly useClass?: Type<CourierOptionsFactory<Tx>>;
+  /** A provider implementing {@link CourierOptionsFactory}, already registered (in `imports`, or global). */
+  readonly useExisting?: InjectionToken<CourierOptionsFactory<Tx>>;
 }

@@ -1,7 +1,7 @@
 import { createBus, type Bus } from '@courier/core';
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { DiscoveryModule, DiscoveryService, MetadataScanner } from '@nestjs/core';
-import type { CourierModuleAsyncOptions, CourierModuleOptions, CourierModuleRootOptions } from './courier-module-options.js';
+import type { CourierModuleAsyncOptions, CourierModuleOptions, CourierModuleRootOptions, CourierOptionsFactory } from './courier-module-options.js';
 import { CourierLifecycle, optionsProblems, withModuleContext } from './courier-lifecycle.js';
 import { nestLogger } from './nest-logger.js';
 import { DEFAULT_BUS_NAME, getBusToken, getCourierOptionsToken } from './tokens.js';
@@ -26,26 +26,35 @@ export class CourierModule {
   /** Registers the bus built from `options` (see {@link CourierModuleOptions}). */
   static forRoot<Tx>(options: CourierModuleRootOptions<Tx>): DynamicModule {
     const { name = DEFAULT_BUS_NAME, ...rest } = options ?? ({} as CourierModuleRootOptions<Tx>);
-    return CourierModule.#module(name, { provide: getCourierOptionsToken(name), useValue: rest }, []);
+    return CourierModule.#module(name, [{ provide: getCourierOptionsToken(name), useValue: rest }], []);
   }
 
   /**
    * Registers the bus built from the options `useFactory` returns, given the providers in
-   * `inject` from the modules in `imports` (a `ConfigService`, an ORM module's `MikroORM`).
+   * `inject` from the modules in `imports` (a `ConfigService`, an ORM module's `MikroORM`), or
+   * that a `CourierOptionsFactory` (`useClass`, `useExisting`) creates.
    */
   static forRootAsync<Tx>(options: CourierModuleAsyncOptions<Tx>): DynamicModule {
     const name = options?.name ?? DEFAULT_BUS_NAME;
-    if (typeof options?.useFactory !== 'function') {
-      throw withModuleContext(name, [`forRootAsync needs 'useFactory', a function returning the options ({ outbox, inbox, transport, … })`]);
+    const token = getCourierOptionsToken(name);
+    const sources = (['useFactory', 'useClass', 'useExisting'] as const).filter((key) => options?.[key] !== undefined);
+    if (sources.length !== 1) {
+      throw withModuleContext(name, [
+        sources.length === 0
+          ? `forRootAsync needs 'useFactory' (a function returning the options: { outbox, inbox, transport, … }), 'useClass' or 'useExisting' (a CourierOptionsFactory)`
+          : `forRootAsync takes one of 'useFactory', 'useClass' and 'useExisting', got ${sources.map((key) => `'${key}'`).join(' and ')}`,
+      ]);
     }
-    return CourierModule.#module(
-      name,
-      { provide: getCourierOptionsToken(name), useFactory: options.useFactory as (...args: unknown[]) => unknown, inject: options.inject ?? [] },
-      options.imports ?? [],
-    );
+    const fromFactory = (factory: CourierOptionsFactory<Tx>) => factory.createCourierOptions();
+    const providers: Provider[] = options.useFactory
+      ? [{ provide: token, useFactory: options.useFactory as (...args: unknown[]) => unknown, inject: options.inject ?? [] }]
+      : options.useClass
+        ? [{ provide: options.useClass, useClass: options.useClass }, { provide: token, useFactory: fromFactory, inject: [options.useClass] }]
+        : [{ provide: token, useFactory: fromFactory, inject: [options.useExisting!] }];
+    return CourierModule.#module(name, providers, options.imports ?? []);
   }
 
-  static #module(name: string, optionsProvider: Provider, imports: NonNullable<DynamicModule['imports']>): DynamicModule {
+  static #module(name: string, optionsProviders: readonly Provider[], imports: NonNullable<DynamicModule['imports']>): DynamicModule {
     const busProvider: Provider = {
       provide: getBusToken(name),
       useFactory: (options: CourierModuleOptions) => buildBus(name, options),
@@ -61,7 +70,7 @@ export class CourierModule {
       module: CourierModule,
       global: true,
       imports: [DiscoveryModule, ...imports],
-      providers: [optionsProvider, busProvider, lifecycleProvider],
+      providers: [...optionsProviders, busProvider, lifecycleProvider],
       exports: [getBusToken(name), getCourierOptionsToken(name)],
     };
   }

@@ -1,4 +1,4 @@
-export type { CourierModuleAsyncOptions, CourierModuleOptions, CourierModuleRootOptions, CourierStartOptions } from './courier-module-options.js';
+export type { CourierModuleAsyncOptions, CourierModuleOptions, CourierModuleRootOptions, CourierOptionsFactory, CourierStartOptions } from './courier-module-options.js';
 export { CourierModule } from './courier-module.js';
 export type { CourierLifecycle } from './courier-lifecycle.js';
 export type { OnMessageMetadata, OnMessageMethod, OnMessageOptions } from './on-message.js';

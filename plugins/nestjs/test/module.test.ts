@@ -18,7 +18,7 @@ import { Inject, Injectable, Module, Scope, type INestApplication, type ModuleMe
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CourierModule, InjectBus, OnMessage, courierCliSetup, getBusToken, type CourierModuleOptions } from '../src/index.js';
+import { CourierModule, InjectBus, OnMessage, courierCliSetup, getBusToken, type CourierModuleOptions, type CourierOptionsFactory } from '../src/index.js';
 import { CourierHealthIndicator } from '../src/terminus.js';
 
 const Greeted = defineMessage('greetings.Greeted', { version: 1 });
@@ -98,6 +98,37 @@ describe('registration and handlers', () => {
     expect(bus.health().consumers.map((consumer) => consumer.consumer)).toEqual(['greeter']);
     await publish(bus, settings.database, Greeted, { to: 'nest' });
     await eventually(() => expect(app.get(Greetings).heard).toEqual(['greeter:{"to":"nest"}']));
+  });
+
+  it('forRootAsync with useClass and useExisting: a CourierOptionsFactory provider builds the options', async () => {
+    const shared = memory();
+    @Injectable()
+    class Settings {
+      readonly options = shared;
+    }
+    @Injectable()
+    class CourierConfig implements CourierOptionsFactory<InMemoryTransaction> {
+      constructor(@Inject(Settings) private readonly settings: Settings) {}
+      createCourierOptions(): CourierModuleOptions<InMemoryTransaction> {
+        return this.settings.options;
+      }
+    }
+    @Module({ providers: [Settings, CourierConfig], exports: [Settings, CourierConfig] })
+    class ConfigModule {}
+
+    const byClass = await boot({ imports: [CourierModule.forRootAsync({ imports: [ConfigModule], useClass: CourierConfig })], providers: [Greetings, GreetingHandler] });
+    await publish(byClass.get(getBusToken()), shared.database, Greeted, { via: 'class' });
+    await eventually(() => expect(byClass.get(Greetings).heard).toEqual(['greeter:{"via":"class"}']));
+
+    await byClass.close();
+    apps.splice(apps.indexOf(byClass), 1);
+
+    const byExisting = await boot({
+      imports: [CourierModule.forRootAsync({ imports: [ConfigModule], useExisting: CourierConfig })],
+      providers: [Greetings, GreetingHandler],
+    });
+    await publish(byExisting.get(getBusToken()), shared.database, Greeted, { via: 'existing' });
+    await eventually(() => expect(byExisting.get(Greetings).heard).toEqual(['greeter:{"via":"existing"}']));
   });
 
   it('a handler without a consumer name takes the module\'s defaultConsumer', async () => {
@@ -224,8 +255,11 @@ describe('a bad configuration fails the bootstrap with a message naming the fix'
     expect(error.message).toMatch(/^CourierModule 'orders': .*leaseMs/);
   });
 
-  it('forRootAsync without useFactory', () => {
-    expect(() => CourierModule.forRootAsync({} as never)).toThrow(/CourierModule: forRootAsync needs 'useFactory'/);
+  it('forRootAsync without an options source, or with two', () => {
+    expect(() => CourierModule.forRootAsync({} as never)).toThrow(/CourierModule: forRootAsync needs 'useFactory' .*'useClass' or 'useExisting'/);
+    expect(() => CourierModule.forRootAsync({ name: 'two', useFactory: () => memory(), useExisting: 'X' })).toThrow(
+      `CourierModule 'two': forRootAsync takes one of 'useFactory', 'useClass' and 'useExisting', got 'useFactory' and 'useExisting'`,
+    );
   });
 
   it('a handler with no consumer name, and nothing started', async () => {
