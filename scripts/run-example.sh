@@ -26,7 +26,7 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   # The setup comes first (`sqlite`), or as `--setup sqlite` / `--setup=sqlite`, or from
   # COURIER_EXAMPLE_SETUP; none given means the default, sqlite-sql, which needs no server.
   setup="${COURIER_EXAMPLE_SETUP:-}"
-  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq | postgres-kafka) setup="$1" ;; esac
+  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq | postgres-kafka | postgres-rabbitmq-nest) setup="$1" ;; esac
   previous=""
   for arg in "$@"; do
     case "$previous:$arg" in

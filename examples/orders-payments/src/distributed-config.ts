@@ -16,7 +16,7 @@ export const DELAY_TIERS_MS: readonly number[] = Object.freeze([250, 1_000, 5_00
 /** What the runner hands a worker process (as JSON on its command line). */
 export interface WorkerConfig {
   /** The distributed setup: which database and transport every process opens. */
-  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq' | 'postgres-kafka';
+  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq' | 'postgres-kafka' | 'postgres-rabbitmq-nest';
   /** sqlite-sql: the run's database file, shared by the runner and the workers. */
   readonly sqliteFile: string;
   readonly runId: string;

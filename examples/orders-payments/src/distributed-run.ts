@@ -44,7 +44,7 @@ const MIN_KILLS = 4;
 export async function runDistributed(options: ExampleOptions, write: (line: string) => void): Promise<RunResult> {
   const started = Date.now();
   const runId = randomBytes(4).toString('hex');
-  const setup = options.setup === 'sqlite-sql' || options.setup === 'postgres-kafka' ? options.setup : 'postgres-rabbitmq';
+  const setup = options.setup === 'sqlite-sql' || options.setup === 'postgres-kafka' || options.setup === 'postgres-rabbitmq-nest' ? options.setup : 'postgres-rabbitmq';
   const schema = `example_${runId}`;
   const prefix = `courier-example-${runId}`;
   const sqliteFile = setup === 'sqlite-sql' ? join(mkdtempSync(join(tmpdir(), 'courier-example-')), 'shop.db') : '';

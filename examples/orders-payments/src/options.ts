@@ -1,14 +1,14 @@
 import { parseArgs } from 'node:util';
 
 /** The setups the demo runs on. */
-export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq', 'postgres-kafka'] as const;
+export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest'] as const;
 export type SetupName = (typeof SETUPS)[number];
 
 /** The setup used when neither `--setup` nor COURIER_EXAMPLE_SETUP chooses one. */
 export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
 
 /** The setups whose services run as separate worker processes (and so support `--chaos`). */
-export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka'];
+export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest'];
 
 /** What one run of the demo does. */
 export interface ExampleOptions {
@@ -36,7 +36,8 @@ export type WorkerRole = 'orders' | 'payments';
 
 export const USAGE = `usage: pnpm --filter @courier/example-orders-payments start [setup] [options]
 
-  setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq | postgres-kafka
+  setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq | postgres-kafka | postgres-rabbitmq-nest
+                    (postgres-rabbitmq-nest: postgres-rabbitmq with the orders service as a NestJS application)
                     (or --setup <name>, or COURIER_EXAMPLE_SETUP;
                     default ${DEFAULT_SETUP}: orders and payments as separate processes over one SQLite file
                     and the SQL transport, no server needed)

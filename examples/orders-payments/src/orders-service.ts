@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isRetriable, UnrecoverableError, type Bus } from '@courier/core';
+import { isRetriable, UnrecoverableError, type Bus, type DecodedOf, type HandlerContext, type ReceivedMessage, type SubscribeOptions } from '@courier/core';
 import { classifyDriverError } from '@courier/mikro-orm';
 import type { CatalogOrder } from './catalog.js';
 import { OrderPlaced, OrderPlacedV1, PaymentCaptured } from './messages.js';
@@ -14,20 +14,21 @@ export const ORDERS_CONSUMER = 'orders';
  * redelivered PaymentCaptured is never applied twice.
  */
 export function subscribeOrders<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, options: { maxCrashes?: number } = {}): void {
-  bus.subscribe(
-    ORDERS_CONSUMER,
-    PaymentCaptured,
-    async (message, ctx) => {
-      const { orderId, paymentId } = message.payload;
-      const found = await storage.markPaid(ctx.tx, orderId, {
-        paymentId,
-        causationId: message.causationId,
-        correlationId: message.correlationId,
-      });
-      if (!found) throw new UnrecoverableError(`payment '${paymentId}' is for order '${orderId}', which does not exist`);
-    },
-    { concurrency: 8, retry: { maxAttempts: 5, initialDelayMs: 200, maxDelayMs: 2_000 }, ...options },
-  );
+  bus.subscribe(ORDERS_CONSUMER, PaymentCaptured, (message, ctx) => applyPaymentCaptured(storage, message, ctx), { ...ORDERS_SUBSCRIPTION, ...options });
+}
+
+/** The orders consumer's subscription options (also given to its NestJS handler's `@OnMessage`). */
+export const ORDERS_SUBSCRIPTION = { concurrency: 8, retry: { maxAttempts: 5, initialDelayMs: 200, maxDelayMs: 2_000 } } as const satisfies SubscribeOptions;
+
+/** The orders service's handling of a PaymentCaptured (see {@link subscribeOrders}). */
+export async function applyPaymentCaptured<Tx>(storage: ShopStorage<Tx>, message: ReceivedMessage<DecodedOf<typeof PaymentCaptured>>, ctx: HandlerContext<Tx>): Promise<void> {
+  const { orderId, paymentId } = message.payload;
+  const found = await storage.markPaid(ctx.tx, orderId, {
+    paymentId,
+    causationId: message.causationId,
+    correlationId: message.correlationId,
+  });
+  if (!found) throw new UnrecoverableError(`payment '${paymentId}' is for order '${orderId}', which does not exist`);
 }
 
 /** Options of {@link placeOrders}. */

@@ -30,13 +30,32 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
   // A worker comes up while the database restarts (the runner checked it before starting any).
   const { orm, transport, schema } = await openBackend(config, logger, 8, { waitForServer: true });
-  const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
-  const outbox = new MikroOrmOutboxStore({ ...tables, logger });
-  const inbox = new MikroOrmInboxStore(tables);
-  const shop = new MikroOrmShop(orm);
-  const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
-  if (role === 'orders') subscribeOrders(bus, shop, { maxCrashes: config.maxCrashes });
-  else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
+  let service: { readonly bus: Bus<EntityManager>; readonly shop: MikroOrmShop; start(): Promise<void>; close(): Promise<void> };
+  if (config.setup === 'postgres-rabbitmq-nest' && role === 'orders') {
+    // The orders service as a NestJS application: CourierModule starts the bus, and app.close() drains it and closes the rest.
+    const nest = await (await import('./nest-orders-app.js')).startNestOrders({ orm, transport, schema }, logger, config.maxCrashes);
+    service = { ...nest, start: async () => undefined };
+  } else {
+    const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
+    const outbox = new MikroOrmOutboxStore({ ...tables, logger });
+    const inbox = new MikroOrmInboxStore(tables);
+    const shop = new MikroOrmShop(orm);
+    const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
+    if (role === 'orders') subscribeOrders(bus, shop, { maxCrashes: config.maxCrashes });
+    else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
+    service = {
+      bus,
+      shop,
+      start: () => bus.start(),
+      close: async () => {
+        await bus.stop({ timeoutMs: 5_000 });
+        await transport.close();
+        await Promise.all([outbox.close(), inbox.close()]);
+        await orm.close();
+      },
+    };
+  }
+  const { bus, shop } = service;
 
   const abort = new AbortController();
   let stopping: Promise<void> | undefined;
@@ -46,11 +65,8 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       abort.abort();
       clearInterval(reporter);
       await placing.catch(() => undefined);
-      await bus.stop({ timeoutMs: 5_000 });
+      await service.close();
       send({ kind: 'stopped', counters: bus.health().counters });
-      await transport.close();
-      await Promise.all([outbox.close(), inbox.close()]);
-      await orm.close();
     })());
   const reporter = setInterval(() => send({ kind: 'progress', counters: bus.health().counters }), 1_000);
   process.on('disconnect', () => process.exit(1));
@@ -62,7 +78,7 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       if (message.kind === 'stop') stop().then(resolve, reject);
     });
   });
-  await bus.start();
+  await service.start();
   send({ kind: 'ready' });
   if (role === 'orders') {
     placing = placeOrders(bus, shop, catalog(config.orders), { signal: abort.signal }).then(

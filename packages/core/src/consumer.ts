@@ -734,7 +734,7 @@ export class Consumer<Tx> {
         const failure = await this.#applyOutsideDelivery(head, signal);
         if (failure === 'stopped') return;
         if (failure !== undefined) {
-          await halts.rehalt(consumer, topic, key, head, boundReasonText(failure), owner);
+          await this.#rehalt(halts, claim, head, failure);
           return;
         }
         if (!(await halts.settleHead(consumer, topic, key, owner, { parked: false }))) return;
@@ -755,12 +755,28 @@ export class Consumer<Tx> {
         const failure = await this.#applyOutsideDelivery(envelope, signal);
         if (failure === 'stopped') return;
         if (failure !== undefined) {
-          await halts.rehalt(consumer, topic, key, envelope, boundReasonText(failure), owner);
-          this.#deps.logger.error('key halted again: a held message failed while draining', { consumer, topic, key, messageId: envelope.messageId, error: failure });
+          await this.#rehalt(halts, claim, envelope, failure);
           return;
         }
         if (!(await halts.drop(consumer, topic, key, envelope.messageId, owner))) return;
       }
+    }
+  }
+
+  /**
+   * Halts a draining key again at `envelope`, which failed. Counted and logged only when the
+   * re-halt took effect: `rehalt` answers false when this drainer lost its claim meanwhile
+   * (another drainer owns the key now and decides), and a halt that did not happen must not
+   * page anyone or move the halted-keys counter.
+   */
+  async #rehalt(halts: InboxHalts, claim: InboxDrainClaim, envelope: Envelope, failure: string): Promise<void> {
+    const { consumer } = this.#settings;
+    const { topic, key } = claim;
+    if (await halts.rehalt(consumer, topic, key, envelope, boundReasonText(failure), this.#owner)) {
+      this.#deps.instruments.consumerHaltedKeys.add(1, { [CONSUMER_GROUP]: consumer });
+      this.#deps.logger.error('key halted again: a message failed while draining; the key waits for an operator (courier halted resume)', { consumer, topic, key, messageId: envelope.messageId, error: failure });
+    } else {
+      this.#deps.logger.info('drain claim lost before the key could be halted again; its new drainer decides', { consumer, topic, key, messageId: envelope.messageId });
     }
   }
 

@@ -62,7 +62,11 @@ export interface ClaimOptions {
   readonly signal?: AbortSignal;
 }
 
-/** The outcome of one failed row, decided by the engine's retry policy. */
+/**
+ * The outcome of one failed row, decided by the engine's retry policy. `error` is at most
+ * `REASON_LIMITS.messageBytes` UTF-8 bytes and holds no U+0000 or lone surrogate (the
+ * relay bounds it with `boundReasonText`), so a store may write it as it is.
+ */
 export type OutboxFailure =
   | { readonly sequence: bigint; readonly error: string; readonly outcome: 'retry'; readonly delayMs: number }
   | { readonly sequence: bigint; readonly error: string; readonly outcome: 'dead' | 'halt' };

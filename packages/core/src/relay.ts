@@ -15,6 +15,7 @@ import { inSpan, traceLinks } from './telemetry.js';
 import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { TopicAttributes, type DurationHistograms } from './timed-transport.js';
 import type { PublishResult, Transport } from './transport.js';
+import { boundReasonText } from './reason-text.js';
 
 /** The relay logs failed attempts of one topic at most this often (the rest are counted into the next line). */
 const FAILED_ATTEMPT_LOG_INTERVAL_MS = 10_000;
@@ -592,7 +593,9 @@ export class Relay<Tx> {
     const failures: OutboxFailure[] = [];
     for (const { record, error } of failed) {
       const attempt = record.attempts + 1;
-      const message = describeError(error);
+      // Bounded and cleaned here, once, for every store: the text comes from the broker or
+      // the transport, and a store's column may refuse it (U+0000 in PostgreSQL) or cut it.
+      const message = boundReasonText(describeError(error));
       // Topic and code are bounded label values: topics are the application's, codes Courier's.
       this.#deps.instruments.publishFailures.add(1, { 'messaging.destination.name': record.envelope.topic, 'error.type': error.code });
       if (error.retriable && attempt < retry.maxAttempts) {

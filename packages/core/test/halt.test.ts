@@ -214,6 +214,36 @@ describe("poison 'halt' for ordered subscriptions: behaviour", () => {
     await eventually(async () => expect(await h.inbox.listHalted()).toEqual([]));
   });
 
+  it('a re-halt while draining counts in haltedKeys; one refused because the claim was lost counts nothing', async () => {
+    await using h = await haltBus();
+    const [a1, a2, a3] = h.ids('a', 3) as [string, string, string];
+    h.broken.add(a1);
+    h.broken.add(a2);
+    await h.publish('a', [a1, a2, a3]);
+    await eventually(async () => expect((await h.inbox.listHalted())[0]?.held).toBe(2));
+    expect(h.bus.health().counters.haltedKeys).toBe(1);
+    h.broken.delete(a1);
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(async () => expect((await h.inbox.listHalted())[0]).toMatchObject({ resumed: null, held: 1, head: { envelope: { messageId: a2 } } }));
+    // Halted at a1, halted again at a2 while draining: two halts an operator had to see.
+    expect(h.bus.health().counters.haltedKeys).toBe(2);
+    // The next drain loses its claim just before it would halt the key again: the store
+    // refuses that re-halt (once), nothing is counted for it, and the drain that follows
+    // halts the key for real, counted once.
+    const rehalt = h.inbox.rehalt.bind(h.inbox);
+    let refused = 0;
+    h.inbox.rehalt = async (...args) => {
+      if (refused > 0) return rehalt(...args);
+      refused += 1;
+      return false;
+    };
+    await h.inbox.resumeHalted('ledger', Moved.topic, 'a', 'retry');
+    await eventually(async () => expect((await h.inbox.listHalted())[0]).toMatchObject({ resumed: null, held: 1, head: { envelope: { messageId: a2 } } }));
+    expect(refused).toBe(1);
+    expect(h.bus.health().counters.haltedKeys).toBe(3);
+    expect(h.applied).toEqual([a1]);
+  });
+
   it('attempts exhausted halt the key as poison does; a message without a key is dead-lettered as under park', async () => {
     await using h = await haltBus({ maxAttempts: 2 });
     const [a1, a2] = h.ids('a', 2) as [string, string];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ClosedError, CourierError, defineMessage, TransportError, type Envelope } from '@courier/core';
+import { ClosedError, CourierError, REASON_LIMITS, TransportError, UnrecoverableError, defineMessage, type Envelope } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 import { keyWatchTransport, scriptedTransport, type KeyWatch } from './support/relay-transports.js';
 
@@ -49,6 +49,27 @@ describe('relay and per-message transport results', () => {
     expect(h.outbox.failures, 'no attempt was counted').toEqual([]);
     expect(await h.outbox.listDead()).toEqual([]);
     expect(h.bus.health().counters).toMatchObject({ publishFailures: 0, deadLettered: 0, published: ids.length });
+  });
+
+  // A broker's or a transport's refusal text is not ours to trust: it may be huge, or hold
+  // U+0000 or a lone surrogate, which PostgreSQL's text column refuses (the row's failure
+  // could then never be recorded, and the row would be published again and again).
+  it('bounds and cleans the error text of a refused message before the store records it', async () => {
+    const hostile = `refused \u0000 ${'\ud800'}${'x'.repeat(100 * 1024)}`;
+    await using h = harness({ transport: (inner) => scriptedTransport(inner, (messages) => messages.map(() => new UnrecoverableError(hostile))) });
+    await h.bus.start();
+    await h.commit((tx) => {
+      h.bus.outbox(tx).publish(Placed, { id: 'hostile' });
+    });
+    await eventually(async () => expect(await h.outbox.listDead()).toHaveLength(1));
+    const recorded = h.outbox.failures.flat().map((failure) => failure.error);
+    const [dead] = await h.outbox.listDead();
+    for (const text of [...recorded, dead!.lastError!]) {
+      expect(Buffer.byteLength(text, 'utf8')).toBeLessThanOrEqual(REASON_LIMITS.messageBytes);
+      expect(text).not.toContain('\u0000');
+      expect(text, 'no lone surrogate').not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
+      expect(text).toContain('refused');
+    }
   });
 
   // The in-memory broker stops a key after a refusal, which hid a relay that pipelined a
