@@ -6,7 +6,7 @@ import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import {
   describeError,
   hasInboxHalts,
-  noopLogger,
+  defaultLogger,
   observeDeadLetters,
   observeInbox,
   observeInboxHalts,
@@ -36,6 +36,7 @@ export interface CourierMetricsOptions {
    * `OTEL_SERVICE_NAME` environment variable, else `courier`.
    */
   readonly serviceName?: string;
+  /** Where collection failures and the unauthenticated-bind warning go. Default `defaultLogger` (warn and error on stderr). */
   readonly logger?: Logger;
   /** First word of its log lines (`<name> http listening`). Default `metrics`; `courier relay` uses `relay`. */
   readonly logName?: string;
@@ -79,7 +80,7 @@ export interface CourierMetricsServer {
  * until a bus is watched.
  */
 export async function serveCourierMetrics(options: CourierMetricsOptions): Promise<CourierMetricsServer> {
-  const logger = options.logger ?? noopLogger;
+  const logger = options.logger ?? defaultLogger;
   const host = options.host ?? '127.0.0.1';
   const exporter = new PrometheusExporter({ preventServerStart: true });
   const provider = new MeterProvider({

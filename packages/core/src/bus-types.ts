@@ -177,6 +177,10 @@ export interface BusConfig<Tx> {
   /** Default consumer retry policy. */
   readonly retry?: Partial<RetryPolicy>;
   readonly relay?: RelayConfig;
+  /**
+   * Where the bus logs. Default `defaultLogger`: warnings and errors (dead letters,
+   * halted keys, outages) as JSON lines on stderr. `noopLogger` silences it.
+   */
   readonly logger?: Logger;
   /** Largest payload accepted at publish, in bytes; the transport's limit applies too. Default 1 MiB. */
   readonly maxPayloadBytes?: number;

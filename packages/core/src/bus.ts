@@ -9,7 +9,7 @@ import type {
   SubscribeOptions,
 } from './bus-types.js';
 import { ClosedError, ConfigError, describeError } from './errors.js';
-import { noopLogger, type Logger } from './logger.js';
+import { defaultLogger, type Logger } from './logger.js';
 import type { MessageDefinition } from './message-definition.js';
 import type { Transport, TransportCapabilities } from './transport.js';
 import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
@@ -157,7 +157,7 @@ class CourierBus<Tx> implements Bus<Tx> {
     this.#transport = timedTransport(config.transport, this.#durations);
     this.#relaySettings = relay;
     this.#defaultRetry = retry;
-    this.#logger = config.logger ?? noopLogger;
+    this.#logger = config.logger ?? defaultLogger;
     this.#publisher = {
       maxPayloadBytes: Math.min(maxPayloadBytes, config.transport.capabilities.maxMessageBytes),
       limits: publishLimits(config),

@@ -32,7 +32,7 @@ export { DEFAULT_RETRY_POLICY, backoffDelay, retryPolicy } from './retry.js';
 export type { LinkedSignal } from './signals.js';
 export { abortableSleep, linkSignals, onAbort, whenAborted } from './signals.js';
 export type { Logger } from './logger.js';
-export { consoleLogger, noopLogger } from './logger.js';
+export { consoleLogger, defaultLogger, noopLogger } from './logger.js';
 export type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 export { FAULT_POINTS } from './fault-points.js';
 export type {

@@ -9,7 +9,10 @@ export interface Logger {
   error(message: string, fields?: Readonly<Record<string, unknown>>): void;
 }
 
-/** A logger that drops everything: the default, so a library stays silent unless asked. */
+/**
+ * A logger that drops everything. Not the default: pass it as `logger` to silence Courier
+ * entirely (a test, or a service that reports only through metrics).
+ */
 export const noopLogger: Logger = Object.freeze({
   debug() {},
   info() {},
@@ -29,3 +32,12 @@ export function consoleLogger(level: 'debug' | 'info' | 'warn' | 'error' = 'info
   };
   return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
 }
+
+/**
+ * The logger a bus (and the operator metrics helpers) use when none is given: warnings and
+ * errors only, one JSON line each on stderr. Dead-lettering and halting a key are logged at
+ * error, outages and pauses at warn, so a service built without a logger still says when a
+ * message needs a person; per-message chatter (info, debug) is left out. Pass `noopLogger`
+ * for silence, or an adapter over your own logger.
+ */
+export const defaultLogger: Logger = Object.freeze(consoleLogger('warn'));

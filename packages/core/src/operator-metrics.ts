@@ -2,7 +2,7 @@ import { metrics, type Attributes, type Meter, type ObservableResult } from '@op
 import type { Bus } from './bus.js';
 import { describeError } from './errors.js';
 import type { Logger } from './logger.js';
-import { noopLogger } from './logger.js';
+import { defaultLogger } from './logger.js';
 import type { InboxOperations, InboxStats } from './inbox-operations.js';
 import type { InboxHalts } from './inbox-store.js';
 import type { OutboxOperations, OutboxStats } from './outbox-store.js';
@@ -31,7 +31,7 @@ export interface ObserveOptions {
   readonly meter?: Meter;
   /** Added to every observation, e.g. `{ 'courier.outbox.name': 'orders' }` when a process watches several. */
   readonly attributes?: Attributes;
-  /** Where a failed `stats()` is reported (the gauges then report nothing for that collection). */
+  /** Where a failed `stats()` is reported (the gauges then report nothing for that collection). Default `defaultLogger` (warn and error on stderr). */
   readonly logger?: Logger;
 }
 
@@ -48,7 +48,7 @@ export interface ObserveOptions {
 export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions = {}): () => void {
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
-  const logger = options.logger ?? noopLogger;
+  const logger = options.logger ?? defaultLogger;
   const pending = meter.createObservableGauge(OPERATOR_GAUGES.outboxPending, { description: 'outbox rows not yet published (due or not)' });
   const age = meter.createObservableGauge(OPERATOR_GAUGES.outboxOldestPendingAge, { description: 'age of the oldest due pending outbox row (database clock)', unit: 's' });
   const inFlight = meter.createObservableGauge(OPERATOR_GAUGES.outboxInFlight, { description: 'outbox rows claimed by a relay and awaiting the broker' });
@@ -89,7 +89,7 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
 export function observeInboxHalts(inbox: Pick<InboxHalts, 'listHalted'>, options: ObserveOptions = {}): () => void {
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
-  const logger = options.logger ?? noopLogger;
+  const logger = options.logger ?? defaultLogger;
   const halted = meter.createObservableGauge(OPERATOR_GAUGES.inboxHaltedKeys, { description: "keys halted by ordered subscriptions with poison 'halt' (resume them)" });
   const callback = async (result: ObservableResult): Promise<void> => {
     let keys;
@@ -157,7 +157,7 @@ export function observeDeadLetters(
 ): () => void {
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
-  const logger = options.logger ?? noopLogger;
+  const logger = options.logger ?? defaultLogger;
   const limit = options.limit ?? 10_000;
   const minIntervalMs = options.minIntervalMs ?? 60_000;
   const depth = meter.createObservableGauge(OPERATOR_GAUGES.transportDeadLetters, {
@@ -224,7 +224,7 @@ export function observeInbox(inbox: Pick<InboxOperations, 'stats'>, options: Obs
   const read = inbox.stats.bind(inbox);
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
-  const logger = options.logger ?? noopLogger;
+  const logger = options.logger ?? defaultLogger;
   const minIntervalMs = options.minIntervalMs ?? 60_000;
   const dead = meter.createObservableGauge(OPERATOR_GAUGES.inboxDeadLetters, {
     description: 'messages a consumer dead-lettered whose mark is still in the inbox (replay them with `courier dead`)',
