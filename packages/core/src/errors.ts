@@ -25,6 +25,7 @@ export type CourierErrorCode =
   | 'PUBLISH_REJECTED'
   | 'PUBLISH_UNROUTABLE'
   | 'PUBLISH_TIMEOUT'
+  | 'PUBLISH_BACKPRESSURE'
   | 'ABORTED'
   | 'FAULT_INJECTED';
 

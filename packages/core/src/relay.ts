@@ -25,10 +25,12 @@ const PAUSED_BY_TRANSPORT = Object.freeze({ 'courier.pause.cause': 'transport' }
 
 /**
  * Result codes a transport uses for trouble that is not the message's fault (the
- * connection dropped, the broker did not answer in time): such messages are released
- * without counting an attempt, and the relay pauses.
+ * connection dropped, the broker did not answer in time, a destination refused it for
+ * lack of room — `PUBLISH_BACKPRESSURE`): such messages are released without counting an
+ * attempt, and the relay pauses with backoff. So nothing is dead-lettered because the
+ * broker was down or a consumer's queue was full; the messages go out once it drains.
  */
-export const CONNECTIVITY_CODES: ReadonlySet<string> = new Set(['TRANSPORT', 'PUBLISH_TIMEOUT', 'CLOSED']);
+export const CONNECTIVITY_CODES: ReadonlySet<string> = new Set(['TRANSPORT', 'PUBLISH_TIMEOUT', 'PUBLISH_BACKPRESSURE', 'CLOSED']);
 
 /**
  * Result code of a message the transport never sent because the relay's signal aborted

@@ -290,8 +290,10 @@ export interface Transport {
    *   payload over `maxMessageBytes` (`PAYLOAD_TOO_LARGE`) or a message the transport
    *   cannot encode (not retriable), no answer in time (`PUBLISH_TIMEOUT`), or the
    *   connection lost after the message was sent (`TRANSPORT`, retriable: it may still
-   *   arrive). The relay counts an attempt for the first kinds only; `TRANSPORT`,
-   *   `PUBLISH_TIMEOUT` and `CLOSED` results (`CONNECTIVITY_CODES`) pause it instead.
+   *   arrive), or a destination that refused it for lack of room, such as a full queue
+   *   (`PUBLISH_BACKPRESSURE`, retriable). The relay counts an attempt for the first kinds
+   *   only; `TRANSPORT`, `PUBLISH_TIMEOUT`, `PUBLISH_BACKPRESSURE` and `CLOSED` results
+   *   (`CONNECTIVITY_CODES`) pause it instead.
    * - The call rejects as a whole (retriable `TransportError`) only when nothing could be
    *   sent: no connection is open, or it was lost before the first message went out; and
    *   with a `ClosedError` after `close`. Once a message has been sent, the call resolves

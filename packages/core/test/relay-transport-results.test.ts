@@ -10,19 +10,22 @@ const CONNECTIVITY_RESULTS: readonly (() => CourierError)[] = [
   () => new TransportError('connection lost before the confirm; it may still arrive'),
   () => new TransportError('no confirm within the publish timeout; it may still arrive', { code: 'PUBLISH_TIMEOUT' }),
   () => new ClosedError('transport'),
+  // A queue full under `reject-publish` (RabbitMQ nacks): back-pressure, not poison.
+  () => new TransportError('the queue is full', { code: 'PUBLISH_BACKPRESSURE' }),
 ];
 
 describe('relay and per-message transport results', () => {
   // As RabbitMQ answers for a batch cut by a connection loss: the call resolves, and the
-  // messages it could not get confirmed carry TRANSPORT, PUBLISH_TIMEOUT or CLOSED.
+  // messages it could not get confirmed carry TRANSPORT, PUBLISH_TIMEOUT or CLOSED (and a
+  // full queue's nacks PUBLISH_BACKPRESSURE).
   it('counts no attempt for connectivity results, pauses, and publishes everything once the broker is back', async () => {
     let down = true;
     let calls = 0;
     const script = (messages: readonly Envelope[]) => {
       calls += 1;
       // While down, the first message of every other call still gets through (a batch
-      // cut part-way); the rest carry one of the three connectivity results in turn.
-      return messages.map((_, index) => (!down || (index === 0 && calls % 2 === 0) ? undefined : CONNECTIVITY_RESULTS[(calls + index) % 3]!()));
+      // cut part-way); the rest carry one of the connectivity results in turn.
+      return messages.map((_, index) => (!down || (index === 0 && calls % 2 === 0) ? undefined : CONNECTIVITY_RESULTS[(calls + index) % CONNECTIVITY_RESULTS.length]!()));
     };
     // One attempt: a connectivity result counted as an attempt would dead-letter the message.
     await using h = harness({ transport: (inner) => scriptedTransport(inner, script), bus: { relay: { retry: { maxAttempts: 1 } } } });

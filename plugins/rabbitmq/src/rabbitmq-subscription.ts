@@ -15,7 +15,7 @@ import {
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
-import { chooseDelayTier, declareConsumer, type RabbitMqNames } from './topology.js';
+import { chooseDelayTier, declareConsumer, type RabbitMqNames, type RabbitMqQueueLimits } from './topology.js';
 
 /** What a subscription needs from its transport. Internal. */
 export interface SubscriptionLink {
@@ -23,6 +23,8 @@ export interface SubscriptionLink {
   readonly random: () => number;
   readonly maxErrorBytes: number;
   readonly deadLetterDeliveryLimit: number;
+  /** The consumer's queue limits (`RabbitMqTransportConfig.queueLimits`), declared with its queue. */
+  readonly queueLimits: RabbitMqQueueLimits | undefined;
   /** The open connection, or null while disconnected. */
   connection(): ChannelModel | null;
   /** Publishes to a queue through the default exchange and waits for the confirm; throws TransportError otherwise. */
@@ -153,7 +155,7 @@ export class RabbitMqSubscription implements Subscription {
     });
     channel.on('close', () => this.#onChannelClosed(state));
     try {
-      await declareConsumer(channel, this.#names, this.#endpoint, { deadLetterDeliveryLimit: this.#link.deadLetterDeliveryLimit });
+      await declareConsumer(channel, this.#names, this.#endpoint, { deadLetterDeliveryLimit: this.#link.deadLetterDeliveryLimit, limits: this.#link.queueLimits });
       await channel.prefetch(this.#prefetch);
       if (this.#closing) throw new TransportError(`consumer '${this.#endpoint.consumer}' closed while starting`);
       this.#channel = state;

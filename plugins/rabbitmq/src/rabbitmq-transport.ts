@@ -22,7 +22,16 @@ import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
 import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions } from './confirm-publisher.js';
 import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
-import { DEFAULT_DELAY_TIERS_MS, declareConsumer, declareExchange, rabbitMqNames, type RabbitMqNames } from './topology.js';
+import {
+  DEFAULT_DELAY_TIERS_MS,
+  declareConsumer,
+  declareExchange,
+  QUEUE_LIMIT_ARGUMENTS,
+  queueLimitProblems,
+  rabbitMqNames,
+  type RabbitMqNames,
+  type RabbitMqQueueLimits,
+} from './topology.js';
 import { batchSocketWrites } from './write-batching.js';
 
 /** Arguments of {@link RabbitMqTransport}. Every field but `connection` is optional. */
@@ -59,6 +68,15 @@ export interface RabbitMqTransportConfig {
   readonly maxErrorBytes?: number;
   /** Messages `deadLetters.replay` / `purge` look at per call. Default 10,000. */
   readonly maxDeadLetterScan?: number;
+  /**
+   * Load limits per consumer name: message TTL, max length (messages and/or bytes) and
+   * what a full queue does, declared as arguments of that consumer's queue when it is
+   * created (README, "Load control"). Default: none. RabbitMQ refuses to redeclare a queue
+   * with other arguments, so changing a limit on an existing queue fails `subscribe` and
+   * `provision` with a `ConfigError` naming the argument: change it with a policy
+   * (`rabbitmqctl set_policy`) or delete and recreate the queue.
+   */
+  readonly queueLimits?: Readonly<Record<string, RabbitMqQueueLimits>>;
   readonly logger?: Logger;
   /** Random source for tier choice and reconnect jitter (tests make it deterministic). */
   readonly random?: () => number;
@@ -72,6 +90,8 @@ export interface RabbitMqTransportStats {
   readonly publishFailures: number;
   /** Mandatory messages no queue took (`basic.return`); also counted in `publishFailures`. */
   readonly unroutable: number;
+  /** Messages the broker nacked (a queue full under `reject-publish`); also counted in `publishFailures`. */
+  readonly nacked: number;
   /**
    * Messages the broker refused by closing the publish channel (406), found by sending the
    * suspects of a closed channel one at a time; also counted in `publishFailures`.
@@ -143,10 +163,12 @@ export class RabbitMqTransport implements Transport {
   readonly #maxErrorBytes: number;
   readonly #logger: Logger;
   readonly #random: () => number;
+  readonly #queueLimits: ReadonlyMap<string, RabbitMqQueueLimits>;
   readonly #stats: Record<Counter, number> = {
     confirmed: 0,
     publishFailures: 0,
     unroutable: 0,
+    nacked: 0,
     refused: 0,
     deliveries: 0,
     retried: 0,
@@ -195,6 +217,17 @@ export class RabbitMqTransport implements Transport {
     if (tiers.length === 0 || tiers.some((t, i) => !Number.isSafeInteger(t) || t < 1 || (i > 0 && t <= tiers[i - 1]!))) {
       problems.push(`'delayTiersMs' must be a non-empty ascending list of positive integers`);
     }
+    const queueLimits = new Map<string, RabbitMqQueueLimits>();
+    if (config.queueLimits !== undefined && (typeof config.queueLimits !== 'object' || config.queueLimits === null || Array.isArray(config.queueLimits))) {
+      problems.push(`'queueLimits' must be an object keyed by consumer name`);
+    } else {
+      for (const [consumer, limits] of Object.entries(config.queueLimits ?? {})) {
+        if (!NAME_PATTERN.test(consumer)) problems.push(`'queueLimits' key '${consumer}' is not a consumer name ([A-Za-z0-9._-])`);
+        const found = queueLimitProblems(consumer, limits);
+        problems.push(...found);
+        if (found.length === 0) queueLimits.set(consumer, Object.freeze({ ...limits }));
+      }
+    }
     if (problems.length > 0) throw new ConfigError(problems);
 
     // Nagle off: with it on (amqplib's default) a small publish or ack written while earlier
@@ -207,6 +240,7 @@ export class RabbitMqTransport implements Transport {
     this.#prefetch = config.prefetch ?? ((endpoint) => Math.max(endpoint.concurrency * 2, 8));
     this.#logger = config.logger ?? noopLogger;
     this.#random = config.random ?? Math.random;
+    this.#queueLimits = queueLimits;
     this.capabilities = Object.freeze({
       orderingByKey: true,
       // Publish order is kept on the one channel, but a nack or return of one message does
@@ -265,8 +299,9 @@ export class RabbitMqTransport implements Transport {
    * Publishes `messages` and resolves with one result per message, in input order, once
    * the broker answered for each.
    *
-   * A result is `ok: false` with a `TransportError` (retriable) for a nack
-   * (`PUBLISH_REJECTED`), a message that made the broker close the publish channel (406,
+   * A result is `ok: false` with a `TransportError` (retriable) for a nack — a queue full
+   * under `reject-publish` (`PUBLISH_BACKPRESSURE`: the relay pauses and retries without
+   * counting an attempt) —, a message that made the broker close the publish channel (406,
    * also `PUBLISH_REJECTED`, with the broker's reason), a return (`PUBLISH_UNROUTABLE`: no
    * consumer queue is bound to the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a
    * connection lost, or a channel closed for another reason, before the confirm
@@ -440,7 +475,8 @@ export class RabbitMqTransport implements Transport {
         this.#stats.confirmed++;
         return { messageId, ok: true };
       case 'nacked':
-        return this.#failed(messageId, new TransportError(`rabbitmq nacked message '${messageId}'`, { code: 'PUBLISH_REJECTED' }));
+        this.#stats.nacked++;
+        return this.#failed(messageId, nackError(`rabbitmq nacked message '${messageId}'`));
       case 'returned':
         this.#stats.unroutable++;
         this.#logger.warn('rabbitmq returned an unroutable message', { messageId, topic, replyText: outcome.replyText });
@@ -484,7 +520,10 @@ export class RabbitMqTransport implements Transport {
     const channel = await connection.createChannel();
     channel.on('error', () => undefined);
     try {
-      await declareConsumer(channel, this.names(endpoint.consumer), endpoint, { deadLetterDeliveryLimit: DEAD_LETTER_DELIVERY_LIMIT });
+      await declareConsumer(channel, this.names(endpoint.consumer), endpoint, {
+        deadLetterDeliveryLimit: DEAD_LETTER_DELIVERY_LIMIT,
+        limits: this.#queueLimits.get(endpoint.consumer),
+      });
     } catch (error) {
       throw declarationError(endpoint.consumer, error);
     } finally {
@@ -519,6 +558,7 @@ export class RabbitMqTransport implements Transport {
         random: this.#random,
         maxErrorBytes: this.#maxErrorBytes,
         deadLetterDeliveryLimit: DEAD_LETTER_DELIVERY_LIMIT,
+        queueLimits: this.#queueLimits.get(endpoint.consumer),
         connection: () => this.#connection,
         publishToQueue: (queue, content, options) => this.#publishToQueue(queue, content, options),
         count: (counter) => {
@@ -647,7 +687,7 @@ export class RabbitMqTransport implements Transport {
     if (outcome.kind === 'ok') return;
     const what = `republish of message '${options.messageId}' to '${queue}'`;
     if (outcome.kind === 'returned') throw new TransportError(`${what} was unroutable (${outcome.replyText})`, { code: 'PUBLISH_UNROUTABLE' });
-    if (outcome.kind === 'nacked') throw new TransportError(`${what} was nacked`, { code: 'PUBLISH_REJECTED' });
+    if (outcome.kind === 'nacked') throw nackError(`${what} was nacked`);
     if (outcome.kind === 'timeout') throw new TransportError(`${what} was not confirmed in time`, { code: 'PUBLISH_TIMEOUT' });
     const lost = outcome.channelError ? `lost its channel (${outcome.channelError.message})` : 'lost its connection';
     throw new TransportError(`${what} ${lost} before the confirm`, { cause: outcome.cause });
@@ -745,13 +785,46 @@ const MAX_REMEMBERED_POISON = 10_000;
 // Far above any real browsing, within a signed 32-bit argument (see topology.ts).
 const DEAD_LETTER_DELIVERY_LIMIT = 1_000_000_000;
 
+/**
+ * The failure of a nacked message. RabbitMQ nacks a publish when a queue it routes to is
+ * full under `reject-publish` overflow (or, rarely, when a queue process fails): neither is
+ * the message's fault, so it is back-pressure — the relay keeps the message, counts no
+ * attempt and retries after a pause; nothing is dead-lettered because a queue was full.
+ */
+function nackError(what: string): TransportError {
+  return new TransportError(`${what}: a queue it routes to is full (reject-publish overflow) or failed; retry once it drains`, {
+    code: 'PUBLISH_BACKPRESSURE',
+    retriable: true,
+  });
+}
+
 function declarationError(consumer: string, error: unknown): CourierError {
   if (error instanceof CourierError) return error;
   if ((error as { code?: unknown }).code === 406) {
-    return new ConfigError(
-      `queues of consumer '${consumer}' exist with other settings (was it declared ordered, or unordered, before?): ${describeError(error)}`,
-      { cause: error },
-    );
+    // `PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received … but current is …`
+    const text = describeError(error);
+    const match = /inequivalent arg '([^']+)' for queue '([^']+)'/.exec(text);
+    const argument = match?.[1];
+    const queue = match?.[2];
+    if (argument !== undefined && queue !== undefined && QUEUE_LIMIT_ARGUMENTS.has(argument)) {
+      return new ConfigError(
+        `queue '${queue}' of consumer '${consumer}' exists with another '${argument}' than 'queueLimits.${consumer}' declares, and RabbitMQ ` +
+          `cannot change a queue's arguments: either keep 'queueLimits.${consumer}' as the queue was created and change the limit with a ` +
+          `policy (rabbitmqctl set_policy --apply-to queues <name> '^${queue.replaceAll('.', '\\.')}$' '{"max-length":…}'; where both ` +
+          `set a length or TTL the lower wins), or drain and delete the queue (rabbitmqctl delete_queue ${queue}) so Courier creates it ` +
+          `with the new limits (${text})`,
+        { cause: error },
+      );
+    }
+    if (argument !== undefined && queue !== undefined) {
+      return new ConfigError(
+        `queue '${queue}' of consumer '${consumer}' exists with another '${argument}' (was it declared ordered, or unordered, before?): ${text}`,
+        { cause: error },
+      );
+    }
+    return new ConfigError(`queues of consumer '${consumer}' exist with other settings (was it declared ordered, or unordered, before?): ${text}`, {
+      cause: error,
+    });
   }
   return new TransportError(`could not declare the topology of consumer '${consumer}': ${describeError(error)}`, { cause: error });
 }

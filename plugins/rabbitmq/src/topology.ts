@@ -66,6 +66,93 @@ function tierLabel(ms: number): string {
 const QUORUM = { 'x-queue-type': 'quorum' } as const;
 const SAFE_DEAD_LETTERING = { 'x-dead-letter-strategy': 'at-least-once', 'x-overflow': 'reject-publish' } as const;
 
+/**
+ * Load limits of one consumer's queue, declared as queue arguments when Courier creates it.
+ *
+ * Guarantees: a message that waited `messageTtlMs` in the queue, or that `drop-head` pushed
+ * out, is dead-lettered to the consumer's dead-letter queue (`x-death` reason `expired` /
+ * `maxlen`), never dropped silently; with `reject-publish` a publish into the full queue is
+ * nacked and the relay retries it later without counting an attempt.
+ */
+export interface RabbitMqQueueLimits {
+  /** Most milliseconds a message waits in the queue (`x-message-ttl`) before it is dead-lettered as expired. */
+  readonly messageTtlMs?: number;
+  /** Most messages the queue holds (`x-max-length`). */
+  readonly maxLength?: number;
+  /** Most bytes of message bodies the queue holds (`x-max-length-bytes`). */
+  readonly maxLengthBytes?: number;
+  /**
+   * What a full queue does (`x-overflow`). `reject-publish` (default): nacks new messages,
+   * so the relay holds them in the outbox and retries; dead-lettering keeps RabbitMQ's
+   * at-least-once strategy. `drop-head`: takes new messages and dead-letters the oldest,
+   * at most once (see {@link queueLimitArguments}).
+   */
+  readonly overflow?: 'reject-publish' | 'drop-head';
+}
+
+/** The option names of {@link RabbitMqQueueLimits}, for validation. */
+const LIMIT_OPTIONS = new Set(['messageTtlMs', 'maxLength', 'maxLengthBytes', 'overflow']);
+// RabbitMQ takes these as unsigned 32-bit (TTL) or 64-bit (lengths) integers; amqplib
+// encodes a JS number above 2^31 - 1 as a signed 64-bit long, which the broker accepts.
+const MAX_TTL_MS = 2 ** 32 - 1;
+
+/**
+ * Lists what is wrong with `limits` (the value of `queueLimits[consumer]`), each problem
+ * naming the option (`queueLimits.<consumer>.maxLength`). Empty when valid.
+ */
+export function queueLimitProblems(consumer: string, limits: unknown): string[] {
+  const where = `queueLimits.${consumer}`;
+  if (typeof limits !== 'object' || limits === null || Array.isArray(limits)) return [`'${where}' must be an object`];
+  const problems: string[] = [];
+  for (const name of Object.keys(limits)) {
+    if (!LIMIT_OPTIONS.has(name)) problems.push(`'${where}.${name}' is not an option (known: ${[...LIMIT_OPTIONS].join(', ')})`);
+  }
+  const { messageTtlMs, maxLength, maxLengthBytes, overflow } = limits as Record<string, unknown>;
+  const integer = (name: string, value: unknown, max: number): void => {
+    if (value === undefined) return;
+    // Zero is refused: a TTL of 0 expires every message no consumer takes at once, and a
+    // length of 0 refuses (or drops) every message — a typo, not a setting.
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > max) {
+      problems.push(`'${where}.${name}' must be an integer from 1 to ${max}, got ${String(value)}`);
+    }
+  };
+  integer('messageTtlMs', messageTtlMs, MAX_TTL_MS);
+  integer('maxLength', maxLength, Number.MAX_SAFE_INTEGER);
+  integer('maxLengthBytes', maxLengthBytes, Number.MAX_SAFE_INTEGER);
+  if (overflow !== undefined && overflow !== 'reject-publish' && overflow !== 'drop-head') {
+    problems.push(`'${where}.overflow' must be 'reject-publish' or 'drop-head', got ${JSON.stringify(overflow)}`);
+  }
+  if (overflow !== undefined && maxLength === undefined && maxLengthBytes === undefined) {
+    problems.push(`'${where}.overflow' needs 'maxLength' or 'maxLengthBytes': without a length the queue is never full`);
+  }
+  return problems;
+}
+
+/**
+ * The queue arguments for `limits` on a consumer's main queue.
+ *
+ * `drop-head` also declares `x-dead-letter-strategy: at-most-once`: RabbitMQ's
+ * at-least-once dead-lettering works only with `reject-publish` overflow (a dropped head
+ * cannot wait for the dead-letter queue to confirm it), and with `drop-head` the broker
+ * would fall back to at-most-once anyway, logging only a warning. Declaring it says what
+ * actually happens: a head dropped while the dead-letter queue is unavailable is lost.
+ */
+export function queueLimitArguments(limits: RabbitMqQueueLimits | undefined): Record<string, unknown> {
+  if (!limits) return {};
+  const args: Record<string, unknown> = {};
+  if (limits.messageTtlMs !== undefined) args['x-message-ttl'] = limits.messageTtlMs;
+  if (limits.maxLength !== undefined) args['x-max-length'] = limits.maxLength;
+  if (limits.maxLengthBytes !== undefined) args['x-max-length-bytes'] = limits.maxLengthBytes;
+  if (limits.overflow === 'drop-head') {
+    args['x-overflow'] = 'drop-head';
+    args['x-dead-letter-strategy'] = 'at-most-once';
+  }
+  return args;
+}
+
+/** The queue argument names {@link queueLimitArguments} may declare (for error messages). */
+export const QUEUE_LIMIT_ARGUMENTS: ReadonlySet<string> = new Set(['x-message-ttl', 'x-max-length', 'x-max-length-bytes', 'x-overflow', 'x-dead-letter-strategy']);
+
 /** Declares the exchange messages are published to. Idempotent. */
 export async function declareExchange(channel: Channel, names: Pick<RabbitMqNames, 'exchange'>): Promise<void> {
   await channel.assertExchange(names.exchange, 'direct', { durable: true });
@@ -74,13 +161,13 @@ export async function declareExchange(channel: Channel, names: Pick<RabbitMqName
 /**
  * Declares a consumer's queues and bindings. Idempotent for the same settings; RabbitMQ
  * answers PRECONDITION_FAILED (and closes the channel) if the queue exists with others,
- * e.g. when an endpoint switches between ordered and unordered.
+ * e.g. when an endpoint switches between ordered and unordered, or its limits changed.
  */
 export async function declareConsumer(
   channel: Channel,
   names: RabbitMqNames,
   endpoint: { readonly topics: readonly string[]; readonly ordered: boolean },
-  options: { readonly deadLetterDeliveryLimit: number },
+  options: { readonly deadLetterDeliveryLimit: number; readonly limits?: RabbitMqQueueLimits | undefined },
 ): Promise<void> {
   await declareExchange(channel, names);
   await channel.assertQueue(names.deadLetterQueue, {
@@ -100,6 +187,9 @@ export async function declareConsumer(
       'x-dead-letter-exchange': '',
       'x-dead-letter-routing-key': names.deadLetterQueue,
       ...(endpoint.ordered ? { 'x-single-active-consumer': true } : {}),
+      // Limits apply to the consumer's queue only: delay tiers and the dead-letter queue
+      // must always take what the broker moves into them, or a retry could be lost.
+      ...queueLimitArguments(options.limits),
     },
   });
   for (const topic of endpoint.topics) await channel.bindQueue(names.queue, names.exchange, topic);

@@ -65,7 +65,7 @@ describe('RabbitMqTransport publishing', () => {
     expect(transport.stats().unroutable).toBe(1);
   });
 
-  it('fails exactly the messages the broker nacks', async () => {
+  it('fails exactly the messages the broker nacks, as back-pressure', async () => {
     const { prefix, transport } = setup();
     // A queue that holds one message and nacks the rest (reject-publish overflow).
     const connection = await openConnection(`${prefix}-setup`);
@@ -79,7 +79,10 @@ describe('RabbitMqTransport publishing', () => {
     });
     const results = await transport.publish([envelope('full'), envelope('full'), envelope('full')]);
     expect(results.map((r) => r.ok)).toEqual([true, false, false]);
-    expect(results.map((r) => (r.ok ? null : r.error.code))).toEqual([null, 'PUBLISH_REJECTED', 'PUBLISH_REJECTED']);
+    // A full queue is not the message's fault: a connectivity-like code, so the relay counts no attempt.
+    expect(results.map((r) => (r.ok ? null : r.error.code))).toEqual([null, 'PUBLISH_BACKPRESSURE', 'PUBLISH_BACKPRESSURE']);
+    expect(results.every((r) => r.ok || r.error.retriable)).toBe(true);
+    expect(transport.stats()).toMatchObject({ nacked: 2, publishFailures: 2 });
   });
 
   it('refuses a payload over maxMessageBytes without failing its neighbours', async () => {

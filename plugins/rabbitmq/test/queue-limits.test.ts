@@ -1,0 +1,235 @@
+// Load control (issue 39): per-consumer message TTL, max length and overflow, declared on
+// the consumer's queue, on the real broker.
+import {
+  ConfigError,
+  InMemoryDatabase,
+  InMemoryInboxStore,
+  InMemoryOutboxStore,
+  createBus,
+  defineMessage,
+  type Envelope,
+  type InMemoryTransaction,
+} from '@courier/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
+import { BROKER_URL, deleteTopology, eventually, TEST_TIERS_MS, testId } from './support/broker.js';
+import { envelope } from './support/envelopes.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+const ENDPOINT = { consumer: 'c', topics: ['jobs'], ordered: false } as const;
+
+/** A transport under `prefix` (fresh by default), closed after the test; the topology is deleted once per prefix. */
+function transportFor(config: Partial<RabbitMqTransportConfig> = {}, prefix = `courier-${testId()}`) {
+  const transport = new RabbitMqTransport({ connection: BROKER_URL, prefix, delayTiersMs: TEST_TIERS_MS, ...config });
+  cleanups.push(() => transport.close());
+  return { prefix, transport };
+}
+
+/**
+ * Publishes `messages` one call at a time (each waits for the confirm of the one before)
+ * and returns each result's code, `ok` for a confirmed one.
+ */
+async function publishOneByOne(transport: RabbitMqTransport, messages: readonly Envelope[]): Promise<string[]> {
+  const codes: string[] = [];
+  for (const message of messages) {
+    const [result] = await transport.publish([message]);
+    codes.push(result!.ok ? 'ok' : result!.error.code);
+  }
+  return codes;
+}
+
+/**
+ * Checks that `codes` are confirms, then back-pressure only, with `limit` confirms or one
+ * more: a quorum queue refuses publishes once it holds *more* than its limit, so the message
+ * that crosses it is still taken (measured on RabbitMQ 3.10: limit 1 → 2 taken, 2 → 3, 5 → 6).
+ */
+function expectFilledAt(codes: readonly string[], limit: number): void {
+  const accepted = codes.filter((code) => code === 'ok').length;
+  expect(accepted).toBeGreaterThanOrEqual(limit);
+  expect(accepted).toBeLessThanOrEqual(limit + 1);
+  expect(codes).toEqual([...Array<string>(accepted).fill('ok'), ...Array<string>(codes.length - accepted).fill('PUBLISH_BACKPRESSURE')]);
+}
+
+function removeTopologyAfter(prefix: string): void {
+  cleanups.unshift(() => deleteTopology(prefix, ['c']));
+}
+
+/** What `act` threw (sync or async), failing the test when it did not throw. */
+async function thrown(act: () => unknown): Promise<unknown> {
+  try {
+    await act();
+  } catch (error) {
+    return error;
+  }
+  return expect.unreachable('expected a throw');
+}
+
+describe('RabbitMqTransport queueLimits: configuration', () => {
+  it('refuses bad limits with a ConfigError naming every option at fault', async () => {
+    const error = await thrown(
+      () =>
+        new RabbitMqTransport({
+          connection: BROKER_URL,
+          queueLimits: {
+            a: { messageTtlMs: 0, maxLength: 1.5, maxLengthBytes: -1 },
+            b: { maxLength: 10, overflow: 'reject-publish-dlx' as 'drop-head', maxLenght: 3 } as never,
+            c: { overflow: 'drop-head' },
+            'bad name!': {},
+          },
+        }),
+    );
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toEqual([
+      `'queueLimits.a.messageTtlMs' must be an integer from 1 to 4294967295, got 0`,
+      `'queueLimits.a.maxLength' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got 1.5`,
+      `'queueLimits.a.maxLengthBytes' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got -1`,
+      `'queueLimits.b.maxLenght' is not an option (known: messageTtlMs, maxLength, maxLengthBytes, overflow)`,
+      `'queueLimits.b.overflow' must be 'reject-publish' or 'drop-head', got "reject-publish-dlx"`,
+      `'queueLimits.c.overflow' needs 'maxLength' or 'maxLengthBytes': without a length the queue is never full`,
+      `'queueLimits' key 'bad name!' is not a consumer name ([A-Za-z0-9._-])`,
+    ]);
+  });
+});
+
+describe('RabbitMqTransport queueLimits on the broker', () => {
+  it('reject-publish (default): a full queue nacks, the publish fails as PUBLISH_BACKPRESSURE, nothing is dead-lettered', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLength: 2 } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const codes = await publishOneByOne(transport, Array.from({ length: 6 }, () => envelope('jobs')));
+    expectFilledAt(codes, 2);
+    const accepted = codes.filter((code) => code === 'ok').length;
+    expect(transport.stats()).toMatchObject({ nacked: 6 - accepted, confirmed: accepted });
+    // Pipelined messages overshoot further (they were on their way when the queue crossed its limit) but are nacked once it knows.
+    const batch = await transport.publish(Array.from({ length: 3 }, () => envelope('jobs')));
+    expect(batch.map((r) => (r.ok ? 'ok' : [r.error.code, r.error.retriable]))).toEqual(Array(3).fill(['PUBLISH_BACKPRESSURE', true]));
+    expect(await transport.deadLetters.list('c')).toEqual([]);
+  });
+
+  it('messageTtlMs: a message that waited too long is dead-lettered with reason expired, visible in deadLetters.list', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { messageTtlMs: 300 } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const sent = [envelope('jobs', { key: 'k' }), envelope('jobs')];
+    expect((await transport.publish(sent)).every((r) => r.ok)).toBe(true);
+    const letters = await eventually(async () => {
+      const found = await transport.deadLetters.list('c');
+      expect(found).toHaveLength(2);
+      return found;
+    });
+    expect(letters.map((letter) => letter.envelope)).toEqual(sent);
+    for (const letter of letters) {
+      expect(letter.reason).toEqual({ code: 'BROKER_EXPIRED', message: 'dead-lettered by RabbitMQ (expired)' });
+      expect(letter.deadAt.getTime()).toBeGreaterThan(Date.now() - 60_000);
+    }
+  });
+
+  it('drop-head: new messages are taken and the oldest are dead-lettered with reason maxlen', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLength: 2, overflow: 'drop-head' } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const sent = Array.from({ length: 5 }, () => envelope('jobs'));
+    for (const message of sent) expect((await transport.publish([message]))[0]!.ok).toBe(true);
+    const letters = await eventually(async () => {
+      const found = await transport.deadLetters.list('c');
+      expect(found).toHaveLength(3);
+      return found;
+    });
+    expect(letters.map((letter) => letter.envelope.messageId)).toEqual(sent.slice(0, 3).map((e) => e.messageId));
+    expect(letters.map((letter) => letter.reason.code)).toEqual(['BROKER_MAXLEN', 'BROKER_MAXLEN', 'BROKER_MAXLEN']);
+    const received: string[] = [];
+    await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      received.push(delivery.envelope.messageId);
+      await delivery.ack();
+    });
+    await eventually(() => expect(received).toEqual(sent.slice(3).map((e) => e.messageId)));
+  });
+
+  it('maxLengthBytes counts message bodies', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLengthBytes: 250 } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const body = JSON.stringify('x'.repeat(98)); // 100 bytes
+    // 250 bytes hold two bodies of 100; the third crosses the limit and is still taken (see expectFilledAt).
+    expectFilledAt(await publishOneByOne(transport, Array.from({ length: 5 }, () => envelope('jobs', { payload: body }))), 2);
+  });
+
+  it('a changed limit on an existing queue: provision and subscribe fail with a ConfigError naming the queue, the argument and the ways out', async () => {
+    const { prefix, transport: before } = transportFor();
+    removeTopologyAfter(prefix);
+    await before.provision(ENDPOINT);
+    const { transport: after } = transportFor({ queueLimits: { c: { maxLength: 10 } } }, prefix);
+    const queue = after.names('c').queue;
+    for (const attempt of [() => after.provision(ENDPOINT), () => after.subscribe({ ...ENDPOINT, concurrency: 1 }, async () => undefined)]) {
+      const error = await thrown(attempt);
+      expect(error).toBeInstanceOf(ConfigError);
+      const text = (error as ConfigError).message;
+      expect(text).toContain(`queue '${queue}' of consumer 'c' exists with another 'x-max-length' than 'queueLimits.c' declares`);
+      expect(text).toContain('rabbitmqctl set_policy');
+      expect(text).toContain(`rabbitmqctl delete_queue ${queue}`);
+    }
+    // The other way round (limits first, then none) is refused too, and the transport stays usable.
+    const { transport: without } = transportFor({ queueLimits: { c: { maxLength: 10, overflow: 'drop-head' } } }, prefix);
+    const error = await thrown(() => without.provision(ENDPOINT));
+    expect((error as ConfigError).message).toMatch(/exists with another 'x-(overflow|dead-letter-strategy|max-length)'/);
+    expect((await before.publish([envelope('jobs')]))[0]!.ok).toBe(true);
+  });
+
+  it('accepts the largest TTL it validates (2^32 - 1 ms)', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { messageTtlMs: 2 ** 32 - 1, maxLength: 2 ** 40 } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    expect((await transport.publish([envelope('jobs')]))[0]!.ok).toBe(true);
+  });
+});
+
+describe('the relay under a full queue', () => {
+  const Job = defineMessage('jobs.Queued', { version: 1, topic: 'jobs' });
+
+  it('loses nothing and dead-letters nothing: fill the queue, then drain it, everything arrives once', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLength: 3 } } });
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const db = new InMemoryDatabase();
+    const outbox = new InMemoryOutboxStore({ database: db });
+    // One attempt: a full queue counted as an attempt would make a dead outbox row at once.
+    const bus = createBus<InMemoryTransaction>({
+      outbox,
+      inbox: new InMemoryInboxStore({ database: db }),
+      transport,
+      relay: { pollIntervalMs: 20, batchSize: 5, retry: { maxAttempts: 1 }, pause: { initialDelayMs: 50, maxDelayMs: 200 } },
+    });
+    cleanups.push(() => bus.stop({ timeoutMs: 2_000 }));
+    await bus.start({ relay: true, consumers: false });
+    const ids = Array.from({ length: 20 }, (_, index) => `job-${index}`);
+    await db.transaction(async (tx) => {
+      for (const [index, id] of ids.entries()) bus.outbox(tx).publish(Job, { id }, { messageId: id, key: `k-${index % 4}` });
+    });
+    // The queue fills; the rest is nacked again and again, and stays in the outbox.
+    await eventually(() => expect(transport.stats().nacked).toBeGreaterThanOrEqual(10), 20_000);
+    // The limit is 3; a quorum queue takes what was in flight when it crossed it (one batch at most).
+    const taken = transport.stats().confirmed;
+    expect(taken).toBeGreaterThanOrEqual(3);
+    expect(taken).toBeLessThanOrEqual(3 + 5);
+    expect(bus.health().counters.relayPauses).toBeGreaterThanOrEqual(1);
+    expect(await outbox.stats()).toMatchObject({ dead: 0, pending: 20 - taken });
+
+    // Drain through a consumer in another transport (another process, say): it declares the same limits.
+    const { transport: reader } = transportFor({ queueLimits: { c: { maxLength: 3 } } }, prefix);
+    const received: string[] = [];
+    await reader.subscribe({ ...ENDPOINT, concurrency: 2 }, async (delivery) => {
+      received.push(delivery.envelope.messageId);
+      await delivery.ack();
+    });
+    await eventually(() => expect([...received].sort()).toEqual([...ids].sort()), 30_000);
+    await eventually(async () => expect(await outbox.stats()).toMatchObject({ pending: 0, dead: 0 }));
+    expect(received).toHaveLength(ids.length); // each once
+    expect(await outbox.listDead()).toEqual([]);
+    expect(await transport.deadLetters.list('c')).toEqual([]);
+    expect(bus.health().counters).toMatchObject({ publishFailures: 0 });
+  });
+});
