@@ -48,6 +48,14 @@ export interface InboxStore<Tx> {
    * appends itself, so a name that does not fit never reaches the store.
    */
   readonly limits?: PortLimits;
+  /**
+   * Optional capability flag: `false` when the store cannot write its record in `work`'s
+   * unit of work (a key-value store beside the database, such as Redis), so the record is
+   * written after that unit of work commits. Then a crash between the two runs `work` again
+   * on redelivery, and effects outside the unit of work need `messageId` as their
+   * idempotency key. Absent or `true`: the record commits with the effects, as above.
+   */
+  readonly recordCommitsWithEffects?: boolean;
 }
 
 /** A key stopped by an ordered subscription's `halt` poison policy, as operators see it. */
