@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepares the local services Courier's tests and examples use, idempotently:
-#   PostgreSQL  role courier/courier (LOGIN CREATEDB), database courier_test owned by it
+#   PostgreSQL  role courier/courier (LOGIN CREATEDB), database courier_test owned by it;
+#               role courier_noperm/courier_noperm (LOGIN, no privilege: the CLI's
+#               permission-denied test)
 #   MariaDB     user courier/courier at 127.0.0.1 and localhost, database courier_test,
 #               all privileges on courier_test and on every courier_* database
 #   RabbitMQ    guest/guest on loopback (its default)
@@ -117,6 +119,9 @@ BEGIN
     CREATE ROLE courier LOGIN CREATEDB PASSWORD 'courier';
   ELSE
     ALTER ROLE courier LOGIN CREATEDB PASSWORD 'courier';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'courier_noperm') THEN
+    CREATE ROLE courier_noperm LOGIN PASSWORD 'courier_noperm';
   END IF;
 END
 $$;

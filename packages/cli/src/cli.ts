@@ -1,8 +1,9 @@
 import { createInterface } from 'node:readline/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Command, CommanderError, Option } from 'commander';
-import { CourierError, describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
+import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
+import { diagnose, isCourierShaped } from './diagnose.js';
 import { actOnParked, failureFacts, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
@@ -72,8 +73,6 @@ class ConfigFailure extends Error {
   override readonly name = 'ConfigFailure';
 }
 
-const UNREACHABLE = /ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EHOSTUNREACH|ECONNRESET|getaddrinfo|connect ETIMEDOUT|Connection terminated|SQLITE_CANTOPEN/i;
-
 function report(error: unknown, io: CliIo): number {
   if (error instanceof CommanderError) {
     // Commander printed the message or the help itself.
@@ -85,19 +84,19 @@ function report(error: unknown, io: CliIo): number {
     io.err(`courier: ${text}\n(see \`courier --help\`)`);
     return EXIT.usage;
   }
-  const causeText = error instanceof Error && error.cause !== undefined ? describeError(error.cause) : '';
-  if (UNREACHABLE.test(text) || UNREACHABLE.test(causeText) || (error instanceof CourierError && error.retriable && (error.code === 'STORAGE' || error.code === 'TRANSPORT'))) {
-    io.err(`courier: ${text}\nremedy: is the database or broker running and reachable at the address your courier config uses? Start it, or fix the address, and run the command again.`);
-  } else if (error instanceof CourierError && error.code === 'SCHEMA_MISSING') {
-    io.err(`courier: ${text}\nremedy: run \`courier migrate\` (or \`courier migrate --print\` to hand the SQL to a DBA).`);
-  } else if (error instanceof CourierError || error instanceof NotFoundError || error instanceof ConfigFailure) {
+  const diagnosis = diagnose(error, { fromConfigCode: error instanceof ConfigFailure });
+  let exit: number = EXIT.failure;
+  if (diagnosis !== undefined) {
+    io.err(`courier: ${text}\nremedy: ${diagnosis.remedy}`);
+    exit = diagnosis.exit;
+  } else if (error instanceof NotFoundError || isCourierShaped(error)) {
     io.err(`courier: ${text}`);
   } else {
     io.err(`courier: unexpected error: ${describeError(error)}`);
     if (!debug && error instanceof Error && error.stack) io.err('(set COURIER_DEBUG=1 for the stack trace)');
   }
   if (debug && error instanceof Error && error.stack) io.err(error.stack);
-  return EXIT.failure;
+  return exit;
 }
 
 type Opener = (command: string, configPath: string | undefined) => Promise<CourierCliSetup>;
@@ -134,17 +133,17 @@ Examples:
       .action(async (options: { json?: boolean; watch?: boolean; interval: string }) => {
         const interval = parseDuration(options.interval, '--interval');
         const setup = await open('stats', configOf());
-        let partial = false;
+        let unavailable: CliStats['unavailable'] = [];
         const render = async (): Promise<string> => {
           const stats = await collectStats(setup);
-          partial = stats.unavailable.length > 0;
+          unavailable = stats.unavailable;
           return options.json ? toJson(stats) : renderStats(stats);
         };
         if (!options.watch) {
           io.out(await render());
-          if (partial) {
+          if (unavailable.length > 0) {
             // What could be read is printed; the exit code still tells a script it is incomplete.
-            io.err('courier: some stats could not be read (listed under "could not read"); is the database or broker running and reachable?');
+            io.err(`courier: some stats could not be read (listed under "could not read")\n${statsRemedies(unavailable)}`);
             setExit(EXIT.failure);
           }
           return;
@@ -707,7 +706,8 @@ export interface CliStats {
    * What could not be read (a database or broker away), each with the error: the rest is
    * still reported, so a broker outage does not hide the outbox backlog. Empty when all was read.
    */
-  readonly unavailable: readonly { readonly what: string; readonly error: string }[];
+  /** The parts that could not be read, each with the remedy for its error where it is a known one. */
+  readonly unavailable: readonly { readonly what: string; readonly error: string; readonly remedy?: string }[];
 }
 
 const DEPTH_LIMIT = 10_000;
@@ -722,13 +722,14 @@ const SAFE_PRUNE_MS = 86_400_000;
 
 async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   if (!setup.outbox && !setup.inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides no outbox, inbox or transport dead letters to report on');
-  const unavailable: { what: string; error: string }[] = [];
+  const unavailable: { what: string; error: string; remedy?: string }[] = [];
   // Each part is read on its own: one failing (the broker down) must not hide the others.
   const read = async <T>(what: string, work: () => Promise<T>): Promise<T | null> => {
     try {
       return await work();
     } catch (error) {
-      unavailable.push({ what, error: describeError(error) });
+      const remedy = diagnose(error)?.remedy;
+      unavailable.push({ what, error: describeError(error), ...(remedy !== undefined ? { remedy } : {}) });
       return null;
     }
   };
@@ -762,6 +763,12 @@ async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
       : null,
   ]);
   return { outbox, inbox: inboxResult, consumerHalts, transport, unavailable };
+}
+
+/** One `remedy:` line per distinct remedy of the parts `courier stats` could not read. */
+function statsRemedies(unavailable: CliStats['unavailable']): string {
+  const remedies = [...new Set(unavailable.map((part) => part.remedy ?? 'see the error of each part under "could not read"; COURIER_DEBUG=1 prints its stack'))];
+  return remedies.map((remedy) => `remedy: ${remedy}`).join('\n');
 }
 
 function renderStats(stats: CliStats): string {

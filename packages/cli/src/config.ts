@@ -109,7 +109,9 @@ export async function loadConfig(path: string | undefined, cwd: string = process
       module = (await import(url)) as { default?: unknown };
     }
   } catch (error) {
-    throw new ConfigError(`config file '${file}' failed to load: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    // One line: the compiler's message spans several ("Transform failed with 1 error:\n<file>:2:0: ERROR: …").
+    const reason = (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, ' ');
+    throw new ConfigError(`config file '${file}' failed to load: ${reason}`, { cause: error });
   }
   // tsx may wrap a CommonJS-looking module's exports once more.
   let exported = module.default;

@@ -7,9 +7,10 @@
 //
 // esbuild transpiles file by file (no bundle, no type check: `pnpm typecheck` does that),
 // so the layout and module graph are those of `tsc -p tsconfig.build.json`: one copy of
-// `@courier/core` shared by the CLI and the stores the config builds, which the CLI's
-// `instanceof` checks on their errors need. It rebuilds every time: a dist/ left from an
-// older source would test old code.
+// `@courier/core` on disk for the CLI and the stores the config builds. (Not one module
+// instance: tsx's `tsImport` loads the config's imports under a namespace of their own, so
+// the CLI reads their errors by shape, never by `instanceof`: src/diagnose.ts.) It rebuilds
+// every time: a dist/ left from an older source would test old code.
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';

@@ -16,9 +16,9 @@ export interface CliResult {
   readonly stderr: string;
 }
 
-/** Starts `courier <args>` with the test config and `env` added. */
-export function startCli(args: readonly string[], env: Record<string, string>): ChildProcess {
-  return spawn(process.execPath, [BIN, '--config', CONFIG, ...args], {
+/** Starts `courier <args>` with the test config (or `config`) and `env` added. */
+export function startCli(args: readonly string[], env: Record<string, string>, config: string = CONFIG): ChildProcess {
+  return spawn(process.execPath, [BIN, '--config', config, ...args], {
     cwd: PACKAGE_DIR,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -26,8 +26,8 @@ export function startCli(args: readonly string[], env: Record<string, string>): 
 }
 
 /** Runs `courier <args>` to its end and returns its exit code and output. */
-export function runCli(args: readonly string[], env: Record<string, string>, timeoutMs = 60_000): Promise<CliResult> {
-  const child = startCli(args, env);
+export function runCli(args: readonly string[], env: Record<string, string>, timeoutMs = 60_000, config: string = CONFIG): Promise<CliResult> {
+  const child = startCli(args, env, config);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
