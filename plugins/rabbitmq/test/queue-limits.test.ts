@@ -12,7 +12,7 @@ import {
 } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
-import { BROKER_URL, deleteTopology, eventually, TEST_TIERS_MS, testId } from './support/broker.js';
+import { BROKER_URL, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
 import { envelope } from './support/envelopes.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -147,6 +147,36 @@ describe('RabbitMqTransport queueLimits on the broker', () => {
       await delivery.ack();
     });
     await eventually(() => expect(received).toEqual(sent.slice(3).map((e) => e.messageId)));
+  });
+
+  // x-first-death-reason keeps the first death for ever: a message that went through a
+  // delay tier (which dead-letters it back, reason expired) and was then dropped by
+  // max-length was listed as BROKER_EXPIRED. The latest death (x-death[0]) is the reason.
+  it('a message dropped by max-length after a retry is listed with reason maxlen, not the retry tier expiring', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLength: 1, overflow: 'drop-head' } } });
+    removeTopologyAfter(prefix);
+    const first = envelope('jobs');
+    let retried = false;
+    const subscription = await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      await delivery.retry(0, { code: 'AGAIN', message: 'later' });
+      retried = true;
+    });
+    expect((await transport.publish([first]))[0]!.ok).toBe(true);
+    await eventually(() => expect(retried).toBe(true));
+    await subscription.close();
+    // Back from the 200 ms tier (x-death: expired), it waits in the queue; the next message pushes it out.
+    const connection = await openConnection(`${prefix}-check`);
+    cleanups.push(() => connection.close());
+    const channel = await connection.createChannel();
+    await eventually(async () => expect((await channel.checkQueue(transport.names('c').queue)).messageCount).toBe(1));
+    expect((await transport.publish([envelope('jobs')]))[0]!.ok).toBe(true);
+    const [letter] = await eventually(async () => {
+      const found = await transport.deadLetters.list('c');
+      expect(found).toHaveLength(1);
+      return found;
+    });
+    expect(letter!.envelope.messageId).toBe(first.messageId);
+    expect(letter!.reason).toEqual({ code: 'BROKER_MAXLEN', message: 'dead-lettered by RabbitMQ (maxlen)' });
   });
 
   it('maxLengthBytes counts message bodies', async () => {
