@@ -7,6 +7,7 @@ import {
   InMemoryOutboxStore,
   createBus,
   defineMessage,
+  PRIORITY_HEADER,
   type Envelope,
   type InMemoryTransaction,
 } from '@courier/core';
@@ -75,7 +76,7 @@ describe('RabbitMqTransport queueLimits: configuration', () => {
         new RabbitMqTransport({
           connection: BROKER_URL,
           queueLimits: {
-            a: { messageTtlMs: 0, maxLength: 1.5, maxLengthBytes: -1 },
+            a: { messageTtlMs: 0, maxLength: 1.5, maxLengthBytes: -1, maxPriority: 10 },
             b: { maxLength: 10, overflow: 'reject-publish-dlx' as 'drop-head', maxLenght: 3 } as never,
             c: { overflow: 'drop-head' },
             'bad name!': {},
@@ -87,7 +88,8 @@ describe('RabbitMqTransport queueLimits: configuration', () => {
       `'queueLimits.a.messageTtlMs' must be an integer from 1 to 4294967295, got 0`,
       `'queueLimits.a.maxLength' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got 1.5`,
       `'queueLimits.a.maxLengthBytes' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got -1`,
-      `'queueLimits.b.maxLenght' is not an option (known: messageTtlMs, maxLength, maxLengthBytes, overflow)`,
+      `'queueLimits.a.maxPriority' must be an integer from 1 to 9, got 10`,
+      `'queueLimits.b.maxLenght' is not an option (known: messageTtlMs, maxLength, maxLengthBytes, overflow, maxPriority)`,
       `'queueLimits.b.overflow' must be 'reject-publish' or 'drop-head', got "reject-publish-dlx"`,
       `'queueLimits.c.overflow' needs 'maxLength' or 'maxLengthBytes': without a length the queue is never full`,
       `'queueLimits' key 'bad name!' is not a consumer name ([A-Za-z0-9._-])`,
@@ -261,5 +263,58 @@ describe('the relay under a full queue', () => {
     expect(await outbox.listDead()).toEqual([]);
     expect(await transport.deadLetters.list('c')).toEqual([]);
     expect(bus.health().counters).toMatchObject({ publishFailures: 0 });
+  });
+});
+
+describe('priorities (queueLimits.maxPriority: a classic priority queue)', () => {
+  const prioritized = (priority: number | null): Envelope => envelope('jobs', priority === null ? {} : { headers: { [PRIORITY_HEADER]: String(priority) } });
+
+  it('under a backlog serves the high band first, and the low band still moves', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxPriority: 9 } }, prefetch: () => 1 });
+    removeTopologyAfter(prefix);
+    expect(transport.capabilities.priorities).toBe(true);
+    await transport.provision(ENDPOINT);
+    // Low first, then high: a FIFO queue would deliver the low band first.
+    const low = Array.from({ length: 15 }, (_, index) => prioritized(index % 3 === 0 ? null : 1));
+    const high = Array.from({ length: 10 }, () => prioritized(9));
+    expect((await transport.publish([...low, ...high])).every((r) => r.ok)).toBe(true);
+    const received: Envelope[] = [];
+    await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      received.push(delivery.envelope);
+      await delivery.ack();
+    });
+    await eventually(() => expect(received).toHaveLength(low.length + high.length));
+    expect(received.slice(0, high.length).map((e) => e.messageId)).toEqual(high.map((e) => e.messageId));
+    // Within a band, publish order; the envelope keeps its priority (none stays none).
+    expect(received.slice(high.length).map((e) => e.messageId)).toEqual([...low.filter((e) => e.headers[PRIORITY_HEADER] === '1'), ...low.filter((e) => e.headers[PRIORITY_HEADER] === undefined)].map((e) => e.messageId));
+    expect(received).toEqual(expect.arrayContaining([...low, ...high]));
+  });
+
+  it('a retried message keeps its priority', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxPriority: 5 } } });
+    removeTopologyAfter(prefix);
+    const sent = prioritized(5);
+    const attempts: { attempt: number; priority: unknown }[] = [];
+    await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      attempts.push({ attempt: delivery.attempt, priority: delivery.envelope.headers[PRIORITY_HEADER] });
+      if (delivery.attempt === 1) await delivery.retry(0, { code: 'AGAIN', message: 'once more' });
+      else await delivery.ack();
+    });
+    expect((await transport.publish([sent]))[0]!.ok).toBe(true);
+    await eventually(() => expect(attempts).toEqual([{ attempt: 1, priority: '5' }, { attempt: 2, priority: '5' }]));
+  });
+
+  it('turning priorities on for an existing quorum queue is a ConfigError naming the argument', async () => {
+    const { prefix, transport: before } = transportFor();
+    removeTopologyAfter(prefix);
+    await before.provision(ENDPOINT);
+    const { transport: after } = transportFor({ queueLimits: { c: { maxPriority: 3 } } }, prefix);
+    const error = await thrown(() => after.provision(ENDPOINT));
+    expect(error).toBeInstanceOf(ConfigError);
+    const text = (error as ConfigError).message;
+    // RabbitMQ names the first argument that differs (on 3.10.8: x-dead-letter-strategy, which a classic queue does not take).
+    expect(text).toMatch(/exists with another 'x-(queue-type|max-priority|overflow|dead-letter-strategy)'/);
+    expect(text).toContain('maxPriority');
+    expect(text).not.toContain('set_policy');
   });
 });
