@@ -633,6 +633,10 @@ export class RabbitMqTransport implements Transport {
     if (!Number.isSafeInteger(endpoint.concurrency) || endpoint.concurrency < 1) {
       problems.push(`consumer '${endpoint.consumer}' concurrency must be an integer of 1 or more`);
     }
+    if (endpoint.ordered && this.#queueLimits.get(endpoint.consumer)?.maxPriority !== undefined) {
+      // A priority queue delivers a later, higher-priority message of a key before an earlier one.
+      problems.push(`consumer '${endpoint.consumer}' is ordered, and 'queueLimits.${endpoint.consumer}.maxPriority' would reorder its keys: use one or the other`);
+    }
     if (problems.length > 0) throw new ConfigError(problems);
   }
 

@@ -304,6 +304,15 @@ describe('priorities (queueLimits.maxPriority: a classic priority queue)', () =>
     await eventually(() => expect(attempts).toEqual([{ attempt: 1, priority: '5' }, { attempt: 2, priority: '5' }]));
   });
 
+  it('refuses priorities for an ordered consumer: they would reorder its keys', async () => {
+    const { transport } = transportFor({ queueLimits: { c: { maxPriority: 3 } } });
+    for (const attempt of [() => transport.provision({ ...ENDPOINT, ordered: true }), () => transport.subscribe({ ...ENDPOINT, ordered: true, concurrency: 1 }, async () => undefined)]) {
+      const error = await thrown(attempt);
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as ConfigError).problems).toEqual([`consumer 'c' is ordered, and 'queueLimits.c.maxPriority' would reorder its keys: use one or the other`]);
+    }
+  });
+
   it('turning priorities on for an existing quorum queue is a ConfigError naming the argument', async () => {
     const { prefix, transport: before } = transportFor();
     removeTopologyAfter(prefix);
