@@ -28,6 +28,12 @@ export interface PublishOptions {
   readonly occurredAt?: Date;
   /** User headers; string values, no `courier-` prefix. */
   readonly headers?: Readonly<Record<string, string>>;
+  /**
+   * Priority, 0 (lowest) to 9; overrides the definition's. Carried in the envelope as the
+   * `courier-priority` header and honoured only by transports declaring
+   * `capabilities.priorities` for consumers that ask for it; others ignore it.
+   */
+  readonly priority?: number;
 }
 
 /** Writes messages into one unit of work. Obtained from {@link Bus.outbox}. */

@@ -1,6 +1,6 @@
 import { SpanKind, type Tracer } from '@opentelemetry/api';
 import type { Handler, HandlerContext, PoisonPolicy, ReceivedMessage } from './bus-types.js';
-import type { Envelope } from './envelope.js';
+import { PRIORITY_HEADER, type Envelope } from './envelope.js';
 import { CourierError, SerializationError, StorageError, UnrecoverableError, describeError, isRetriable } from './errors.js';
 import type { FaultContext, FaultPoint } from './fault-points.js';
 import { hasInboxHalts, type InboxDrainClaim, type InboxHalts, type InboxStore } from './inbox-store.js';
@@ -531,7 +531,7 @@ export class Consumer<Tx> {
       occurredAt: new Date(envelope.occurredAt),
       correlationId: envelope.correlationId,
       causationId: envelope.causationId,
-      headers: envelope.headers,
+      headers: userHeaders(envelope.headers),
       payload,
     });
     const context = this.#context(tx, envelope, attempt);
@@ -1030,4 +1030,11 @@ function markReplay(envelope: Envelope): Envelope {
 function unmarkReplay(envelope: Envelope): Envelope {
   const { [REPLAY_HEADER]: _mark, ...headers } = envelope.headers;
   return { ...envelope, headers };
+}
+
+/** The headers a handler sees: without {@link PRIORITY_HEADER}, Courier's own (every other `courier-` name is never in an envelope). */
+function userHeaders(headers: Readonly<Record<string, string>>): Readonly<Record<string, string>> {
+  if (headers[PRIORITY_HEADER] === undefined) return headers;
+  const { [PRIORITY_HEADER]: _priority, ...rest } = headers;
+  return Object.freeze(rest);
 }

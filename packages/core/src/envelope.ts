@@ -7,7 +7,8 @@ import { hasUnstorableText, unstorableCharacter } from './reason-text.js';
  * Guarantees: `messageId` is set once by the producer and never changes on retry or
  * replay; `payload` is the JSON text exactly as it was stored and published (stores and
  * transports keep it byte for byte); `headers` never contain the reserved `courier-`
- * prefix (transports use that prefix for their own metadata).
+ * prefix (transports use that prefix for their own metadata), except a valid
+ * {@link PRIORITY_HEADER} that core's publish sets from `priority`.
  */
 export interface Envelope {
   /** Unique id (UUIDv7 by default: time-ordered). */
@@ -54,6 +55,28 @@ export const ENVELOPE_FIELDS = [
 
 /** Header prefix reserved for Courier's own metadata on every transport. */
 export const RESERVED_HEADER_PREFIX = 'courier-';
+
+/**
+ * The one Courier header an envelope may carry: the message's priority, `'0'` (lowest) to
+ * `'9'`, set from `priority` (the definition's or the publish call's), never by user
+ * headers. A header rather than an envelope field, so every store keeps it with the other
+ * headers without a schema change. Transports that declare `capabilities.priorities`
+ * honour it (RabbitMQ maps it to AMQP `priority`); others carry or ignore it. Handlers do
+ * not see it in `message.headers`.
+ */
+export const PRIORITY_HEADER = 'courier-priority';
+
+/** Highest message priority (0 is the lowest): AMQP allows 255, RabbitMQ advises at most 10 levels. */
+export const MAX_PRIORITY = 9;
+
+const PRIORITY_VALUE = /^[0-9]$/;
+const ALLOW_PRIORITY = Object.freeze({ allowPriority: true });
+
+/** The priority `envelope` carries ({@link PRIORITY_HEADER}), or null when it has none. */
+export function envelopePriority(envelope: Pick<Envelope, 'headers'>): number | null {
+  const value = envelope.headers[PRIORITY_HEADER];
+  return value !== undefined && PRIORITY_VALUE.test(value) ? Number(value) : null;
+}
 
 /**
  * Upper bounds applied by {@link decodeEnvelope} and at publish, so hostile input cannot
@@ -267,11 +290,12 @@ export function isValidTopic(topic: string): boolean {
 
 /**
  * Lists every problem with user headers: non-string values, empty or reserved names
- * (`courier-` prefix, any case), too many, names and values longer than
+ * (`courier-` prefix, any case; with `allowPriority`, a valid {@link PRIORITY_HEADER} is
+ * accepted, as in a stored envelope), too many, names and values longer than
  * {@link ENVELOPE_LIMITS} allows in UTF-8 bytes, or holding U+0000 or a lone surrogate
  * ({@link unstorableProblem}). Returns an empty list when fine.
  */
-export function headerProblems(headers: unknown, root = 'headers'): string[] {
+export function headerProblems(headers: unknown, root = 'headers', options: { readonly allowPriority?: boolean } = {}): string[] {
   if (headers === undefined) return [];
   if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) {
     return [`'${root}' must be an object of string values`];
@@ -286,6 +310,10 @@ export function headerProblems(headers: unknown, root = 'headers'): string[] {
     if (name.length === 0) problems.push(`'${root}' has an empty header name`);
     else if (nameBytes > ENVELOPE_LIMITS.headerNameBytes) {
       problems.push(`header name ${quoteStart(name)} is ${nameBytes} UTF-8 bytes; at most ${ENVELOPE_LIMITS.headerNameBytes} are allowed`);
+    }
+    if (name === PRIORITY_HEADER && options.allowPriority === true) {
+      if (typeof value !== 'string' || !PRIORITY_VALUE.test(value)) problems.push(`header '${PRIORITY_HEADER}' must be a digit from 0 to ${MAX_PRIORITY}`);
+      continue;
     }
     if (name.toLowerCase().startsWith(RESERVED_HEADER_PREFIX)) {
       problems.push(`header '${name}' uses the reserved '${RESERVED_HEADER_PREFIX}' prefix`);
@@ -344,7 +372,7 @@ export function decodeEnvelope(input: unknown): Envelope {
     if (value !== null && hasUnstorableText(value)) problems.push(unstorableProblem(`'${field}'`, value));
   }
   const rawHeaders = own(record, 'headers') ?? {};
-  const headerIssues = headerProblems(rawHeaders);
+  const headerIssues = headerProblems(rawHeaders, 'headers', ALLOW_PRIORITY);
   if (headerIssues.length > 0) problems.push(...headerIssues);
   const payload = own(record, 'payload');
   if (typeof payload !== 'string') problems.push(`'payload' must be JSON text, got ${describeType(payload)}`);
@@ -413,7 +441,7 @@ export function sealEnvelope(envelope: Envelope): boolean {
     (e.causationId === null || (typeof e.causationId === 'string' && e.causationId.length <= ENVELOPE_LIMITS.idLength && !hasUnstorableText(e.causationId))) &&
     (e.traceparent === null || (typeof e.traceparent === 'string' && TRACEPARENT.test(e.traceparent))) &&
     (e.tracestate === null || (typeof e.tracestate === 'string' && e.tracestate.length <= 512 && !hasUnstorableText(e.tracestate))) &&
-    (e.headers === NO_HEADERS || headerProblems(e.headers).length === 0) &&
+    (e.headers === NO_HEADERS || headerProblems(e.headers, 'headers', ALLOW_PRIORITY).length === 0) &&
     typeof e.payload === 'string';
   if (ok) sealed.add(e);
   return ok;

@@ -14,9 +14,12 @@ export type { Envelope, LengthLimit, PortLimits } from './envelope.js';
 export {
   ENVELOPE_FIELDS,
   ENVELOPE_LIMITS,
+  MAX_PRIORITY,
+  PRIORITY_HEADER,
   RESERVED_HEADER_PREFIX,
   acceptEnvelope,
   decodeEnvelope,
+  envelopePriority,
   headerProblems,
   isValidTopic,
   isValidType,
@@ -26,7 +29,7 @@ export { REASON_LIMITS, boundReason, boundReasonText, boundText, hasUnstorableTe
 export type { JsonValue } from './json.js';
 export { assertPlainJson, parsePayload, serializePayload } from './json.js';
 export type { DecodedOf, MessageDefinition, MessageDefinitionConfig, PayloadOf, Upcaster } from './message-definition.js';
-export { decodeForConsume, defineMessage, validateForPublish } from './message-definition.js';
+export { decodeForConsume, defineMessage, isPriority, validateForPublish } from './message-definition.js';
 export type { RetryPolicy } from './retry.js';
 export { DEFAULT_RETRY_POLICY, backoffDelay, retryPolicy } from './retry.js';
 export type { LinkedSignal } from './signals.js';

@@ -1,5 +1,5 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { isValidTopic, isValidType } from './envelope.js';
+import { isValidTopic, isValidType, MAX_PRIORITY } from './envelope.js';
 import { ConfigError, SerializationError } from './errors.js';
 
 /** Converts a payload of version `n` into version `n + 1`. Must be pure. */
@@ -15,6 +15,12 @@ export interface MessageDefinitionConfig<TSchema extends StandardSchemaV1 | unde
   readonly schema?: TSchema;
   /** `upcasters[n]` turns a version-`n` payload into version `n + 1`, for every `n` below `version`. */
   readonly upcasters?: Readonly<Record<number, Upcaster>>;
+  /**
+   * Default priority of its messages, 0 (lowest) to 9 (`MAX_PRIORITY`); a publish call's
+   * `priority` overrides it. Honoured only by transports declaring `capabilities.priorities`
+   * and consumers that ask for it (RabbitMQ: `queueLimits[consumer].maxPriority`).
+   */
+  readonly priority?: number;
 }
 
 /** Payload type a definition carries: the schema's input on publish, output on consume. */
@@ -32,6 +38,8 @@ export interface MessageDefinition<TInput = unknown, TOutput = TInput> {
   readonly topic: string;
   readonly schema: StandardSchemaV1<TInput, TOutput> | undefined;
   readonly upcasters: Readonly<Record<number, Upcaster>>;
+  /** Default priority of its messages (see {@link MessageDefinitionConfig.priority}); absent when none. */
+  readonly priority?: number;
 }
 
 type InferInput<S> = S extends StandardSchemaV1<infer I, unknown> ? I : unknown;
@@ -76,14 +84,24 @@ export function defineMessage<TSchema extends StandardSchemaV1 | undefined = und
       }
     }
   }
+  const priority: unknown = config?.priority;
+  if (priority !== undefined && !isPriority(priority)) {
+    problems.push(`priority of '${String(type)}' must be an integer from 0 to ${MAX_PRIORITY}, got ${JSON.stringify(priority)}`);
+  }
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze({
+    ...(priority === undefined ? {} : { priority: priority as number }),
     type,
     version: version as number,
     topic: topic as string,
     schema: schema as StandardSchemaV1<InferInput<TSchema>, InferOutput<TSchema>> | undefined,
     upcasters: Object.freeze({ ...upcasters }),
   });
+}
+
+/** True for a valid message priority: an integer from 0 to `MAX_PRIORITY`. */
+export function isPriority(value: unknown): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= MAX_PRIORITY;
 }
 
 /**

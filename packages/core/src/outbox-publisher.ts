@@ -1,11 +1,24 @@
 import type { Tracer } from '@opentelemetry/api';
 import { uuidv7 } from 'uuidv7';
 import type { OutboxPublisher, PublishOptions } from './bus-types.js';
-import { ENVELOPE_LIMITS, envelopeLimitProblems, headerProblems, isValidTopic, isValidType, NO_HEADERS, sealEnvelope, unstorableProblem, type Envelope, type NamedLimits } from './envelope.js';
+import {
+  ENVELOPE_LIMITS,
+  envelopeLimitProblems,
+  headerProblems,
+  isValidTopic,
+  isValidType,
+  MAX_PRIORITY,
+  NO_HEADERS,
+  PRIORITY_HEADER,
+  sealEnvelope,
+  unstorableProblem,
+  type Envelope,
+  type NamedLimits,
+} from './envelope.js';
 import { ConfigError, SerializationError } from './errors.js';
 import { serializePayload } from './json.js';
 import { hasUnstorableText } from './reason-text.js';
-import { validateForPublish, type MessageDefinition } from './message-definition.js';
+import { isPriority, validateForPublish, type MessageDefinition } from './message-definition.js';
 import type { OutboxAppend, OutboxStore } from './outbox-store.js';
 import { captureTrace } from './telemetry.js';
 
@@ -79,6 +92,12 @@ export function buildAppend(
   if (options === null || typeof options !== 'object') throw new ConfigError(`publish '${definition.type}': options must be an object`);
   const given = readOptions(options);
   const problems = optionProblems(given);
+  const priority = given.priority ?? definition.priority;
+  if (given.priority !== undefined && !isPriority(given.priority)) {
+    problems.push(`'priority' must be an integer from 0 to ${MAX_PRIORITY}, got ${JSON.stringify(given.priority)}`);
+  } else if (given.priority === undefined && priority !== undefined && !isPriority(priority)) {
+    problems.push(`the definition's 'priority' must be an integer from 0 to ${MAX_PRIORITY}, got ${JSON.stringify(priority)}`);
+  }
   if (problems.length > 0) throw new ConfigError(problems.map((problem) => `publish '${definition.type}': ${problem}`));
   validateForPublish(definition, payload);
   const text = serializePayload(payload);
@@ -106,7 +125,7 @@ export function buildAppend(
     causationId: (given.causationId as string | undefined) ?? causation?.causationId ?? null,
     traceparent: trace.traceparent,
     tracestate: trace.tracestate,
-    headers: given.headers as Readonly<Record<string, string>>,
+    headers: priority === undefined ? (given.headers as Readonly<Record<string, string>>) : withPriority(given.headers as Readonly<Record<string, string>>, priority as number),
     payload: text,
   });
   // One ConfigError with every problem: the declared limits and what the transport refuses.
@@ -152,6 +171,15 @@ interface GivenOptions {
   readonly occurredAt: unknown;
   /** A frozen copy of the headers, {@link NO_HEADERS} without any; the value as given when it is not an object (a problem). */
   readonly headers: unknown;
+  readonly priority: unknown;
+}
+
+/** `headers` plus the priority header (user headers cannot hold it: checked before). */
+function withPriority(headers: Readonly<Record<string, string>>, priority: number): Readonly<Record<string, string>> {
+  const copy: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) Object.defineProperty(copy, name, { value, enumerable: true, writable: true, configurable: true });
+  copy[PRIORITY_HEADER] = String(priority);
+  return Object.freeze(copy);
 }
 
 function readOptions(options: PublishOptions): GivenOptions {
@@ -164,6 +192,7 @@ function readOptions(options: PublishOptions): GivenOptions {
     correlationId: options.correlationId,
     causationId: options.causationId,
     occurredAt: options.occurredAt,
+    priority: options.priority,
     // Own enumerable string keys, copied as data (a `__proto__` name stays a header), as
     // decodeEnvelope copies them: the envelope carries exactly the headers checked.
     headers:

@@ -24,6 +24,13 @@ export interface TransportCapabilities {
   /** `retry(delayMs)` waits the exact delay (false: rounded to a delay tier). */
   readonly nativeDelay: boolean;
   /**
+   * The transport honours message priority (the envelope's `courier-priority`, from
+   * `priority` on the definition or the publish call): a consumer that asks for it gets
+   * higher priorities first from a backlog. Absent or false: priority is carried but
+   * ignored, and messages are delivered as they would be without it.
+   */
+  readonly priorities?: boolean;
+  /**
    * Dead-lettered deliveries are kept by the broker and reachable through `deadLetters`
    * (list, replay, purge). When false, `Delivery.deadLetter` must still take the message
    * out of the consumer's flow and keep it durably with its reason (say, on a dead-letter

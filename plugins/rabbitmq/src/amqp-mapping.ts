@@ -1,4 +1,4 @@
-import { decodeEnvelope, SerializationError, type Envelope } from '@courier/core';
+import { decodeEnvelope, envelopePriority, PRIORITY_HEADER, SerializationError, type Envelope } from '@courier/core';
 
 /**
  * The AMQP message a {@link toAmqpMessage} call produces: body, and the options of its
@@ -25,6 +25,8 @@ export interface AmqpPublishProperties {
   readonly contentEncoding: 'utf-8';
   /** 2 = persistent. */
   readonly deliveryMode: 2;
+  /** The envelope's priority (`courier-priority`), when it has one; honoured by queues declared with `x-max-priority`. */
+  readonly priority?: number;
   readonly headers: Record<string, unknown>;
 }
 
@@ -152,9 +154,13 @@ export function toAmqpMessage(envelope: Envelope, extraHeaders?: Readonly<Record
   if (envelope.traceparent !== null) headers[COURIER_HEADERS.traceparent] = envelope.traceparent;
   if (envelope.tracestate !== null) headers[COURIER_HEADERS.tracestate] = envelope.tracestate;
   if (extraHeaders) Object.assign(headers, extraHeaders);
+  // The header (kept with the others, so the envelope round-trips) and AMQP's own property,
+  // which is what a priority queue orders by.
+  const priority = envelopePriority(envelope);
   return {
     content: Buffer.from(envelope.payload, 'utf8'),
     properties: {
+      ...(priority === null ? {} : { priority }),
       mandatory: true,
       messageId: envelope.messageId,
       correlationId: envelope.correlationId,
@@ -182,7 +188,8 @@ export function fromAmqpMessage(message: AmqpIncoming): Envelope {
   const raw = properties.headers ?? {};
   const userHeaders: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(raw)) {
-    if (name.toLowerCase().startsWith('courier-') || isBrokerHeader(name)) continue;
+    // The priority header is the one Courier header an envelope carries (core validates it).
+    if ((name.toLowerCase().startsWith('courier-') && name !== PRIORITY_HEADER) || isBrokerHeader(name)) continue;
     // Copied as data: a `__proto__` header must stay a header, never a prototype.
     Object.defineProperty(userHeaders, name, { value: headerText(value), enumerable: true, writable: true, configurable: true });
   }
@@ -251,7 +258,8 @@ export function copyProperties(
     deliveryMode: 2,
     mandatory: true,
   };
-  for (const name of ['correlationId', 'type', 'timestamp', 'contentType', 'contentEncoding', 'appId']) {
+  // `priority` too: a retry or replayed copy keeps its place in a priority queue.
+  for (const name of ['correlationId', 'type', 'timestamp', 'contentType', 'contentEncoding', 'appId', 'priority']) {
     const value = properties[name];
     if (value !== undefined && value !== null) copy[name] = value;
   }

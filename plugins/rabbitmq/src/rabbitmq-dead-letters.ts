@@ -145,8 +145,10 @@ function toDeadLetter(consumer: string, message: GetMessage): DeadLetter | null 
   const deadAt = headers[COURIER_HEADERS.deadAt];
   // Without Courier's headers the broker dead-lettered it itself (a delivery limit on
   // RabbitMQ 4, or a rejection after a failed republish): report the broker's reason.
-  const brokerReason = headers['x-first-death-reason'];
-  const death = Array.isArray(headers['x-death']) ? (headers['x-death'][0] as { time?: { value?: unknown } } | undefined) : undefined;
+  // x-death lists the latest death first; x-first-death-reason keeps the first for ever,
+  // which for a message back from a delay tier is that tier's `expired`, not what killed it.
+  const death = Array.isArray(headers['x-death']) ? (headers['x-death'][0] as { time?: { value?: unknown }; reason?: unknown } | undefined) : undefined;
+  const brokerReason = typeof death?.reason === 'string' ? death.reason : headers['x-first-death-reason'];
   const brokerTime = typeof death?.time?.value === 'number' ? new Date(death.time.value * 1000) : new Date(0);
   return Object.freeze({
     id: deadLetterId(envelope.messageId),

@@ -247,6 +247,8 @@ export class RabbitMqTransport implements Transport {
       // not stop the later messages of its key: pipelining a key could let them overtake it.
       orderedPipelining: false,
       nativeDelay: false,
+      // Honoured for consumers whose queueLimits set maxPriority (a classic priority queue).
+      priorities: true,
       nativeDeadLetter: true,
       maxMessageBytes,
       // The longest wait for an answer: timeouts are found by a sweep, not a timer per message.
@@ -631,6 +633,10 @@ export class RabbitMqTransport implements Transport {
     if (!Number.isSafeInteger(endpoint.concurrency) || endpoint.concurrency < 1) {
       problems.push(`consumer '${endpoint.consumer}' concurrency must be an integer of 1 or more`);
     }
+    if (endpoint.ordered && this.#queueLimits.get(endpoint.consumer)?.maxPriority !== undefined) {
+      // A priority queue delivers a later, higher-priority message of a key before an earlier one.
+      problems.push(`consumer '${endpoint.consumer}' is ordered, and 'queueLimits.${endpoint.consumer}.maxPriority' would reorder its keys: use one or the other`);
+    }
     if (problems.length > 0) throw new ConfigError(problems);
   }
 
@@ -798,6 +804,9 @@ function nackError(what: string): TransportError {
   });
 }
 
+/** Queue arguments a policy can also set (`message-ttl`, `max-length`, `max-length-bytes`, `overflow`). */
+const POLICY_ARGUMENTS = new Set(['x-message-ttl', 'x-max-length', 'x-max-length-bytes', 'x-overflow']);
+
 function declarationError(consumer: string, error: unknown): CourierError {
   if (error instanceof CourierError) return error;
   if ((error as { code?: unknown }).code === 406) {
@@ -806,6 +815,16 @@ function declarationError(consumer: string, error: unknown): CourierError {
     const match = /inequivalent arg '([^']+)' for queue '([^']+)'/.exec(text);
     const argument = match?.[1];
     const queue = match?.[2];
+    if (argument !== undefined && queue !== undefined && QUEUE_LIMIT_ARGUMENTS.has(argument) && !POLICY_ARGUMENTS.has(argument)) {
+      // The queue's type, priorities or dead-letter strategy: no policy changes those.
+      return new ConfigError(
+        `queue '${queue}' of consumer '${consumer}' exists with another '${argument}' than 'queueLimits.${consumer}' declares ` +
+          `(maxPriority makes it a classic priority queue; drop-head changes its dead-letter strategy), and no policy can change ` +
+          `that: drain and delete the queue (rabbitmqctl delete_queue ${queue}) so Courier creates it anew, or set ` +
+          `'queueLimits.${consumer}' back to what the queue was created with (${text})`,
+        { cause: error },
+      );
+    }
     if (argument !== undefined && queue !== undefined && QUEUE_LIMIT_ARGUMENTS.has(argument)) {
       return new ConfigError(
         `queue '${queue}' of consumer '${consumer}' exists with another '${argument}' than 'queueLimits.${consumer}' declares, and RabbitMQ ` +

@@ -88,10 +88,18 @@ export interface RabbitMqQueueLimits {
    * at most once (see {@link queueLimitArguments}).
    */
   readonly overflow?: 'reject-publish' | 'drop-head';
+  /**
+   * Priority handling: deliver higher message priorities first (0 to this, 1–9; message
+   * priorities above it count as it). Makes the consumer's queue a **classic** queue with
+   * `x-max-priority`, since quorum queues on RabbitMQ 3.x have no priorities: it is not
+   * replicated (it lives on one node) and its dead-lettering is at most once. See the
+   * README, "Priorities".
+   */
+  readonly maxPriority?: number;
 }
 
 /** The option names of {@link RabbitMqQueueLimits}, for validation. */
-const LIMIT_OPTIONS = new Set(['messageTtlMs', 'maxLength', 'maxLengthBytes', 'overflow']);
+const LIMIT_OPTIONS = new Set(['messageTtlMs', 'maxLength', 'maxLengthBytes', 'overflow', 'maxPriority']);
 // RabbitMQ takes these as unsigned 32-bit (TTL) or 64-bit (lengths) integers; amqplib
 // encodes a JS number above 2^31 - 1 as a signed 64-bit long, which the broker accepts.
 const MAX_TTL_MS = 2 ** 32 - 1;
@@ -107,7 +115,7 @@ export function queueLimitProblems(consumer: string, limits: unknown): string[] 
   for (const name of Object.keys(limits)) {
     if (!LIMIT_OPTIONS.has(name)) problems.push(`'${where}.${name}' is not an option (known: ${[...LIMIT_OPTIONS].join(', ')})`);
   }
-  const { messageTtlMs, maxLength, maxLengthBytes, overflow } = limits as Record<string, unknown>;
+  const { messageTtlMs, maxLength, maxLengthBytes, overflow, maxPriority } = limits as Record<string, unknown>;
   const integer = (name: string, value: unknown, max: number): void => {
     if (value === undefined) return;
     // Zero is refused: a TTL of 0 expires every message no consumer takes at once, and a
@@ -119,6 +127,8 @@ export function queueLimitProblems(consumer: string, limits: unknown): string[] 
   integer('messageTtlMs', messageTtlMs, MAX_TTL_MS);
   integer('maxLength', maxLength, Number.MAX_SAFE_INTEGER);
   integer('maxLengthBytes', maxLengthBytes, Number.MAX_SAFE_INTEGER);
+  // Courier's priorities are 0–9 (core's MAX_PRIORITY); every level costs the broker a sub-queue.
+  integer('maxPriority', maxPriority, 9);
   if (overflow !== undefined && overflow !== 'reject-publish' && overflow !== 'drop-head') {
     problems.push(`'${where}.overflow' must be 'reject-publish' or 'drop-head', got ${JSON.stringify(overflow)}`);
   }
@@ -140,18 +150,31 @@ export function queueLimitProblems(consumer: string, limits: unknown): string[] 
 export function queueLimitArguments(limits: RabbitMqQueueLimits | undefined): Record<string, unknown> {
   if (!limits) return {};
   const args: Record<string, unknown> = {};
+  if (limits.maxPriority !== undefined) {
+    // A classic queue: the quorum-only arguments are left out (see declareConsumer).
+    args['x-queue-type'] = 'classic';
+    args['x-max-priority'] = limits.maxPriority;
+  }
   if (limits.messageTtlMs !== undefined) args['x-message-ttl'] = limits.messageTtlMs;
   if (limits.maxLength !== undefined) args['x-max-length'] = limits.maxLength;
   if (limits.maxLengthBytes !== undefined) args['x-max-length-bytes'] = limits.maxLengthBytes;
   if (limits.overflow === 'drop-head') {
     args['x-overflow'] = 'drop-head';
-    args['x-dead-letter-strategy'] = 'at-most-once';
+    if (limits.maxPriority === undefined) args['x-dead-letter-strategy'] = 'at-most-once';
   }
   return args;
 }
 
 /** The queue argument names {@link queueLimitArguments} may declare (for error messages). */
-export const QUEUE_LIMIT_ARGUMENTS: ReadonlySet<string> = new Set(['x-message-ttl', 'x-max-length', 'x-max-length-bytes', 'x-overflow', 'x-dead-letter-strategy']);
+export const QUEUE_LIMIT_ARGUMENTS: ReadonlySet<string> = new Set([
+  'x-message-ttl',
+  'x-max-length',
+  'x-max-length-bytes',
+  'x-overflow',
+  'x-dead-letter-strategy',
+  'x-max-priority',
+  'x-queue-type',
+]);
 
 /** Declares the exchange messages are published to. Idempotent. */
 export async function declareExchange(channel: Channel, names: Pick<RabbitMqNames, 'exchange'>): Promise<void> {
@@ -177,13 +200,16 @@ export async function declareConsumer(
     // browsing the dead letters from ever dropping one.
     arguments: { ...QUORUM, 'x-delivery-limit': options.deadLetterDeliveryLimit },
   });
+  const classic = options.limits?.maxPriority !== undefined;
   await channel.assertQueue(names.queue, {
     durable: true,
     arguments: {
-      ...QUORUM,
+      // A priority queue is classic (quorum queues on RabbitMQ 3.x have no priorities):
+      // x-dead-letter-strategy is a quorum-queue argument, classic queues dead-letter at most once.
+      ...(classic ? { 'x-overflow': 'reject-publish' } : QUORUM),
       // Anything the broker itself dead-letters (a delivery limit reached on RabbitMQ 4)
       // lands in the dead-letter queue, never on the floor.
-      ...SAFE_DEAD_LETTERING,
+      ...(classic ? {} : SAFE_DEAD_LETTERING),
       'x-dead-letter-exchange': '',
       'x-dead-letter-routing-key': names.deadLetterQueue,
       ...(endpoint.ordered ? { 'x-single-active-consumer': true } : {}),

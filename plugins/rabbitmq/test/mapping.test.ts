@@ -170,6 +170,7 @@ describe('config', () => {
       orderingByKey: true,
       orderedPipelining: false,
       nativeDelay: false,
+      priorities: true,
       nativeDeadLetter: true,
       maxMessageBytes: 1024,
       // The default 10 s timeout plus the 2.5 s by which the sweep may find it late.

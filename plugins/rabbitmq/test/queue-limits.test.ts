@@ -7,12 +7,13 @@ import {
   InMemoryOutboxStore,
   createBus,
   defineMessage,
+  PRIORITY_HEADER,
   type Envelope,
   type InMemoryTransaction,
 } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RabbitMqTransport, type RabbitMqTransportConfig } from '../src/index.js';
-import { BROKER_URL, deleteTopology, eventually, TEST_TIERS_MS, testId } from './support/broker.js';
+import { BROKER_URL, deleteTopology, eventually, openConnection, TEST_TIERS_MS, testId } from './support/broker.js';
 import { envelope } from './support/envelopes.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -75,7 +76,7 @@ describe('RabbitMqTransport queueLimits: configuration', () => {
         new RabbitMqTransport({
           connection: BROKER_URL,
           queueLimits: {
-            a: { messageTtlMs: 0, maxLength: 1.5, maxLengthBytes: -1 },
+            a: { messageTtlMs: 0, maxLength: 1.5, maxLengthBytes: -1, maxPriority: 10 },
             b: { maxLength: 10, overflow: 'reject-publish-dlx' as 'drop-head', maxLenght: 3 } as never,
             c: { overflow: 'drop-head' },
             'bad name!': {},
@@ -87,7 +88,8 @@ describe('RabbitMqTransport queueLimits: configuration', () => {
       `'queueLimits.a.messageTtlMs' must be an integer from 1 to 4294967295, got 0`,
       `'queueLimits.a.maxLength' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got 1.5`,
       `'queueLimits.a.maxLengthBytes' must be an integer from 1 to ${Number.MAX_SAFE_INTEGER}, got -1`,
-      `'queueLimits.b.maxLenght' is not an option (known: messageTtlMs, maxLength, maxLengthBytes, overflow)`,
+      `'queueLimits.a.maxPriority' must be an integer from 1 to 9, got 10`,
+      `'queueLimits.b.maxLenght' is not an option (known: messageTtlMs, maxLength, maxLengthBytes, overflow, maxPriority)`,
       `'queueLimits.b.overflow' must be 'reject-publish' or 'drop-head', got "reject-publish-dlx"`,
       `'queueLimits.c.overflow' needs 'maxLength' or 'maxLengthBytes': without a length the queue is never full`,
       `'queueLimits' key 'bad name!' is not a consumer name ([A-Za-z0-9._-])`,
@@ -147,6 +149,36 @@ describe('RabbitMqTransport queueLimits on the broker', () => {
       await delivery.ack();
     });
     await eventually(() => expect(received).toEqual(sent.slice(3).map((e) => e.messageId)));
+  });
+
+  // x-first-death-reason keeps the first death for ever: a message that went through a
+  // delay tier (which dead-letters it back, reason expired) and was then dropped by
+  // max-length was listed as BROKER_EXPIRED. The latest death (x-death[0]) is the reason.
+  it('a message dropped by max-length after a retry is listed with reason maxlen, not the retry tier expiring', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxLength: 1, overflow: 'drop-head' } } });
+    removeTopologyAfter(prefix);
+    const first = envelope('jobs');
+    let retried = false;
+    const subscription = await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      await delivery.retry(0, { code: 'AGAIN', message: 'later' });
+      retried = true;
+    });
+    expect((await transport.publish([first]))[0]!.ok).toBe(true);
+    await eventually(() => expect(retried).toBe(true));
+    await subscription.close();
+    // Back from the 200 ms tier (x-death: expired), it waits in the queue; the next message pushes it out.
+    const connection = await openConnection(`${prefix}-check`);
+    cleanups.push(() => connection.close());
+    const channel = await connection.createChannel();
+    await eventually(async () => expect((await channel.checkQueue(transport.names('c').queue)).messageCount).toBe(1));
+    expect((await transport.publish([envelope('jobs')]))[0]!.ok).toBe(true);
+    const [letter] = await eventually(async () => {
+      const found = await transport.deadLetters.list('c');
+      expect(found).toHaveLength(1);
+      return found;
+    });
+    expect(letter!.envelope.messageId).toBe(first.messageId);
+    expect(letter!.reason).toEqual({ code: 'BROKER_MAXLEN', message: 'dead-lettered by RabbitMQ (maxlen)' });
   });
 
   it('maxLengthBytes counts message bodies', async () => {
@@ -231,5 +263,67 @@ describe('the relay under a full queue', () => {
     expect(await outbox.listDead()).toEqual([]);
     expect(await transport.deadLetters.list('c')).toEqual([]);
     expect(bus.health().counters).toMatchObject({ publishFailures: 0 });
+  });
+});
+
+describe('priorities (queueLimits.maxPriority: a classic priority queue)', () => {
+  const prioritized = (priority: number | null): Envelope => envelope('jobs', priority === null ? {} : { headers: { [PRIORITY_HEADER]: String(priority) } });
+
+  it('under a backlog serves the high band first, and the low band still moves', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxPriority: 9 } }, prefetch: () => 1 });
+    removeTopologyAfter(prefix);
+    expect(transport.capabilities.priorities).toBe(true);
+    await transport.provision(ENDPOINT);
+    // Low first, then high: a FIFO queue would deliver the low band first.
+    const low = Array.from({ length: 15 }, (_, index) => prioritized(index % 3 === 0 ? null : 1));
+    const high = Array.from({ length: 10 }, () => prioritized(9));
+    expect((await transport.publish([...low, ...high])).every((r) => r.ok)).toBe(true);
+    const received: Envelope[] = [];
+    await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      received.push(delivery.envelope);
+      await delivery.ack();
+    });
+    await eventually(() => expect(received).toHaveLength(low.length + high.length));
+    expect(received.slice(0, high.length).map((e) => e.messageId)).toEqual(high.map((e) => e.messageId));
+    // Within a band, publish order; the envelope keeps its priority (none stays none).
+    expect(received.slice(high.length).map((e) => e.messageId)).toEqual([...low.filter((e) => e.headers[PRIORITY_HEADER] === '1'), ...low.filter((e) => e.headers[PRIORITY_HEADER] === undefined)].map((e) => e.messageId));
+    expect(received).toEqual(expect.arrayContaining([...low, ...high]));
+  });
+
+  it('a retried message keeps its priority', async () => {
+    const { prefix, transport } = transportFor({ queueLimits: { c: { maxPriority: 5 } } });
+    removeTopologyAfter(prefix);
+    const sent = prioritized(5);
+    const attempts: { attempt: number; priority: unknown }[] = [];
+    await transport.subscribe({ ...ENDPOINT, concurrency: 1 }, async (delivery) => {
+      attempts.push({ attempt: delivery.attempt, priority: delivery.envelope.headers[PRIORITY_HEADER] });
+      if (delivery.attempt === 1) await delivery.retry(0, { code: 'AGAIN', message: 'once more' });
+      else await delivery.ack();
+    });
+    expect((await transport.publish([sent]))[0]!.ok).toBe(true);
+    await eventually(() => expect(attempts).toEqual([{ attempt: 1, priority: '5' }, { attempt: 2, priority: '5' }]));
+  });
+
+  it('refuses priorities for an ordered consumer: they would reorder its keys', async () => {
+    const { transport } = transportFor({ queueLimits: { c: { maxPriority: 3 } } });
+    for (const attempt of [() => transport.provision({ ...ENDPOINT, ordered: true }), () => transport.subscribe({ ...ENDPOINT, ordered: true, concurrency: 1 }, async () => undefined)]) {
+      const error = await thrown(attempt);
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as ConfigError).problems).toEqual([`consumer 'c' is ordered, and 'queueLimits.c.maxPriority' would reorder its keys: use one or the other`]);
+    }
+  });
+
+  it('turning priorities on for an existing quorum queue is a ConfigError naming the argument', async () => {
+    const { prefix, transport: before } = transportFor();
+    removeTopologyAfter(prefix);
+    await before.provision(ENDPOINT);
+    const { transport: after } = transportFor({ queueLimits: { c: { maxPriority: 3 } } }, prefix);
+    const error = await thrown(() => after.provision(ENDPOINT));
+    expect(error).toBeInstanceOf(ConfigError);
+    const text = (error as ConfigError).message;
+    // RabbitMQ names the first argument that differs (on 3.10.8: x-dead-letter-strategy, which a classic queue does not take).
+    expect(text).toMatch(/exists with another 'x-(queue-type|max-priority|overflow|dead-letter-strategy)'/);
+    expect(text).toContain('maxPriority');
+    expect(text).not.toContain('set_policy');
   });
 });
