@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, StorageError } from '@courier/core';
 import { deferred, eventually, uniqueId } from '@courier/conformance';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisInboxStore, type RedisInboxStoreConfig, type RedisInboxUnit } from '../src/index.js';
 import { connectRedis, deleteUnder, keysUnder } from './support/redis.js';
@@ -185,6 +185,18 @@ describe('RedisInboxStore: retention and keys', () => {
       const { problems } = error as ConfigError;
       expect(problems.map((problem) => problem.match(/'(\w+)'/)?.[1])).toEqual(['redis', 'prefix', 'claimMs', 'renewEveryMs', 'retentionMs', 'pollMs']);
     }
+  });
+
+  it('an unreachable Redis fails the run with a retriable StorageError before work is called (the consumer pauses, no attempt)', async () => {
+    const down = new Redis('redis://127.0.0.1:1', { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const inbox = new RedisInboxStore({ redis: down, prefix: `courier-test:${uniqueId()}:` });
+    let ran = false;
+    const error = await inbox.run(uniqueId(), 'payments', async () => void (ran = true)).then(() => undefined, (caught: unknown) => caught);
+    expect(error).toBeInstanceOf(StorageError);
+    expect((error as StorageError).retriable).toBe(true);
+    expect(ran).toBe(false);
+    await expect(inbox.recordStart(uniqueId(), 'payments')).rejects.toMatchObject({ name: 'StorageError', retriable: true });
+    down.disconnect();
   });
 
   it('close waits for runs in progress and refuses later calls', async () => {
