@@ -160,8 +160,8 @@ export class SqsEventSource implements Transport {
   /** Registers the endpoint for the queues of its topics (provisioned as `SqsTransport.subscribe` would); receives nothing itself. */
   async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
     if (this.#closed) throw new ClosedError('sqs event source is closed');
-    await this.#transport.provision({ topics: endpoint.topics, consumers: [endpoint.consumer] });
-    const names = endpoint.topics.map((topic) => this.#transport.queueName(topic));
+    await this.#transport.provision({ topics: endpoint.topics, consumers: [endpoint.consumer], subscriptions: { [endpoint.consumer]: endpoint.topics } });
+    const names = this.#transport.queuesOf(endpoint);
     for (const name of names) this.#endpoints.set(name, { endpoint, handler });
     return {
       close: async () => {

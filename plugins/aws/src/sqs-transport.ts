@@ -14,6 +14,7 @@ import {
   type SendMessageBatchRequestEntry,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import type { PublishBatchRequestEntry, SNSClient } from '@aws-sdk/client-sns';
 import {
   ClosedError,
   ConfigError,
@@ -50,11 +51,19 @@ import {
   messageBytes,
   queueNamePart,
 } from './sqs-mapping.js';
+import { SnsTopics, queuePolicy } from './sns-topics.js';
 
 /** Configuration of {@link SqsTransport}. */
 export interface SqsTransportConfig {
   /** The user's SQS client (AWS SDK v3); the transport never destroys it. */
   readonly client: SQSClient;
+  /**
+   * The user's SNS client (AWS SDK v3, `@aws-sdk/client-sns`): turns on the **SNS → SQS**
+   * mode — a topic is an SNS topic, each consumer group one SQS queue subscribed to its
+   * topics with raw message delivery, so every group gets every message (`fanOut: true`).
+   * Without it, the SQS-only mode: a topic is a queue with one group. Never destroyed here.
+   */
+  readonly sns?: SNSClient;
   /** Prefix of every queue name (say, the service or environment). Default none. */
   readonly prefix?: string;
   /**
@@ -85,6 +94,8 @@ const MAX_BATCH_ENTRIES = 10;
 /** ChangeMessageVisibility's ceiling: 12 hours from the message's first receive. */
 const MAX_VISIBILITY_SECONDS = 12 * 60 * 60;
 const QUEUE_NAME_MAX = 80;
+/** SNS topic names: 1-256 characters. */
+const TOPIC_NAME_MAX = 256;
 /** SendMessage's longest DelaySeconds (15 minutes). */
 const MAX_DELAY_SECONDS = 900;
 const FIFO_SUFFIX = '.fifo';
@@ -140,6 +151,7 @@ export class SqsTransport implements Transport {
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
   readonly #client: SQSClient;
+  readonly #sns: SnsTopics | undefined;
   readonly #prefix: string;
   readonly #fifo: boolean;
   readonly #provision: boolean;
@@ -148,6 +160,7 @@ export class SqsTransport implements Transport {
   readonly #maxReceiveCount: number;
   readonly #logger: Logger;
   readonly #urls = new Map<string, Promise<string>>();
+  readonly #topicArns = new Map<string, Promise<string>>();
   readonly #subscriptions = new Set<SqsSubscription>();
   readonly #retried = new RetryLedger();
   #closed = false;
@@ -166,6 +179,7 @@ export class SqsTransport implements Transport {
     if (prefix.length > 40) problems.push(`'prefix' '${prefix}' is longer than 40 characters`);
     if (problems.length > 0) throw new ConfigError(problems);
     this.#client = config.client;
+    this.#sns = config.sns === undefined ? undefined : new SnsTopics(config.sns);
     this.#prefix = prefix;
     this.#fifo = config.fifo ?? false;
     this.#provision = config.provision ?? true;
@@ -176,13 +190,16 @@ export class SqsTransport implements Transport {
     this.capabilities = {
       orderingByKey: this.#fifo,
       orderedPipelining: false,
-      fanOut: false,
+      fanOut: this.#sns !== undefined,
       nativeDelay: false,
       nativeDeadLetter: true,
       maxMessageBytes: SQS_MESSAGE_BYTES - ATTRIBUTE_ROOM_BYTES,
     };
     const room = QUEUE_NAME_MAX - prefix.length - (this.#fifo ? FIFO_SUFFIX.length : 0);
-    this.limits = { topic: { chars: room }, consumer: { chars: room - DLQ_SUFFIX.length } };
+    this.limits =
+      this.#sns === undefined
+        ? { topic: { chars: room }, consumer: { chars: room - DLQ_SUFFIX.length } }
+        : { topic: { chars: TOPIC_NAME_MAX - prefix.length - (this.#fifo ? FIFO_SUFFIX.length : 0) }, consumer: { chars: room - DLQ_SUFFIX.length } };
     this.deadLetters = {
       list: (consumer, options) => this.#listDead(consumer, options?.limit ?? 100),
       replay: (consumer, ids) => this.#replayDead(consumer, ids),
@@ -195,9 +212,24 @@ export class SqsTransport implements Transport {
     return contentProblems(envelope);
   }
 
-  /** The queue of a topic. */
+  /** SQS-only mode: the queue of a topic. */
   queueName(topic: string): string {
     return `${this.#prefix}${queueNamePart(topic)}${this.#fifo ? FIFO_SUFFIX : ''}`;
+  }
+
+  /** SNS → SQS mode: the SNS topic of a Courier topic (`.` becomes `_`, as in queue names). */
+  topicName(topic: string): string {
+    return `${this.#prefix}${queueNamePart(topic)}${this.#fifo ? FIFO_SUFFIX : ''}`;
+  }
+
+  /** SNS → SQS mode: the queue of a consumer group, subscribed to each of its topics. */
+  consumerQueueName(consumer: string): string {
+    return `${this.#prefix}${queueNamePart(consumer)}${this.#fifo ? FIFO_SUFFIX : ''}`;
+  }
+
+  /** The queues an endpoint reads: its topics' queues (SQS only), or its group's queue (SNS → SQS). */
+  queuesOf(endpoint: { readonly consumer: string; readonly topics: readonly string[] }): readonly string[] {
+    return this.#sns === undefined ? endpoint.topics.map((topic) => this.queueName(topic)) : [this.consumerQueueName(endpoint.consumer)];
   }
 
   /** The dead-letter queue of a consumer (group). */
@@ -211,13 +243,112 @@ export class SqsTransport implements Transport {
    * consumer reads which queue. With `provision: false` it only checks, and rejects with a
    * `ConfigError` naming every missing queue.
    */
-  async provision(options: { topics?: readonly string[]; consumers?: readonly string[] } = {}): Promise<void> {
+  async provision(options: { topics?: readonly string[]; consumers?: readonly string[]; subscriptions?: Readonly<Record<string, readonly string[]>> } = {}): Promise<void> {
+    if (this.#sns !== undefined) {
+      const subscriptions = Object.entries(options.subscriptions ?? {});
+      const topics = [...new Set([...(options.topics ?? []), ...subscriptions.flatMap(([, list]) => list)])];
+      const consumers = [...new Set([...(options.consumers ?? []), ...subscriptions.map(([consumer]) => consumer)])];
+      await this.#snsTopology(topics, consumers, subscriptions);
+      return;
+    }
     const names = [...(options.topics ?? []).map((topic) => this.queueName(topic)), ...(options.consumers ?? []).map((consumer) => this.deadLetterQueueName(consumer))];
     await this.#urlsOf(names);
   }
 
+  /**
+   * SNS → SQS: makes sure the topics exist, each consumer's queue and dead-letter queue
+   * exist, and each queue is subscribed (raw delivery) to its topics with a queue policy
+   * letting them send. Provisioning on: creates what is missing, idempotently. Off: creates
+   * nothing and rejects with one `ConfigError` naming every missing topic, queue and
+   * subscription. Answers the topics' ARNs and the queues' URLs.
+   */
+  async #snsTopology(
+    topics: readonly string[],
+    consumers: readonly string[],
+    subscriptions: readonly (readonly [string, readonly string[]])[],
+  ): Promise<{ arns: Map<string, string>; urls: Map<string, string> }> {
+    const sns = this.#sns!;
+    const problems: string[] = [];
+    const queues = consumers.flatMap((consumer) => [this.consumerQueueName(consumer), this.deadLetterQueueName(consumer)]);
+    const [arns, urls] = await Promise.all([
+      this.#topicArnsOf(topics).catch((error: unknown) => {
+        if (!(error instanceof ConfigError)) throw error;
+        problems.push(...error.problems);
+        return undefined;
+      }),
+      this.#urlsOf(queues).catch((error: unknown) => {
+        if (!(error instanceof ConfigError)) throw error;
+        problems.push(...error.problems);
+        return undefined;
+      }),
+    ]);
+    for (const [consumer, list] of subscriptions) {
+      const queue = this.consumerQueueName(consumer);
+      const url = urls?.get(queue);
+      const topicArns = list.map((topic) => arns?.get(this.topicName(topic)));
+      if (url === undefined || topicArns.some((arn) => arn === undefined)) {
+        if (!this.#provision) for (const topic of list) problems.push(`sns subscription of queue '${queue}' to topic '${this.topicName(topic)}' does not exist (provisioning is off: subscribe it with RawMessageDelivery, or set provision: true)`);
+        continue;
+      }
+      if (this.#provision) await this.#redrive([url], urls!.get(this.deadLetterQueueName(consumer))!);
+      const queueArn = await this.#queueArn(url);
+      if (this.#provision) {
+        // AWS delivers only what the queue policy lets the topic send (the stand-in in the tests does not check it).
+        const current = (await this.#client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['Policy'] }))).Attributes?.['Policy'];
+        const policy = queuePolicy(current, queueArn, topicArns as string[]);
+        if (policy !== current) await this.#client.send(new SetQueueAttributesCommand({ QueueUrl: url, Attributes: { Policy: policy } }));
+      }
+      for (const [index, topicArn] of (topicArns as string[]).entries()) {
+        const topic = this.topicName(list[index]!);
+        const subscription = this.#provision ? await sns.subscribe(topicArn, queueArn) : await sns.subscriptionOf(topicArn, queueArn);
+        if (subscription === undefined) {
+          problems.push(`sns subscription of queue '${queue}' to topic '${topic}' does not exist (provisioning is off: subscribe it with RawMessageDelivery, or set provision: true)`);
+        } else if (!(await sns.isRaw(subscription))) {
+          problems.push(`sns subscription '${subscription}' of queue '${queue}' to topic '${topic}' does not use raw message delivery: set RawMessageDelivery to true`);
+        }
+      }
+    }
+    if (problems.length > 0) throw new ConfigError(problems);
+    return { arns: arns!, urls: urls! };
+  }
+
+  async #queueArn(url: string): Promise<string> {
+    const arn = (await this.#client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['QueueArn'] }))).Attributes?.['QueueArn'];
+    if (arn === undefined) throw new TransportError(`sqs gave no QueueArn for '${url}'`);
+    return arn;
+  }
+
+  /** The ARNs of `topics`' SNS topics, created when missing (provisioning on), else a `ConfigError` naming every missing one. */
+  async #topicArnsOf(topics: readonly string[]): Promise<Map<string, string>> {
+    const names = [...new Set(topics.map((topic) => this.topicName(topic)))];
+    const settled = await Promise.allSettled(names.map((name) => this.#topicArnOf(name)));
+    const missing = names.filter((_, index) => {
+      const result = settled[index]!;
+      return result.status === 'fulfilled' && result.value === undefined;
+    });
+    const failed = settled.find((result) => result.status === 'rejected');
+    if (failed) throw (failed as PromiseRejectedResult).reason;
+    if (missing.length > 0) throw new ConfigError(missing.map((name) => `sns topic '${name}' does not exist (provisioning is off: create it, or set provision: true)`));
+    return new Map(names.map((name, index) => [name, (settled[index] as PromiseFulfilledResult<string>).value]));
+  }
+
+  #topicArnOf(name: string): Promise<string | undefined> {
+    let arn = this.#topicArns.get(name);
+    if (arn === undefined) {
+      arn = this.#provision ? this.#sns!.create(name, this.#fifo) : this.#sns!.find(name).then((found) => found ?? Promise.reject(new MissingTopic()));
+      this.#topicArns.set(name, arn);
+      // A failure (a missing topic too) is not remembered: the next call asks again.
+      arn.catch(() => this.#topicArns.delete(name));
+    }
+    return arn.catch((error: unknown) => {
+      if (error instanceof MissingTopic) return undefined;
+      throw error;
+    });
+  }
+
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     if (this.#closed) throw new ClosedError('sqs transport is closed');
+    if (this.#sns !== undefined) return this.#publishToSns(messages, options);
     if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
     const results: (PublishResult | undefined)[] = messages.map((envelope) => this.#refusal(envelope));
     const byQueue = new Map<string, { envelope: Envelope; index: number; entry: SendMessageBatchRequestEntry; bytes: number }[]>();
@@ -288,6 +419,78 @@ export class SqsTransport implements Transport {
     return results as PublishResult[];
   }
 
+  /**
+   * SNS → SQS: `PublishBatch` per topic, at most 10 entries and 256 KiB a call; an entry
+   * SNS refuses fails alone (`PUBLISH_REJECTED` for a sender fault, retriable otherwise);
+   * a throttled or unreachable SNS before anything was sent fails the call (the relay pauses).
+   */
+  async #publishToSns(messages: readonly Envelope[], options: { signal?: AbortSignal }): Promise<readonly PublishResult[]> {
+    if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
+    const results: (PublishResult | undefined)[] = messages.map((envelope) => this.#refusal(envelope));
+    const byTopic = new Map<string, { envelope: Envelope; index: number; entry: PublishBatchRequestEntry; bytes: number }[]>();
+    messages.forEach((envelope, index) => {
+      if (results[index] !== undefined) return;
+      const attributes = attributesOf(envelope);
+      const bytes = messageBytes(envelope.payload, attributes);
+      if (bytes > SQS_MESSAGE_BYTES) {
+        results[index] = { messageId: envelope.messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `message '${envelope.messageId}' is ${bytes} bytes with its attributes, over SNS's ${SQS_MESSAGE_BYTES}`) };
+        return;
+      }
+      const entry: PublishBatchRequestEntry = {
+        Id: String(index),
+        Message: envelope.payload,
+        MessageAttributes: attributes,
+        ...(this.#fifo ? { MessageGroupId: groupIdOf(envelope), MessageDeduplicationId: dedupIdOf(envelope.messageId) } : {}),
+      };
+      const topic = this.topicName(envelope.topic);
+      const list = byTopic.get(topic) ?? [];
+      list.push({ envelope, index, entry, bytes });
+      byTopic.set(topic, list);
+    });
+    if (byTopic.size === 0) return results as PublishResult[];
+    let arns: Map<string, string>;
+    try {
+      arns = await this.#topicArnsOf([...byTopic.values()].map((list) => list[0]!.envelope.topic));
+    } catch (error) {
+      if (error instanceof ConfigError) {
+        for (const list of byTopic.values()) for (const { envelope, index } of list) results[index] = { messageId: envelope.messageId, ok: false, error };
+        return results as PublishResult[];
+      }
+      throw transportErrorOf(error, 'sns is unreachable');
+    }
+    let sent = false;
+    for (const [topic, list] of byTopic) {
+      for (const batch of batches(list)) {
+        if (options.signal?.aborted || this.#closed) {
+          const error = this.#closed ? new ClosedError('sqs transport closed while publishing') : new TransportError('publish was aborted', { code: 'ABORTED', retriable: true });
+          for (const { envelope, index } of batch) results[index] = { messageId: envelope.messageId, ok: false, error };
+          continue;
+        }
+        try {
+          const answer = await this.#sns!.publishBatch(arns.get(topic)!, batch.map(({ entry }) => entry));
+          sent = true;
+          for (const ok of answer.Successful ?? []) results[Number(ok.Id)] = { messageId: messages[Number(ok.Id)]!.messageId, ok: true };
+          for (const failure of answer.Failed ?? []) {
+            const envelope = messages[Number(failure.Id)]!;
+            const what = `sns refused message '${envelope.messageId}' on topic '${topic}': ${failure.Code ?? 'error'}${failure.Message ? ` (${failure.Message})` : ''}`;
+            const error = failure.SenderFault === false || THROTTLING.has(failure.Code ?? '')
+              ? new TransportError(what, { retriable: true })
+              : new TransportError(what, { code: 'PUBLISH_REJECTED', retriable: false });
+            results[Number(failure.Id)] = { messageId: envelope.messageId, ok: false, error };
+          }
+          for (const { envelope, index } of batch) {
+            results[index] ??= { messageId: envelope.messageId, ok: false, error: new TransportError(`sns answered nothing for message '${envelope.messageId}'`, { retriable: true }) };
+          }
+        } catch (error) {
+          const failure = transportErrorOf(error, `publishing to topic '${topic}' failed`);
+          if (!sent && failure.retriable) throw failure;
+          for (const { envelope, index } of batch) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
+        }
+      }
+    }
+    return results as PublishResult[];
+  }
+
   /** A message refused before sending, or undefined. */
   #refusal(envelope: Envelope): PublishResult | undefined {
     const problems = this.validate(envelope);
@@ -302,12 +505,16 @@ export class SqsTransport implements Transport {
   async subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription> {
     if (this.#closed) throw new ClosedError('sqs transport is closed');
     if (endpoint.ordered && !this.#fifo) throw new ConfigError(`consumer '${endpoint.consumer}' is ordered, but standard SQS queues keep no order: use fifo: true`);
-    const queues = endpoint.topics.map((topic) => this.queueName(topic));
+    const queues = this.queuesOf(endpoint);
     const dlq = this.deadLetterQueueName(endpoint.consumer);
     let urls: Map<string, string>;
     try {
-      urls = await this.#urlsOf([...queues, dlq]);
-      if (this.#provision) await this.#redrive(queues.map((queue) => urls.get(queue)!), urls.get(dlq)!);
+      if (this.#sns !== undefined) {
+        urls = (await this.#snsTopology(endpoint.topics, [endpoint.consumer], [[endpoint.consumer, endpoint.topics]])).urls;
+      } else {
+        urls = await this.#urlsOf([...queues, dlq]);
+        if (this.#provision) await this.#redrive(queues.map((queue) => urls.get(queue)!), urls.get(dlq)!);
+      }
     } catch (error) {
       throw transportErrorOf(error, `subscribing consumer '${endpoint.consumer}' failed`);
     }
@@ -498,7 +705,8 @@ export class SqsTransport implements Transport {
   #replayDead(consumer: string, ids: readonly string[]): Promise<number> {
     return this.#eachDead(consumer, ids, async (message, deadUrl) => {
       const envelope = envelopeOf(message.Body, message.MessageAttributes);
-      const [url] = (await this.#urlsOf([this.queueName(envelope.topic)])).values();
+      // SNS → SQS: straight to this group's queue, never through the topic (the other groups must not get it again).
+      const [url] = (await this.#urlsOf([this.#sns === undefined ? this.queueName(envelope.topic) : this.consumerQueueName(consumer)])).values();
       // A fresh message: attempt (receive count) 1, marked with the dead letter it came from.
       await this.#client.send(
         new SendMessageCommand({
@@ -871,3 +1079,6 @@ class SqsSubscription implements Subscription {
     await this.#config.client.send(new DeleteMessageCommand({ QueueUrl: item.queueUrl, ReceiptHandle: message.ReceiptHandle! }));
   }
 }
+
+/** A topic that does not exist, with provisioning off. */
+class MissingTopic extends Error {}

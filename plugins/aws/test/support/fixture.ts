@@ -8,8 +8,15 @@
 //                          usual AWS_REGION / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or a
 //                          profile): the endpoint is then the region's, reached directly
 //                          (kill and outage cases are skipped: no proxy in front of AWS).
+//   COURIER_SNS_ENDPOINT   SNS → SQS tests: an SNS endpoint (LocalStack, say). Unset (and not
+//                          on real AWS, where the region's SNS is used), the tests start the
+//                          SNS stand-in (support/sns-standin.ts) in the test process, delivering
+//                          into the SQS server above; SIGKILLed workers reach the parent's
+//                          through COURIER_SNS_STANDIN_PORT.
 import { connect as tcpConnect } from 'node:net';
 import { DeleteQueueCommand, ListQueuesCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { DeleteTopicCommand, ListTopicsCommand, SNSClient } from '@aws-sdk/client-sns';
+import { SnsStandIn } from './sns-standin.js';
 import type { Envelope, Transport } from '@courier/core';
 import { TcpProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import { SqsTransport, type SqsTransportConfig } from '../../src/index.js';
@@ -33,6 +40,38 @@ export function sqsClient(endpoint: string = sqsEndpoint): SQSClient {
     maxAttempts: 2,
     requestHandler: { connectionTimeout: 2_000, requestTimeout: 30_000 },
   });
+}
+
+/** An SNS client for `endpoint` (the stand-in takes any region and credentials). */
+export function snsClient(endpoint: string): SNSClient {
+  if (onRealAws) return new SNSClient({ maxAttempts: 3 });
+  return new SNSClient({
+    endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'courier', secretAccessKey: 'courier' },
+    maxAttempts: 2,
+    requestHandler: { connectionTimeout: 2_000, requestTimeout: 30_000 },
+  });
+}
+
+let standIn: Promise<URL> | undefined;
+
+/**
+ * The SNS endpoint of the tests: COURIER_SNS_ENDPOINT, else the parent's stand-in
+ * (COURIER_SNS_STANDIN_PORT), else a stand-in started here on a free port.
+ */
+export function snsEndpoint(): Promise<URL> {
+  standIn ??= (async () => {
+    const named = process.env['COURIER_SNS_ENDPOINT'];
+    if (named !== undefined && named !== '') return new URL(named);
+    const inherited = Number(process.env['COURIER_SNS_STANDIN_PORT']);
+    if (Number.isSafeInteger(inherited) && inherited > 0) return new URL(`http://127.0.0.1:${inherited}`);
+    await assertSqsAnswers();
+    const server = await SnsStandIn.start({ sqs: sqsClient() });
+    process.env['COURIER_SNS_STANDIN_PORT'] = String(server.port);
+    return new URL(server.endpoint);
+  })();
+  return standIn;
 }
 
 let reachable: Promise<void> | undefined;
@@ -79,26 +118,69 @@ function refuseMatching(client: SQSClient, predicate: () => ((envelope: Envelope
   );
 }
 
-export async function createSqsFixture({ testId }: FixtureContext, config: Partial<SqsTransportConfig> = {}): Promise<TransportFixture> {
+/**
+ * The SNS side of {@link refuseMatching}: a PublishBatch entry whose envelope `predicate`
+ * selects gets a `Number` attribute that is no number, and SNS refuses that entry alone
+ * (InvalidParameterValue, a sender fault) — on AWS as on the stand-in.
+ */
+function refuseMatchingOnSns(client: SNSClient, predicate: () => ((envelope: Envelope) => boolean) | undefined, duplicating: () => boolean): void {
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const test = predicate();
+      const input = args.input as { PublishBatchRequestEntries?: { MessageAttributes?: Record<string, { DataType?: string; StringValue?: string }>; Message?: string; MessageDeduplicationId?: string }[] };
+      const entries = input.PublishBatchRequestEntries;
+      if (duplicating() && Array.isArray(entries)) {
+        for (const entry of entries) if (entry.MessageDeduplicationId !== undefined) entry.MessageDeduplicationId = `${entry.MessageDeduplicationId}-duplicate`;
+      }
+      if (test && Array.isArray(entries)) {
+        for (const entry of entries) {
+          const metadata = entry.MessageAttributes?.['courier-envelope']?.StringValue;
+          if (metadata !== undefined && test({ ...(JSON.parse(metadata) as Envelope), payload: entry.Message ?? '' })) {
+            entry.MessageAttributes = { ...entry.MessageAttributes, 'courier-refuse': { DataType: 'Number', StringValue: 'refused by the test' } };
+          }
+        }
+      }
+      return next(args);
+    },
+    { step: 'initialize', name: 'courierRefuseMatchingSns' },
+  );
+}
+
+/** The SNS → SQS transport fixture: {@link createSqsFixture} with an SNS client through a proxy of its own per transport. */
+export function createSnsSqsFixture(context: FixtureContext, config: Partial<SqsTransportConfig> = {}): Promise<TransportFixture> {
+  return createSqsFixture(context, config, true);
+}
+
+export async function createSqsFixture({ testId }: FixtureContext, config: Partial<SqsTransportConfig> = {}, withSns = false): Promise<TransportFixture> {
   await assertSqsAnswers();
-  const entries = new Map<Transport, { proxy: TcpProxy | undefined; killed: boolean }>();
+  const sns = withSns && !onRealAws ? await snsEndpoint() : undefined;
+  const entries = new Map<Transport, { proxy: TcpProxy | undefined; snsProxy: TcpProxy | undefined; killed: boolean }>();
   let down = false;
   let refuse: ((envelope: Envelope) => boolean) | undefined;
   let duplicating = false;
 
   const make = async (): Promise<SqsTransport> => {
     let proxy: TcpProxy | undefined;
+    let snsProxy: TcpProxy | undefined;
     let client: SQSClient;
+    let topics: SNSClient | undefined;
     if (onRealAws) {
       client = sqsClient();
+      if (withSns) topics = snsClient('');
     } else {
       proxy = await TcpProxy.create({ host, port });
       if (!down) await proxy.open();
       client = sqsClient(`${target.protocol}//127.0.0.1:${proxy.port}`);
+      if (sns !== undefined) {
+        snsProxy = await TcpProxy.create({ host: sns.hostname, port: Number(sns.port || 80) });
+        if (!down) await snsProxy.open();
+        topics = snsClient(`${sns.protocol}//127.0.0.1:${snsProxy.port}`);
+      }
     }
-    refuseMatching(client, () => refuse, () => duplicating);
-    const transport = new SqsTransport({ client, prefix: `${testId}-`, ...TEST_CONFIG, ...config });
-    entries.set(transport, { proxy, killed: false });
+    if (topics !== undefined) refuseMatchingOnSns(topics, () => refuse, () => duplicating);
+    else refuseMatching(client, () => refuse, () => duplicating);
+    const transport = new SqsTransport({ client, ...(topics ? { sns: topics } : {}), prefix: `${testId}-`, ...TEST_CONFIG, ...config });
+    entries.set(transport, { proxy, snsProxy, killed: false });
     return transport;
   };
 
@@ -112,7 +194,7 @@ export async function createSqsFixture({ testId }: FixtureContext, config: Parti
       if (!entry.proxy) throw new Error('kill needs the proxy, absent on real AWS');
       // A crash: connections cut, nothing settled; its messages come back after their visibility timeout.
       entry.killed = true;
-      await entry.proxy.close();
+      await Promise.all([entry.proxy.close(), entry.snsProxy?.close() ?? Promise.resolve()]);
     },
     rejectPublish: async (predicate) => {
       refuse = predicate;
@@ -128,21 +210,22 @@ export async function createSqsFixture({ testId }: FixtureContext, config: Parti
     },
     close: async () => {
       await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
-      await Promise.all([...entries.values()].map((entry) => entry.proxy?.close() ?? Promise.resolve()));
-      if (process.env['COURIER_CONFORMANCE_WORKER'] === undefined) await deleteTestQueues(testId);
+      await Promise.all([...entries.values()].flatMap((entry) => [entry.proxy?.close() ?? Promise.resolve(), entry.snsProxy?.close() ?? Promise.resolve()]));
+      if (process.env['COURIER_CONFORMANCE_WORKER'] === undefined) await Promise.all([deleteTestQueues(testId), withSns ? deleteTestTopics(testId) : Promise.resolve()]);
     },
   };
   if (!onRealAws) {
     return {
       ...fixture,
+      ...(sns !== undefined && process.env['COURIER_SNS_STANDIN_PORT'] ? { workerEnv: () => ({ COURIER_SNS_STANDIN_PORT: process.env['COURIER_SNS_STANDIN_PORT']! }) } : {}),
       outage: {
         begin: async () => {
           down = true;
-          await Promise.all([...entries.values()].map((entry) => entry.proxy?.close() ?? Promise.resolve()));
+          await Promise.all([...entries.values()].flatMap((entry) => [entry.proxy?.close() ?? Promise.resolve(), entry.snsProxy?.close() ?? Promise.resolve()]));
         },
         end: async () => {
           down = false;
-          await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy?.open() ?? Promise.resolve()));
+          await Promise.all([...entries.values()].filter((entry) => !entry.killed).flatMap((entry) => [entry.proxy?.open() ?? Promise.resolve(), entry.snsProxy?.open() ?? Promise.resolve()]));
         },
       },
     };
@@ -156,6 +239,25 @@ export async function deleteTestQueues(testId: string): Promise<void> {
   try {
     const { QueueUrls = [] } = await client.send(new ListQueuesCommand({ QueueNamePrefix: `${testId}-` }));
     await Promise.all(QueueUrls.map((url) => client.send(new DeleteQueueCommand({ QueueUrl: url })).catch(() => undefined)));
+  } catch {
+    // Clean-up is best effort.
+  } finally {
+    client.destroy();
+  }
+}
+
+/** Deletes the SNS topics whose names start with `<testId>-` (best effort; their subscriptions go with them). */
+export async function deleteTestTopics(testId: string): Promise<void> {
+  const client = snsClient(onRealAws ? '' : (await snsEndpoint()).href);
+  try {
+    let token: string | undefined;
+    const arns: string[] = [];
+    do {
+      const page = await client.send(new ListTopicsCommand(token === undefined ? {} : { NextToken: token }));
+      for (const topic of page.Topics ?? []) if (topic.TopicArn?.split(':').at(-1)?.startsWith(`${testId}-`)) arns.push(topic.TopicArn);
+      token = page.NextToken;
+    } while (token !== undefined);
+    await Promise.all(arns.map((arn) => client.send(new DeleteTopicCommand({ TopicArn: arn })).catch(() => undefined)));
   } catch {
     // Clean-up is best effort.
   } finally {
