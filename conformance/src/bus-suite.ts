@@ -62,6 +62,64 @@ const SETTLE_FAILURES: readonly SettleFailsOnceOptions[] = [
   { kind: 'deadLetter', ordered: true },
 ];
 
+// Case names, one definition each: `describeBus` registers its cases under them and
+// `busCaseNames` lists them, so the kit README's list (checked by readme-cases.test.ts)
+// cannot drift from what runs.
+const inProcessCaseName = (point: FaultPoint): string => `${point}: ${SCENARIOS[point].description}`;
+const haltCaseName = (action: 'retry' | 'park'): string =>
+  `poison 'halt' on an ordered key: the key is held while others flow; resume '${action}' applies the rest in order, once each`;
+const HALT_REPLAY_CASE = "poison 'halt' and a replayed dead letter: a replay that fails again halts its key as a replay; drained, it is applied, then what was held";
+const LATE_KILLS_CASE = `crash-loop, not its fault: ${LATE_KILLS.description}`;
+const APPLIED_KILLS_CASE = `killed after its commit: ${APPLIED_KILLS.description}`;
+const REPLAYED_DUPLICATE_CASE = 'a replayed dead letter delivered twice runs once';
+const GIVEN_UP_CASE = 'a copy given up on while another copy is applied: applied once, replays included';
+const HOSTILE_PARK_CASE =
+  "a handler error of ~100 KiB holding U+0000 and a lone surrogate, poison 'park': a listable dead letter with the error cut and sanitised; the key's next message is applied";
+const HOSTILE_HALT_CASE = "the same handler error, poison 'halt' on an ordered key: the key is halted and listed with the error cut and sanitised, and resumable";
+const ACK_ANSWER_LOST_CASE = "an ack that reached the broker but whose answer was lost: applied once, not retried, dead-lettered or settled again; the key's next message is applied";
+const ACK_ANSWER_LOST_HALT_CASE = "an ack that reached the broker but whose answer was lost, ordered with poison 'halt': the key is not halted; its next message is applied";
+const ACK_NEVER_ARRIVED_CASE = 'an ack that never reached the broker: the message comes back and is acknowledged as a duplicate, applied once, nothing retried or dead-lettered';
+const settleFailureCaseName = (failure: SettleFailsOnceOptions): string =>
+  `a${failure.kind === 'ack' ? 'n' : ''} ${failure.kind} the broker fails once${failure.ordered ? ', ordered' : ''}: the message is not lost or applied twice, and its key's next message runs`;
+const OVERSIZED_DEAD_LETTER_CASE = "a dead letter too large for the broker (a payload of maxMessageBytes, a 1 MiB error): it is dead-lettered whole and listed, and its key's next message runs";
+const processCaseName = (point: FaultPoint): string => `${point}: killed there`;
+const LATE_KILLS_PROCESS_CASE = 'crash-loop, not its fault: killed from outside after the window';
+const SCENARIO_COVERAGE_CASE = 'has a scenario for every fault point';
+
+/**
+ * Every case name `describeBus` registers, in its order, stress runs left out (`random
+ * scenario #N`, as many as asked). The process-level (SIGKILL) cases are the 14 from
+ * `FAULT_POINTS` on (one per fault point, then the late-kills and applied-kills cases, the
+ * last named as its in-process twin); a skipped one adds ` — skipped: <reason>` to its name.
+ */
+export const busCaseNames: {
+  readonly inProcess: readonly string[];
+  readonly beside: readonly string[];
+  readonly process: readonly string[];
+} = {
+  inProcess: [
+    ...FAULT_POINTS.map(inProcessCaseName),
+    haltCaseName('retry'),
+    haltCaseName('park'),
+    HALT_REPLAY_CASE,
+    LATE_KILLS_CASE,
+    APPLIED_KILLS_CASE,
+  ],
+  beside: [
+    SCENARIO_COVERAGE_CASE,
+    REPLAYED_DUPLICATE_CASE,
+    GIVEN_UP_CASE,
+    HOSTILE_PARK_CASE,
+    HOSTILE_HALT_CASE,
+    ACK_ANSWER_LOST_CASE,
+    ACK_ANSWER_LOST_HALT_CASE,
+    ACK_NEVER_ARRIVED_CASE,
+    ...SETTLE_FAILURES.map(settleFailureCaseName),
+    OVERSIZED_DEAD_LETTER_CASE,
+  ],
+  process: [...FAULT_POINTS.map(processCaseName), LATE_KILLS_PROCESS_CASE, APPLIED_KILLS_CASE],
+};
+
 /** The deadline of an in-process case that begins now and that vitest times out after `timeoutMs`. */
 function inProcessCaseDeadline(timeoutMs: number): number {
   return Date.now() + timeoutMs - IN_PROCESS_CASE_MARGIN_MS;
@@ -212,7 +270,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       console.log(formatTally(suite, tally));
     });
 
-    it('has a scenario for every fault point', tracked(async () => {
+    it(SCENARIO_COVERAGE_CASE, tracked(async () => {
       const missing = FAULT_POINTS.filter((point: FaultPoint) => SCENARIOS[point]?.point !== point);
       expect(missing).toEqual([]);
     }));
@@ -220,7 +278,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
     describe(`in-process (${mode})`, () => {
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
-        it(`${point}: ${spec.description}`, tracked(async (skipCase) => {
+        it(inProcessCaseName(point), tracked(async (skipCase) => {
           const deadline = inProcessCaseDeadline(IN_PROCESS_CASE_TIMEOUT_MS);
           const skip = inProcessSkip(spec, mode, await probeFeatures());
           if (skip) return skipCase(skip);
@@ -230,17 +288,17 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         }), IN_PROCESS_CASE_TIMEOUT_MS);
       }
       for (const action of ['retry', 'park'] as const) {
-        it(`poison 'halt' on an ordered key: the key is held while others flow; resume '${action}' applies the rest in order, once each`, tracked(async (skipCase) => {
+        it(haltCaseName(action), tracked(async (skipCase) => {
           const testId = uniqueId();
           const skip = await runHaltScenario(factories, action, testId);
           if (skip) return skipCase(skip);
         }), 90_000);
       }
-      it("poison 'halt' and a replayed dead letter: a replay that fails again halts its key as a replay; drained, it is applied, then what was held", tracked(async (skipCase) => {
+      it(HALT_REPLAY_CASE, tracked(async (skipCase) => {
         const skip = await runHaltReplayCase(factories, uniqueId());
         if (skip) return skipCase(skip);
       }), 90_000);
-      it(`crash-loop, not its fault: ${LATE_KILLS.description}`, tracked(async (skipCase) => {
+      it(LATE_KILLS_CASE, tracked(async (skipCase) => {
         const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(LATE_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
@@ -248,7 +306,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const result = await runInProcessScenario(factories, LATE_KILLS, mode, { seed, deadline, tuning: { ...options.tuning, ...LATE_KILLS_TUNING } });
         assertScenario(LATE_KILLS, result);
       }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
-      it(`killed after its commit: ${APPLIED_KILLS.description}`, tracked(async (skipCase) => {
+      it(APPLIED_KILLS_CASE, tracked(async (skipCase) => {
         const deadline = inProcessCaseDeadline(IN_PROCESS_LONG_CASE_TIMEOUT_MS);
         const skip = inProcessSkip(APPLIED_KILLS, mode, await probeFeatures());
         if (skip) return skipCase(skip);
@@ -258,50 +316,50 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
     });
 
-    it('a replayed dead letter delivered twice runs once', tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
+    it(REPLAYED_DUPLICATE_CASE, tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
 
-    it('a copy given up on while another copy is applied: applied once, replays included', tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
+    it(GIVEN_UP_CASE, tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
 
     it(
-      "a handler error of ~100 KiB holding U+0000 and a lone surrogate, poison 'park': a listable dead letter with the error cut and sanitised; the key's next message is applied",
+      HOSTILE_PARK_CASE,
       tracked((skipCase) => runHostileErrorParkCase(factories, skipCase)),
       120_000,
     );
 
     it(
-      "the same handler error, poison 'halt' on an ordered key: the key is halted and listed with the error cut and sanitised, and resumable",
+      HOSTILE_HALT_CASE,
       tracked((skipCase) => runHostileErrorHaltCase(factories, skipCase)),
       120_000,
     );
 
     it(
-      "an ack that reached the broker but whose answer was lost: applied once, not retried, dead-lettered or settled again; the key's next message is applied",
+      ACK_ANSWER_LOST_CASE,
       tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: false }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
       LOST_ACK_CASE_TIMEOUT_MS,
     );
 
     it(
-      "an ack that reached the broker but whose answer was lost, ordered with poison 'halt': the key is not halted; its next message is applied",
+      ACK_ANSWER_LOST_HALT_CASE,
       tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: true }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
       LOST_ACK_CASE_TIMEOUT_MS,
     );
 
     it(
-      'an ack that never reached the broker: the message comes back and is acknowledged as a duplicate, applied once, nothing retried or dead-lettered',
+      ACK_NEVER_ARRIVED_CASE,
       tracked(() => runAckNeverArrivedCase(factories, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
       LOST_ACK_CASE_TIMEOUT_MS,
     );
 
     for (const failure of SETTLE_FAILURES) {
       it(
-        `a${failure.kind === 'ack' ? 'n' : ''} ${failure.kind} the broker fails once${failure.ordered ? ', ordered' : ''}: the message is not lost or applied twice, and its key's next message runs`,
+        settleFailureCaseName(failure),
         tracked((skipCase) => runSettleFailsOnceCase(factories, skipCase, failure, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
         SETTLE_FAILURE_CASE_TIMEOUT_MS,
       );
     }
 
     it(
-      "a dead letter too large for the broker (a payload of maxMessageBytes, a 1 MiB error): it is dead-lettered whole and listed, and its key's next message runs",
+      OVERSIZED_DEAD_LETTER_CASE,
       tracked(() => runOversizedDeadLetterCase(factories, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
       SETTLE_FAILURE_CASE_TIMEOUT_MS,
     );
@@ -311,7 +369,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
         const spec = SCENARIOS[point];
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
-        it.skipIf(reason !== undefined)(`${point}: killed there${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+        it.skipIf(reason !== undefined)(`${processCaseName(point)}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
           const deadline = processCaseDeadline();
           const skip = featureSkip(spec, await probeFeatures());
           if (skip) return skipCase(skip);
@@ -324,7 +382,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       {
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
-        it.skipIf(reason !== undefined)(`crash-loop, not its fault: killed from outside after the window${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+        it.skipIf(reason !== undefined)(`${LATE_KILLS_PROCESS_CASE}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
           const deadline = processCaseDeadline();
           const skip = featureSkip(LATE_KILLS, await probeFeatures());
           if (skip) return skipCase(skip);
@@ -336,7 +394,7 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       {
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
         if (reason !== undefined) tally.skipped += 1;
-        it.skipIf(reason !== undefined)(`killed after its commit: ${APPLIED_KILLS.description}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
+        it.skipIf(reason !== undefined)(`${APPLIED_KILLS_CASE}${reason ? ` — skipped: ${reason}` : ''}`, tracked(async (skipCase) => {
           const deadline = processCaseDeadline();
           const skip = featureSkip(APPLIED_KILLS, await probeFeatures());
           if (skip) return skipCase(skip);

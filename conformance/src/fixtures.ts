@@ -130,6 +130,15 @@ export interface TransportFixture {
    */
   refusable?(envelope: Envelope): Envelope;
   /**
+   * Returns a copy of `envelope` that `transport.validate` names at least one problem with
+   * (a header name the broker reserves, a topic it cannot name), so the suite can check that
+   * `publish` refuses what `validate` refuses, alone, without sending it. Synchronous. The
+   * copy keeps the envelope's messageId (results are matched by it) and may change anything
+   * else. Optional: for a transport with `validate` the case is skipped, saying why, when
+   * absent.
+   */
+  refusedByValidate?(envelope: Envelope): Envelope;
+  /**
    * Makes the next `count` (default 1) settles of `kind` fail at the broker, as a broker
    * failure would: for a transport that writes a copy (a delay-tier or retry-topic publish,
    * a dead-letter publish) the copy's write is refused or fails; for a broker-native settle

@@ -15,7 +15,7 @@ export { deferred } from './support/deferred.js';
 export { uniqueId } from './support/unique-id.js';
 export { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
 export type { BusSuiteOptions } from './bus-suite.js';
-export { describeBus } from './bus-suite.js';
+export { busCaseNames, describeBus } from './bus-suite.js';
 export type { InvariantReport, Observed, EndState } from './bus/invariants.js';
 export { Ledger, checkInvariants } from './bus/invariants.js';
 export type { BusFactories, InProcessCrashMode, ScenarioResult, ScenarioRunOptions } from './bus/run-scenario.js';

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CONNECTIVITY_CODES, CourierError, REASON_LIMITS, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
+import { CONNECTIVITY_CODES, CourierError, REASON_LIMITS, TransportError, isRetriable, type Delivery, type Endpoint, type Envelope, type Subscription, type Transport } from '@courier/core';
 import { expect } from 'vitest';
 import type { TransportFixture, TransportFixtureFactory } from './fixtures.js';
 import { deferred } from './support/deferred.js';
@@ -771,6 +771,75 @@ export const transportCases: readonly TransportCase[] = [
       await publishOk(env.transport, [marker]);
       await eventually(() => expect(unique(inbox.ids())).toEqual(sorted([first.messageId, other.messageId, marker.messageId])), { timeoutMs: env.options.timeoutMs });
       expect(inbox.ids()).not.toContain(after.messageId);
+    },
+  },
+  {
+    // The outbox calls `validate` at publish() and refuses there, so what it lets through
+    // must be deliverable, and `publish` must refuse what it names (an envelope written
+    // before validate existed, or by another producer) alone, never sending it.
+    name: 'validate names no problem for a plain envelope; an envelope refused by validate is refused by publish alone',
+    async run(env) {
+      const validate = env.transport.validate?.bind(env.transport);
+      if (!validate) return env.skip('transport has no validate() (nothing it refuses whatever its state)');
+      const plain = [
+        message(env, 'k'),
+        message(env, null, { headers: { 'x-courier-test': 'value', Plain: '' }, correlationId: 'corr', causationId: 'cause' }),
+      ];
+      for (const envelope of plain) expect(validate(envelope), `validate(${JSON.stringify(envelope.headers)})`).toEqual([]);
+      const refusedByValidate = env.fixture.refusedByValidate?.bind(env.fixture);
+      if (!refusedByValidate) return env.skip('the fixture offers no refusedByValidate() to build an envelope validate refuses');
+      const ordered = env.transport.capabilities.orderingByKey;
+      const inbox = await collect(env, { consumer: env.consumer('validate'), ordered, concurrency: 1 });
+      const invalid = refusedByValidate(message(env, 'k'));
+      const problems = validate(invalid);
+      expect(problems.length, 'validate must name a problem with the fixture\'s refusedByValidate() copy').toBeGreaterThan(0);
+      for (const problem of problems) expect(problem.trim(), 'each problem is a sentence, not empty').not.toBe('');
+      const [before, after] = plain;
+      const results = await env.transport.publish([before!, invalid, after!]);
+      expect(results.map((result) => [result.messageId, result.ok])).toEqual([
+        [before!.messageId, true],
+        [invalid.messageId, false],
+        [after!.messageId, true],
+      ]);
+      const refused = results[1]!;
+      const error = refused.ok ? undefined : refused.error;
+      expect(error).toBeInstanceOf(CourierError);
+      // Sending it again never helps: not retriable, not a connectivity code (the relay would
+      // release it without an attempt and send it again for ever), and it names the problems.
+      expect(error?.retriable, `refused with retriable ${String(error?.retriable)}`).toBe(false);
+      expect(CONNECTIVITY_CODES.has(error?.code ?? ''), `refused with connectivity code '${error?.code}'`).toBe(false);
+      for (const problem of problems) expect(error?.message).toContain(problem);
+      const marker = message(env, 'k');
+      await publishOk(env.transport, [marker]);
+      const expected = sorted([before!.messageId, after!.messageId, marker.messageId]);
+      await eventually(() => expect(unique(inbox.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      expect(inbox.ids()).not.toContain(invalid.messageId);
+    },
+  },
+  {
+    // The relay aborts its publish signal when it stops or its sending deadline passes, and
+    // releases what was not sent without counting an attempt. A transport that answers an
+    // aborted call with results instead, or sends anyway, makes a stopping relay publish
+    // after it gave the rows back (issue 30, guess 8: RabbitMQ answered with results).
+    name: 'publish with an already-aborted signal rejects with ABORTED and sends nothing',
+    async run(env) {
+      const ordered = env.transport.capabilities.orderingByKey;
+      const inbox = await collect(env, { consumer: env.consumer('aborted'), ordered, concurrency: 1 });
+      const controller = new AbortController();
+      controller.abort(new Error('the relay stopped'));
+      const unsent = [message(env, 'k'), message(env, 'k')];
+      const failure = await env.transport.publish(unsent, { signal: controller.signal }).then(
+        (results) => ({ results }),
+        (error: unknown) => error,
+      );
+      expect(failure, 'publish with an aborted signal must reject, not answer with results').toBeInstanceOf(TransportError);
+      expect(failure, 'the Transport contract: code ABORTED, retriable (nothing about the messages was wrong)').toMatchObject({ code: 'ABORTED', retriable: true });
+      // A later message of the same key arrives after anything of the aborted call could
+      // have (where the transport keeps a key's order): neither unsent message ever does.
+      const marker = message(env, 'k');
+      await publishOk(env.transport, [marker]);
+      await eventually(() => expect(inbox.ids()).toContain(marker.messageId), { timeoutMs: env.options.timeoutMs });
+      expect(unique(inbox.ids()), 'a message of the aborted call was sent').toEqual([marker.messageId]);
     },
   },
   {

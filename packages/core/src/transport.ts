@@ -242,7 +242,9 @@ export type DeliveryHandler = (delivery: Delivery) => Promise<void>;
  * - Once `publish`'s `signal` aborts (the relay stops, or its sending deadline for the
  *   lease passed), messages not yet sent come back `ABORTED` (or the call rejects with
  *   `ABORTED` before sending any); messages already sent are still answered. The relay
- *   releases `ABORTED` ones without counting an attempt.
+ *   releases `ABORTED` ones without counting an attempt. An `ABORTED` error, thrown or in a
+ *   result, is a `TransportError` with `retriable: true`: nothing about the message or the
+ *   broker was wrong, the same publish with a live signal may succeed.
  * - Publishing is at-least-once: a message whose confirm was lost may arrive twice.
  * - "The broker answered" means the broker took responsibility for the message: it keeps it
  *   through whatever failures the broker promises to survive as it is configured (RabbitMQ: a
@@ -282,7 +284,9 @@ export interface Transport {
    *
    * Guarantees: pure and synchronous (no I/O), so the outbox can call it at `publish()`
    * and refuse the message there, naming each problem, before anything is appended; an
-   * envelope with problems is also refused by `publish`, alone, never sent. A transport
+   * envelope with problems is also refused by `publish`, alone, never sent, in its result
+   * with a non-retriable error (not a `CONNECTIVITY_CODES` one) whose message names each
+   * problem. Never names a problem with an envelope the broker takes. A transport
    * with nothing to check leaves it out.
    */
   validate?(envelope: Envelope): readonly string[];
@@ -305,8 +309,9 @@ export interface Transport {
    *   sent: no connection is open, or it was lost before the first message went out; and
    *   with a `ClosedError` after `close`. Once a message has been sent, the call resolves
    *   and reports each message.
-   * - `signal`: already aborted, the call rejects with code `ABORTED` and sends nothing;
-   *   aborted mid-call, messages not yet sent come back as `ABORTED` results (the relay
+   * - `signal`: already aborted, the call rejects with a `TransportError` of code `ABORTED`
+   *   (`retriable: true`) and sends nothing, whatever `messages` holds; aborted mid-call,
+   *   messages not yet sent come back as `ABORTED` results (the same error: the relay
    *   releases them without an attempt) while messages already sent are still answered.
    * - A transport that learns that no consumer group will receive a message (RabbitMQ's
    *   `basic.return`) reports `PUBLISH_UNROUTABLE`; the relay retries it, then parks it as

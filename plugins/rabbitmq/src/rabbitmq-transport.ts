@@ -307,11 +307,12 @@ export class RabbitMqTransport implements Transport {
    * also `PUBLISH_REJECTED`, with the broker's reason), a return (`PUBLISH_UNROUTABLE`: no
    * consumer queue is bound to the topic yet), a timeout (`PUBLISH_TIMEOUT`) or a
    * connection lost, or a channel closed for another reason, before the confirm
-   * (`TRANSPORT`), or `ABORTED` for messages not yet sent when `signal` aborted; and with a
+   * (`TRANSPORT`), or `ABORTED` for messages not yet sent when `signal` aborted mid-call; and with a
    * `SerializationError` (not retriable) for a payload over `maxMessageBytes` or a message
    * amqplib cannot encode (headers over 64 KiB, a header name RabbitMQ reserves, see
    * {@link validate}). Rejects with a retriable `TransportError` when no connection is
-   * open, `ClosedError` after `close`.
+   * open or (code `ABORTED`, nothing sent) when `signal` is already aborted, `ClosedError`
+   * after `close`.
    *
    * When the broker closes the channel, the unconfirmed messages are suspects: each is
    * sent again alone on a fresh channel, so the one that closes it again fails alone and
@@ -320,6 +321,9 @@ export class RabbitMqTransport implements Transport {
    */
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     if (this.#closing) throw new ClosedError('rabbitmq transport');
+    // The Transport contract: a call already aborted rejects and sends nothing (it used to
+    // answer with ABORTED results, which a relay that gave the rows back never reads).
+    if (options.signal?.aborted) throw new TransportError('publish aborted before sending', { code: 'ABORTED', retriable: true, cause: options.signal.reason });
     const run = this.#publish(messages, options.signal);
     this.#publishes.add(run);
     try {

@@ -127,13 +127,12 @@ describe('RabbitMqTransport publishing', () => {
     expect(seen).toEqual(batch.map((e) => e.payload));
   });
 
-  it('fails the messages not yet sent when the signal aborts, each in its result', async () => {
+  it('rejects a call whose signal is already aborted with a retriable ABORTED, sending nothing', async () => {
     const { transport } = setup();
     await transport.provision({ consumer: 'c', topics: ['t'], ordered: false });
     const controller = new AbortController();
     controller.abort();
-    const results = await transport.publish([envelope('t'), envelope('t')], { signal: controller.signal });
-    expect(results.map((r) => (r.ok ? 'ok' : r.error.code))).toEqual(['ABORTED', 'ABORTED']);
+    await expect(transport.publish([envelope('t'), envelope('t')], { signal: controller.signal })).rejects.toMatchObject({ code: 'ABORTED', retriable: true });
   });
 
   it('keeps messages published after provision() for a consumer that starts later', async () => {

@@ -217,7 +217,8 @@ export class SqlTransport implements Transport {
    */
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     this.#assertOpen();
-    if (options.signal?.aborted) throw new CourierError('ABORTED', `'publish' was aborted`, { cause: options.signal.reason });
+    // The Transport contract's ABORTED: retriable, nothing about the messages was wrong.
+    if (options.signal?.aborted) throw new TransportError(`'publish' was aborted`, { code: 'ABORTED', retriable: true, cause: options.signal.reason });
     if (messages.length === 0) return [];
     return this.#track(this.#publish(messages));
   }

@@ -547,7 +547,8 @@ class Connection implements InMemoryConnection {
 
   async publish(messages: readonly Envelope[], signal?: AbortSignal): Promise<readonly PublishResult[]> {
     this.#assertOpen('publish');
-    if (signal?.aborted) throw new CourierError('ABORTED', `'publish' was aborted`, { cause: signal.reason });
+    // The Transport contract's ABORTED: retriable, nothing about the messages was wrong.
+    if (signal?.aborted) throw new TransportError(`'publish' was aborted`, { code: 'ABORTED', retriable: true, cause: signal.reason });
     this.#broker.assertAvailable('publish');
     // Ordered pipelining's promise: once a message of a key is refused, no later message
     // of that key in the same call is delivered (it would overtake the refused one).

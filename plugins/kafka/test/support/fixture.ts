@@ -206,6 +206,8 @@ export async function createKafkaFixture({ testId }: FixtureContext, config: Par
       faults[kind] += count;
     },
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
+    // A space: a character a Kafka topic name cannot hold.
+    refusedByValidate: (envelope) => ({ ...envelope, topic: `${envelope.topic} refused` }),
     injectDuplicate: async (envelope) => {
       // The idempotent producer drops only its own retries, so a second publish is a second record.
       const [result] = await transport.publish([envelope]);

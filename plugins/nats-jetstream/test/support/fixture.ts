@@ -104,6 +104,8 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       payload: JSON.stringify('x'.repeat(MAX_MESSAGE_BYTES - 2)),
       headers: { ...envelope.headers, ...Object.fromEntries(Array.from({ length: 4 }, (_, index) => [`refusable-${index}`, 'x'.repeat(4_000)])) },
     }),
+    // An empty subject token: no NATS subject can hold it.
+    refusedByValidate: (envelope) => ({ ...envelope, topic: `${envelope.topic}..refused` }),
     injectDuplicate: async (envelope) => {
       // The duplicator connects at its first publish; on a loaded machine that can outlast the
       // 3 s connect timeout, which rejects retriably: try again, within a bound.

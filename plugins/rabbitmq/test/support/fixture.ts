@@ -118,6 +118,8 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
     refusable(envelope) {
       return { ...envelope, headers: { ...envelope.headers, [CLOSE_CHANNEL_HEADER]: 'yes' } };
     },
+    // A header RabbitMQ adds itself when it dead-letters: a forged one would not round-trip.
+    refusedByValidate: (envelope) => ({ ...envelope, headers: { ...envelope.headers, 'x-death': 'forged' } }),
     async kill(target) {
       const handle = handles.get(target);
       if (!handle) throw new Error('kill: not a transport of this fixture');
