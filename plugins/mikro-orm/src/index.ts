@@ -1,15 +1,9 @@
-export type { CourierTableNames, CourierTablesConfig } from './courier-tables.js';
-export { resolveTableNames } from './courier-tables.js';
-export type { DialectName } from './dialects/sql-dialect.js';
-export { SCHEMA_VERSION } from './dialects/sql-dialect.js';
-export { KEY_LOCK_BUCKETS } from './dialects/mysql-dialect.js';
+export type { CourierTableNames, CourierTablesConfig, DialectName, DriverErrorKind, PostgresWakeupConfig } from '@courier/sql-engine';
+export { classifyDriverError, KEY_LOCK_BUCKETS, resolveTableNames, SCHEMA_VERSION } from '@courier/sql-engine';
 export type { MikroOrmInstance, MikroOrmStoreConfig } from './store-core.js';
 export type { MikroOrmOutboxStoreConfig } from './mikro-orm-outbox-store.js';
 export { MikroOrmOutboxStore, keyHash } from './mikro-orm-outbox-store.js';
 export type { MikroOrmInboxStoreConfig } from './mikro-orm-inbox-store.js';
 export { MikroOrmInboxStore } from './mikro-orm-inbox-store.js';
-export type { PostgresWakeupConfig } from './outbox-wakeups.js';
-export type { DriverErrorKind } from './storage-errors.js';
-export { classifyDriverError } from './storage-errors.js';
 export type { SqliteBusyTimeoutDriverOptions } from './sqlite-options.js';
 export { SQLITE_BUSY_TIMEOUT_MS, withSqliteBusyTimeout } from './sqlite-options.js';

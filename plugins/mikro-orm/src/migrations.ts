@@ -1,10 +1,6 @@
 import { StorageError } from '@courier/core';
 import { Migration } from '@mikro-orm/migrations';
-import { resolveTableNames, type CourierTablesConfig } from './courier-tables.js';
-import { createDialect } from './dialects/create-dialect.js';
-import { SCHEMA_VERSION, upgradeSql, type DialectName } from './dialects/sql-dialect.js';
-import { toNumber } from './sql-runner.js';
-import { classifyDriverError, toStorageError } from './storage-errors.js';
+import { classifyDriverError, type CourierTablesConfig, createDialect, type DialectName, resolveTableNames, SCHEMA_VERSION, toNumber, toStorageError, upgradeSql } from '@courier/sql-engine';
 import { StoreCore, type MikroOrmStoreConfig } from './store-core.js';
 
 /** One entry of MikroORM's `migrations.migrationsList`. */

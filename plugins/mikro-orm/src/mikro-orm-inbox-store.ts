@@ -16,10 +16,7 @@ import {
   type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
-import { haltId, haltSql, type HaltSql } from './dialects/inbox-halts-sql.js';
-import { toNumber, type SqlRow } from './sql-runner.js';
-import type { DialectName } from './dialects/sql-dialect.js';
-import { isLockConflict, toStorageError } from './storage-errors.js';
+import { type DialectName, haltId, haltSql, type HaltSql, isLockConflict, type SqlRow, toNumber, toStorageError } from '@courier/sql-engine';
 import { pruneInBatches, StoreCore, throwIfAborted, type MikroOrmStoreConfig } from './store-core.js';
 
 /** Arguments of {@link MikroOrmInboxStore}. */

@@ -26,12 +26,8 @@ import {
   type PortLimits,
 } from '@courier/core';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
-import { claimFollowers } from './claim-followers.js';
-import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows } from './dialects/sql-dialect.js';
+import { ageSql, claimFollowers, type ClaimQuery, type ClaimResult, completeRows, type CompletionQuery, type DialectName, driverMessage, headsSql, OutboxWakeups, type PostgresWakeupConfig, type PublishedRows, qualifiedColumns, type SqlRow, toBigInt, toNullableString, toNumber, toStorageError } from '@courier/sql-engine';
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
-import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
-import { toBigInt, toNullableString, toNumber, type SqlRow } from './sql-runner.js';
-import { driverMessage, toStorageError } from './storage-errors.js';
 import { pruneInBatches, StoreCore, throwIfAborted, type MikroOrmStoreConfig } from './store-core.js';
 
 /** Arguments of {@link MikroOrmOutboxStore}. */

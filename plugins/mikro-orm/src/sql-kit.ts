@@ -4,9 +4,5 @@
 // the same version range as the stores.
 export type { RunResult, SqlRow, TransactionPrologue } from './sql-runner.js';
 export { READ_COMMITTED, SqlRunner, toBigInt, toNullableString, toNumber } from './sql-runner.js';
-export type { DriverErrorKind } from './storage-errors.js';
-export { classifyDriverError, driverMessage, isLockConflict, toStorageError } from './storage-errors.js';
-export { detectDialect } from './dialects/create-dialect.js';
-export type { DialectName } from './dialects/sql-dialect.js';
-export type { PostgresWakeupConfig } from './outbox-wakeups.js';
-export { OutboxWakeups } from './outbox-wakeups.js';
+export type { DialectName, DriverErrorKind, PostgresWakeupConfig } from '@courier/sql-engine';
+export { classifyDriverError, detectDialect, driverMessage, isLockConflict, OutboxWakeups, toStorageError } from '@courier/sql-engine';

@@ -1,5 +1,9 @@
+import { classifyDriverError, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
 import type { Connection, IsolationLevel, Transaction } from '@mikro-orm/core';
-import { classifyDriverError } from './storage-errors.js';
+
+// The types and row readers moved to @courier/sql-engine; re-exported for `sql-kit` users.
+export type { RunResult, SqlRow, TransactionPrologue } from '@courier/sql-engine';
+export { toBigInt, toNullableString, toNumber } from '@courier/sql-engine';
 
 /**
  * `IsolationLevel.READ_COMMITTED`, spelled out: a value import of `@mikro-orm/core` would
@@ -8,25 +12,9 @@ import { classifyDriverError } from './storage-errors.js';
  */
 export const READ_COMMITTED = 'read committed' as IsolationLevel;
 
-/** A row as the driver returns it. */
-export type SqlRow = Readonly<Record<string, unknown>>;
-
-/** The outcome of a statement that returns no rows. */
-export interface RunResult {
-  readonly affectedRows: number;
-  readonly insertId: unknown;
-}
-
-/** What a {@link SqlRunner} runs at the start of its transactions. */
-export interface TransactionPrologue {
-  /** Session settings, first in every transaction (SQLite: `PRAGMA busy_timeout`). */
-  readonly session: readonly string[];
-  /** A statement that makes the transaction a writer at once (SQLite's `BEGIN IMMEDIATE`), after `session`. */
-  readonly writeLock: readonly string[];
-}
-
 /**
- * Runs Courier's hand-written SQL on a MikroORM connection, optionally inside a driver
+ * The MikroORM implementation of the engine's {@link SqlExecutor}: runs Courier's
+ * hand-written SQL on a MikroORM connection, optionally inside a driver
  * transaction. Statements go through `Connection.execute`, so they appear in MikroORM's
  * query log like the ORM's own; values are bound with `?` placeholders and quoted by the
  * platform (MikroORM inlines them with the driver's own escaping).
@@ -35,7 +23,7 @@ export interface TransactionPrologue {
  * transaction run in one of their own, so the prologue always precedes them on the same
  * connection (the pool may replace the connection between two calls).
  */
-export class SqlRunner {
+export class SqlRunner implements SqlExecutor<Transaction> {
   readonly #connection: Connection;
   readonly #prologue: TransactionPrologue | undefined;
 
@@ -124,6 +112,11 @@ export class SqlRunner {
     }
   }
 
+  /** Driver errors of MikroORM's drivers (pg, mysql2/mariadb, libsql) are what {@link classifyDriverError} knows. */
+  classifyError(error: unknown): DriverErrorKind {
+    return classifyDriverError(error);
+  }
+
   /**
    * Runs `work` in a transaction of its own (committed when it resolves, rolled back when
    * it throws), after the prologue. `readCommitted` asks for READ COMMITTED where the
@@ -131,7 +124,7 @@ export class SqlRunner {
    * locks producers could queue behind. `writeLock: false` skips the prologue's write lock
    * (schema creation, when the table it writes may not exist yet).
    */
-  transaction<T>(work: (trx: Transaction) => Promise<T>, options: { readCommitted?: boolean; writeLock?: boolean } = {}): Promise<T> {
+  transaction<T>(work: (trx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     const isolation = options.readCommitted ? { isolationLevel: READ_COMMITTED } : {};
     if (!this.#prologue) return this.#connection.transactional(work, isolation);
     return this.#connection.transactional(async (trx) => {
@@ -157,29 +150,4 @@ function knexClientOf(connection: Connection): KnexClient | undefined {
   const client = getKnex.call(connection).client as Partial<KnexClient> | undefined;
   if (typeof client?.acquireRawConnection !== 'function' || typeof client._query !== 'function') return undefined;
   return client as KnexClient;
-}
-
-/** Reads a column that may come back as number, bigint or string (drivers differ). */
-export function toBigInt(value: unknown): bigint {
-  if (typeof value === 'bigint') return value;
-  if (typeof value === 'number') return BigInt(Math.trunc(value));
-  if (typeof value === 'string' && value.length > 0) return BigInt(value);
-  throw new TypeError(`expected an integer column value, got ${typeof value}`);
-}
-
-/** Reads a numeric column that may come back as number, bigint or string. */
-export function toNumber(value: unknown): number {
-  if (value === null || value === undefined) return 0;
-  if (typeof value === 'number') return value;
-  if (typeof value === 'bigint') return Number(value);
-  if (typeof value === 'string') return Number(value);
-  return Number(value);
-}
-
-/** Reads a nullable string column. */
-export function toNullableString(value: unknown): string | null {
-  if (value === null || value === undefined) return null;
-  if (typeof value === 'string') return value;
-  if (Buffer.isBuffer(value)) return value.toString('utf8');
-  return String(value);
 }

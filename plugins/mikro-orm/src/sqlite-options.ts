@@ -1,16 +1,10 @@
 // The one busy timeout of the SQLite store: what its statements set, and what the ORM's own
 // connections should open with when several processes share a file.
+import { SQLITE_BUSY_TIMEOUT_MS } from '@courier/sql-engine';
 import { libsqlDriverOptionsWithTimeout, mikroOrmMajor, type MikroOrmMajor } from './mikro-orm-compat.js';
 
-/**
- * How long SQLite connections used by Courier wait for another connection's lock before
- * `SQLITE_BUSY`, in milliseconds. Generous on purpose: with `@mikro-orm/libsql` 6.6.16 a
- * statement that fails with `SQLITE_BUSY` inside a transaction leaves the connection
- * unusable ("cannot commit transaction - SQL statements in progress", then knex's
- * "Transaction query already complete" for good), so a busy file must be waited out, never
- * failed; 5 s ran out on a loaded 2-core machine with three processes on one file.
- */
-export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
+// The timeout itself is the engine's (its SQLite dialect sets it in every store transaction).
+export { SQLITE_BUSY_TIMEOUT_MS } from '@courier/sql-engine';
 
 /** The `driverOptions` {@link withSqliteBusyTimeout} returns: the timeout is in one of the two places. */
 export interface SqliteBusyTimeoutDriverOptions {

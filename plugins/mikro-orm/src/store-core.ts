@@ -1,10 +1,7 @@
 import { ClosedError, CourierError, StorageError } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
-import { resolveTableNames, type CourierTableNames, type CourierTablesConfig } from './courier-tables.js';
-import { createDialect } from './dialects/create-dialect.js';
-import { SCHEMA_VERSION, upgradeSql, type DialectName, type SqlDialect } from './dialects/sql-dialect.js';
-import { SqlRunner, toNumber } from './sql-runner.js';
-import { toStorageError } from './storage-errors.js';
+import { type CourierTableNames, type CourierTablesConfig, createDialect, type DialectName, resolveTableNames, SCHEMA_VERSION, type SqlDialect, toNumber, toStorageError, upgradeSql } from '@courier/sql-engine';
+import { SqlRunner } from './sql-runner.js';
 
 /**
  * The part of a `MikroORM` instance the stores use: its global EntityManager, from which

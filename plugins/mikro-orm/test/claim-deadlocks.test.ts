@@ -4,7 +4,7 @@
 // the counts; the figures in the README come from 10 s runs.
 import { eventually } from '@courier/conformance';
 import { afterEach, describe, expect, it } from 'vitest';
-import { isLockConflict } from '../src/storage-errors.js';
+import { isLockConflict } from '@courier/sql-engine';
 import { createMikroOrmFixture, type MikroOrmFixture } from './support/fixture.js';
 import { envelope, testId } from './support/helpers.js';
 

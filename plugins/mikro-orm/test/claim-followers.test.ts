@@ -5,7 +5,7 @@
 // lease, and a key's run never skips a row (contiguity), on every dialect.
 import type { ClaimedBatch, Envelope } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { claimFollowers } from '../src/claim-followers.js';
+import { claimFollowers } from '@courier/sql-engine';
 import { StoreCore } from '../src/store-core.js';
 import { createMikroOrmFixture, type FixtureDialect, type MikroOrmFixture } from './support/fixture.js';
 import { envelope, testId } from './support/helpers.js';

@@ -5,7 +5,7 @@ import { eventually } from '@courier/conformance';
 import { StorageError } from '@courier/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { classifyDriverError } from '../src/index.js';
-import { driverMessage, toStorageError } from '../src/storage-errors.js';
+import { driverMessage, toStorageError } from '@courier/sql-engine';
 import { createMikroOrmFixture, type MikroOrmFixture } from './support/fixture.js';
 import { claimAll, testId } from './support/helpers.js';
 

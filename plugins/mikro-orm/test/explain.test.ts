@@ -3,7 +3,7 @@
 // for claim and prune is EXPLAINed, and none may scan a Courier table sequentially
 // (PostgreSQL) or scan it fully / sort it with a filesort (MariaDB).
 import { afterEach, describe, expect, it } from 'vitest';
-import { NOT_PUBLISHED_AT } from '../src/dialects/mysql-dialect.js';
+import { NOT_PUBLISHED_AT } from '@courier/sql-engine';
 import { createMikroOrmFixture, type FixtureDialect, type MikroOrmFixture } from './support/fixture.js';
 import { testId } from './support/helpers.js';
 

@@ -2,7 +2,7 @@
 // (`state` an ENUM, `published_at` never NULL), so InnoDB rewrites the row in place instead of
 // re-inserting it into a full page; tables of version 3 are upgraded keeping every row.
 import { afterEach, describe, expect, it } from 'vitest';
-import { NOT_PUBLISHED_AT } from '../src/dialects/mysql-dialect.js';
+import { NOT_PUBLISHED_AT } from '@courier/sql-engine';
 import { MikroOrmOutboxStore } from '../src/index.js';
 import { createMikroOrmFixture, type MikroOrmFixture } from './support/fixture.js';
 import { envelope, idsOf, testId } from './support/helpers.js';

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Transaction } from '@mikro-orm/core';
-import { SqlRunner, isLockConflict } from '@courier/mikro-orm/sql-kit';
+import { isLockConflict } from '@courier/sql-engine';
+import { SqlRunner } from '@courier/mikro-orm/sql-kit';
 
 const FIRST_WAIT_MS = 5;
 const LONGEST_WAIT_MS = 100;

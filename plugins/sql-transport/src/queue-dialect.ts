@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ConfigError } from '@courier/core';
-import type { DialectName, SqlRow, SqlRunner, TransactionPrologue } from '@courier/mikro-orm/sql-kit';
-import { SQLITE_BUSY_TIMEOUT_MS } from '@courier/mikro-orm';
+import type { DialectName, SqlExecutor, SqlRow, TransactionPrologue } from '@courier/sql-engine';
+import { SQLITE_BUSY_TIMEOUT_MS } from '@courier/sql-engine';
 
 /** The names of the transport's tables (unquoted). */
 export interface QueueTableNames {
@@ -73,13 +73,13 @@ export interface QueueDialect {
   epochMs(expression: string): string;
   readonly readCommitted: boolean;
   readonly transactionPrologue?: TransactionPrologue;
-  prepareDatabase?(runner: SqlRunner): Promise<void>;
+  prepareDatabase?<Tx>(runner: SqlExecutor<Tx>): Promise<void>;
   schemaStatements(): string[];
   dropStatements(): string[];
   /** `INSERT` of the (consumer, topic) pair that does nothing when it exists. */
   readonly registerGroupSql: string;
   /** Claims due rows: locks them `SKIP LOCKED` where the database has it, writes the lease, returns {@link QUEUE_COLUMNS}. */
-  claim(runner: SqlRunner, query: QueueClaim): Promise<SqlRow[]>;
+  claim<Tx>(runner: SqlExecutor<Tx>, query: QueueClaim): Promise<SqlRow[]>;
   /** Deletes at most `?` (second placeholder) dead rows of every consumer older than `?` ms (first placeholder). */
   readonly pruneDeadSql: string;
 }
@@ -168,7 +168,7 @@ class PostgresQueueDialect implements QueueDialect {
     return [`DROP TABLE IF EXISTS ${this.table('queue')}`, `DROP TABLE IF EXISTS ${this.table('groups')}`];
   }
 
-  async claim(runner: SqlRunner, query: QueueClaim): Promise<SqlRow[]> {
+  async claim<Tx>(runner: SqlExecutor<Tx>, query: QueueClaim): Promise<SqlRow[]> {
     const queue = this.table('queue');
     return runner.all(
       `WITH candidates AS (${candidatesSql(this, 'q.seq', query.ordered, ' FOR UPDATE OF q SKIP LOCKED')}) ` +
@@ -258,7 +258,7 @@ class MySqlQueueDialect implements QueueDialect {
     return [`DROP TABLE IF EXISTS ${this.table('queue')}`, `DROP TABLE IF EXISTS ${this.table('groups')}`];
   }
 
-  async claim(runner: SqlRunner, query: QueueClaim): Promise<SqlRow[]> {
+  async claim<Tx>(runner: SqlExecutor<Tx>, query: QueueClaim): Promise<SqlRow[]> {
     return runner.transaction(
       async (trx) => {
         const rows = await runner.all(candidatesSql(this, `q.${QUEUE_COLUMNS.split(', ').join(', q.')}`, query.ordered, ' FOR UPDATE SKIP LOCKED'), [query.consumer, query.limit], trx);
@@ -310,10 +310,10 @@ class SqliteQueueDialect implements QueueDialect {
     };
   }
 
-  async prepareDatabase(runner: SqlRunner): Promise<void> {
+  async prepareDatabase<Tx>(runner: SqlExecutor<Tx>): Promise<void> {
     // The busy timeout on every connection of the ORM (the store's dialect does the same):
     // libsql opens connections without one, and the ORM replaces its connection every 10 s.
-    await runner.configureEveryConnection();
+    await runner.configureEveryConnection?.();
     const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
     if (mode === 'wal' || mode === 'memory' || mode === '') return;
     // Persistent in the file: the first process to get here switches it for all.
@@ -369,7 +369,7 @@ class SqliteQueueDialect implements QueueDialect {
     return [`DROP TABLE IF EXISTS ${this.table('queue')}`, `DROP TABLE IF EXISTS ${this.table('groups')}`];
   }
 
-  async claim(runner: SqlRunner, query: QueueClaim): Promise<SqlRow[]> {
+  async claim<Tx>(runner: SqlExecutor<Tx>, query: QueueClaim): Promise<SqlRow[]> {
     // A read first, without the write lock (WAL readers never wait): an idle subscription's
     // polls then do not queue with every other process's writers for the file's one lock.
     const due = await runner.transaction(

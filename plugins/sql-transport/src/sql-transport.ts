@@ -25,9 +25,9 @@ import {
   type TransportDeadLetters,
 } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
+import { SqlRunner } from '@courier/mikro-orm/sql-kit';
 import {
   OutboxWakeups,
-  SqlRunner,
   classifyDriverError,
   detectDialect,
   driverMessage,
@@ -36,7 +36,7 @@ import {
   type DialectName,
   type PostgresWakeupConfig,
   type SqlRow,
-} from '@courier/mikro-orm/sql-kit';
+} from '@courier/sql-engine';
 import { BusyRetryRunner } from './busy-retry-runner.js';
 import { QUEUE_COLUMNS, createQueueDialect, queueKeyHash, resolveQueueNames, type QueueDialect, type QueueInsert, type QueueTableNames } from './queue-dialect.js';
 

@@ -2,7 +2,7 @@
 // MikroORM, then appends, claims and consumes (inbox run + complete) until its deadline,
 // drains what is left, and prints one JSON line of counts. Errors are counted, not thrown:
 // the parent asserts there were none.
-import { classifyDriverError } from '../../src/storage-errors.js';
+import { classifyDriverError } from '@courier/sql-engine';
 import { createMikroOrmFixture } from './fixture.js';
 import { envelope } from './helpers.js';
 

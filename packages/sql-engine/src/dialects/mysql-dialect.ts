@@ -1,7 +1,5 @@
-import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import { classifyDriverError } from '../storage-errors.js';
-import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { classifyError, toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
 import { ageSql, completeRows, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
@@ -214,14 +212,14 @@ export class MySqlDialect implements SqlDialect {
     return (['outbox', 'outboxLocks', 'inbox', 'inboxStarts', 'inboxHalts', 'inboxHeld', 'inboxParked', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
   }
 
-  async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {
+  async lockKeys<Tx>(runner: SqlExecutor<Tx>, trx: Tx, keyHashes: readonly string[]): Promise<void> {
     const buckets = [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) % KEY_LOCK_BUCKETS))].sort((a, b) => a - b);
     if (buckets.length === 0) return;
     // Ascending primary-key order, so two appenders of the same buckets never deadlock.
     await runner.all(`SELECT bucket FROM ${this.table('outboxLocks')} WHERE bucket IN (?) ORDER BY bucket FOR UPDATE`, [buckets], trx);
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
+  async claimHeads<Tx>(runner: SqlExecutor<Tx>, query: ClaimQuery, done?: CompletionQuery<Tx>): Promise<ClaimResult> {
     return runner.transaction(
       async (trx) => {
         // The completion first: it locks only rows of its own lease, which no claim waits
@@ -246,7 +244,7 @@ export class MySqlDialect implements SqlDialect {
     );
   }
 
-  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+  async nextToken<Tx>(runner: SqlExecutor<Tx>, trx: Tx): Promise<bigint> {
     // LAST_INSERT_ID(expr) hands the new value back in the OK packet: one round trip.
     const result = await runner.run(`UPDATE ${this.table('meta')} SET value = LAST_INSERT_ID(value + 1) WHERE name = 'lease_token'`, [], trx);
     if (result.affectedRows !== 1) throw new Error(`the lease token counter row is missing from ${this.table('meta')}`);
@@ -256,7 +254,7 @@ export class MySqlDialect implements SqlDialect {
     return toBigInt(rows[0]?.['value']);
   }
 
-  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+  async insertInboxRecord<Tx>(runner: SqlExecutor<Tx>, trx: Tx, messageId: string, consumer: string): Promise<boolean> {
     // A plain INSERT: it waits for a racing uncommitted insert of the same pair and fails
     // with a duplicate-key error if that one commits. InnoDB rolls back only the statement,
     // so the transaction stays usable. (INSERT IGNORE would also swallow truncation.)
@@ -264,12 +262,12 @@ export class MySqlDialect implements SqlDialect {
       await runner.run(`INSERT INTO ${this.table('inbox')} (message_id, consumer, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`, [messageId, consumer], trx);
       return true;
     } catch (error) {
-      if (classifyDriverError(error) === 'duplicate') return false;
+      if (classifyError(runner, error) === 'duplicate') return false;
       throw error;
     }
   }
 
-  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+  async recordStart<Tx>(runner: SqlExecutor<Tx>, messageId: string, consumer: string): Promise<number> {
     return runner.transaction(
       async (trx) => {
         await runner.run(

@@ -1,5 +1,5 @@
 import type { Logger } from '@courier/core';
-import type { SqlRunner } from './sql-runner.js';
+import type { SqlExecutor } from './executor.js';
 
 /**
  * How the PostgreSQL outbox wakes relays in other processes. Relays in the producing
@@ -50,7 +50,7 @@ const RECONNECT_MAX_MS = 5_000;
  * ignored (the relay's poll is the fallback).
  */
 export class OutboxWakeups {
-  readonly #runner: SqlRunner;
+  readonly #runner: SqlExecutor<unknown>;
   readonly #channel: string | undefined;
   readonly #listen: boolean;
   readonly #notify: boolean;
@@ -69,7 +69,7 @@ export class OutboxWakeups {
   #reconnectDelay = RECONNECT_MIN_MS;
 
   constructor(options: {
-    runner: SqlRunner;
+    runner: SqlExecutor<unknown>;
     /** PostgreSQL channel; undefined on other databases (in-process signals only). */
     channel: string | undefined;
     config: PostgresWakeupConfig | false | undefined;

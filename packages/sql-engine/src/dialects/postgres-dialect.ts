@@ -1,6 +1,5 @@
-import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import { toBigInt, toNumber, type SqlRunner } from '../sql-runner.js';
+import { toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
 import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
@@ -148,7 +147,7 @@ export class PostgresDialect implements SqlDialect {
     ];
   }
 
-  async lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void> {
+  async lockKeys<Tx>(runner: SqlExecutor<Tx>, trx: Tx, keyHashes: readonly string[]): Promise<void> {
     const keys = lockKeysOf(keyHashes);
     if (keys.length === 0) return;
     if (keys.length === 1) {
@@ -176,7 +175,7 @@ export class PostgresDialect implements SqlDialect {
     };
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
+  async claimHeads<Tx>(runner: SqlExecutor<Tx>, query: ClaimQuery, done?: CompletionQuery<Tx>): Promise<ClaimResult> {
     const outbox = this.table('outbox');
     const completing = done !== undefined && done.sequences.length > 0;
     const sparse = this.#sparseHeads;
@@ -227,12 +226,12 @@ export class PostgresDialect implements SqlDialect {
     };
   }
 
-  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+  async nextToken<Tx>(runner: SqlExecutor<Tx>, trx: Tx): Promise<bigint> {
     const rows = await runner.all(`SELECT nextval('${this.table('tokenSequence')}') AS value`, [], trx);
     return toBigInt(rows[0]?.['value']);
   }
 
-  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+  async insertInboxRecord<Tx>(runner: SqlExecutor<Tx>, trx: Tx, messageId: string, consumer: string): Promise<boolean> {
     // ON CONFLICT waits for a racing uncommitted insert of the same pair, then does nothing
     // if that one committed: the loser sees a duplicate without aborting its transaction.
     const result = await runner.run(
@@ -243,7 +242,7 @@ export class PostgresDialect implements SqlDialect {
     return result.affectedRows === 1;
   }
 
-  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+  async recordStart<Tx>(runner: SqlExecutor<Tx>, messageId: string, consumer: string): Promise<number> {
     const rows = await runner.all(
       `INSERT INTO ${this.table('inboxStarts')} AS s (message_id, consumer, starts, updated_at) VALUES (?, ?, 1, now()) ` +
         `ON CONFLICT (message_id, consumer) DO UPDATE SET starts = s.starts + 1, updated_at = now() RETURNING s.starts`,

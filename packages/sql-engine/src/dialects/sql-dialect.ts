@@ -1,6 +1,5 @@
-import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import { toNullableString, type SqlRow, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
+import { toNullableString, type SqlRow, type SqlExecutor, type TransactionPrologue } from '../executor.js';
 
 /** The SQL families Courier has adapters for. */
 export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
@@ -46,7 +45,7 @@ export interface ClaimQuery {
 export type PublishedRows = 'keep' | 'delete';
 
 /** Rows a claim completes first (`completeAndClaim`): sequences and lease token as strings. */
-export interface CompletionQuery {
+export interface CompletionQuery<Tx = unknown> {
   readonly token: string;
   readonly sequences: readonly string[];
   /** Whether the completion marks its rows published or deletes them ({@link completeSql}). */
@@ -59,7 +58,7 @@ export interface CompletionQuery {
    * returns them from its one statement, the others read them with {@link completeRows}
    * (before the completion, as a `delete` completion leaves nothing to read after it).
    */
-  readonly beforeCommit?: (trx: Transaction, completedIds: readonly string[]) => Promise<void>;
+  readonly beforeCommit?: (trx: Tx, completedIds: readonly string[]) => Promise<void>;
 }
 
 /** Result of a claim: the fencing token and the claimed rows (any order). */
@@ -107,7 +106,7 @@ export interface SqlDialect {
   /** Whether store transactions should run at READ COMMITTED (MySQL's default is stricter). */
   readonly readCommitted: boolean;
   /**
-   * Statements that start every store transaction (see `SqlRunner`); SQLite: the busy
+   * Statements that start every store transaction (see `SqlExecutor.prologue`); SQLite: the busy
    * timeout and an immediate write lock. Absent where transactions need no preparation.
    */
   readonly transactionPrologue?: TransactionPrologue;
@@ -115,7 +114,7 @@ export interface SqlDialect {
    * Prepares the database file once per store, outside any transaction (SQLite: WAL mode,
    * which lets readers and one writer of several processes work side by side).
    */
-  prepareDatabase?(runner: SqlRunner): Promise<void>;
+  prepareDatabase?<Tx>(runner: SqlExecutor<Tx>): Promise<void>;
   /** Idempotent DDL creating every Courier table, index, sequence and seed row of this version. */
   schemaStatements(): string[];
   /**
@@ -131,7 +130,7 @@ export interface SqlDialect {
    * `trx`, in a fixed order. The store calls it once per transaction, at commit, with
    * every key the transaction appended, so two appenders never deadlock on each other.
    */
-  lockKeys(runner: SqlRunner, trx: Transaction, keyHashes: readonly string[]): Promise<void>;
+  lockKeys<Tx>(runner: SqlExecutor<Tx>, trx: Tx, keyHashes: readonly string[]): Promise<void>;
   /**
    * The same locks as {@link lockKeys}, as a condition an `INSERT … SELECT … WHERE` can
    * carry, so the append takes them in its insert's own round trip. The condition is
@@ -144,13 +143,13 @@ export interface SqlDialect {
    * Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way; with `done`,
    * first completes those rows ({@link completeSql}) in the same transaction.
    */
-  claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult>;
+  claimHeads<Tx>(runner: SqlExecutor<Tx>, query: ClaimQuery, done?: CompletionQuery<Tx>): Promise<ClaimResult>;
   /** Allocates the next fencing token inside `trx` (strictly increasing, never reused). */
-  nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint>;
+  nextToken<Tx>(runner: SqlExecutor<Tx>, trx: Tx): Promise<bigint>;
   /** Inserts the inbox record inside `trx`; false when the pair is already recorded. Waits for a racing uncommitted insert. */
-  insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean>;
+  insertInboxRecord<Tx>(runner: SqlExecutor<Tx>, trx: Tx, messageId: string, consumer: string): Promise<boolean>;
   /** Counts one start of (messageId, consumer) in a short transaction of its own; returns the total. */
-  recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number>;
+  recordStart<Tx>(runner: SqlExecutor<Tx>, messageId: string, consumer: string): Promise<number>;
   /** Deletes at most `?` (second placeholder) rows of `table` whose `column` is older than `?` ms (first placeholder) and, when given, whose state is `published`. */
   pruneBatchSql(table: CourierObject, column: string, publishedOnly: boolean): string;
 }
@@ -217,11 +216,11 @@ export interface CompletedRows {
  * write lock), no other transaction can change them in between, so they are exactly the
  * rows the statement then completes.
  */
-export async function completeRows(
+export async function completeRows<Tx>(
   dialect: Pick<SqlDialect, 'table' | 'now' | 'lockForUpdate'>,
-  runner: SqlRunner,
-  done: Pick<CompletionQuery, 'token' | 'sequences' | 'publishedRows'>,
-  trx: Transaction | undefined,
+  runner: SqlExecutor<Tx>,
+  done: Pick<CompletionQuery<Tx>, 'token' | 'sequences' | 'publishedRows'>,
+  trx: Tx | undefined,
   withIds = false,
 ): Promise<CompletedRows> {
   if (done.sequences.length === 0) return withIds ? { count: 0, ids: [] } : { count: 0 };

@@ -1,13 +1,20 @@
-import type { Transaction } from '@mikro-orm/core';
 import type { CourierTableNames } from '../courier-tables.js';
-import { classifyDriverError } from '../storage-errors.js';
-import { toBigInt, toNumber, type SqlRunner, type TransactionPrologue } from '../sql-runner.js';
-import { SQLITE_BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS } from '../sqlite-options.js';
+import { classifyError, toBigInt, toNumber, type SqlExecutor, type TransactionPrologue } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
 import { ageSql, completeRows, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/**
+ * How long SQLite connections used by Courier wait for another connection's lock before
+ * `SQLITE_BUSY`, in milliseconds. Generous on purpose: with `@mikro-orm/libsql` 6.6.16 a
+ * statement that fails with `SQLITE_BUSY` inside a transaction leaves the connection
+ * unusable ("cannot commit transaction - SQL statements in progress", then knex's
+ * "Transaction query already complete" for good), so a busy file must be waited out, never
+ * failed; 5 s ran out on a loaded 2-core machine with three processes on one file.
+ */
+export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
 
 /**
  * SQLite adapter (`@mikro-orm/libsql`), for development, tests and the zero-setup example.
@@ -20,7 +27,7 @@ const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
  * - Times are INTEGER milliseconds since the epoch.
  * - Several processes on one file: the file is put in WAL mode (readers and the writer do
  *   not block each other); every connection of the ORM gets a busy timeout of 30 s when
- *   it opens (`SqlRunner.configureEveryConnection`), every store transaction sets it again and takes
+ *   it opens (`SqlExecutor.configureEveryConnection`), every store transaction sets it again and takes
  *   the write lock with its first statement (a `DELETE … WHERE 0`, since MikroORM begins
  *   with a deferred `BEGIN`), so it waits its turn instead of failing with `SQLITE_BUSY`
  *   when a read would have to be upgraded while another process writes.
@@ -41,24 +48,24 @@ export class SqliteDialect implements SqlDialect {
   constructor(names: CourierTableNames) {
     this.#names = names;
     this.transactionPrologue = {
-      session: [`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`],
+      session: [`PRAGMA busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`],
       writeLock: [`DELETE FROM ${this.table('meta')} WHERE 0`],
     };
   }
 
-  async prepareDatabase(runner: SqlRunner): Promise<void> {
+  async prepareDatabase<Tx>(runner: SqlExecutor<Tx>): Promise<void> {
     // The busy timeout on every connection of the ORM, the application's transactions included.
-    await runner.configureEveryConnection();
+    await runner.configureEveryConnection?.();
     const mode = String((await runner.untransacted('PRAGMA journal_mode'))[0]?.['journal_mode'] ?? '').toLowerCase();
     if (mode === 'wal' || mode === 'memory' || mode === '') return;
     try {
-      await runner.untransacted(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      await runner.untransacted(`PRAGMA busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
       // Persistent in the file: the first process to get here switches it for all.
       await runner.untransacted('PRAGMA journal_mode = WAL');
     } catch (error) {
       // Another process holds the file; it (or the next check) switches the mode. The
       // store works without WAL, with more waiting.
-      if (classifyDriverError(error) !== 'transient') throw error;
+      if (classifyError(runner, error) !== 'transient') throw error;
     }
   }
 
@@ -143,14 +150,14 @@ export class SqliteDialect implements SqlDialect {
     return (['outbox', 'inbox', 'inboxStarts', 'inboxHalts', 'inboxHeld', 'inboxParked', 'meta'] as const).map((name) => `DROP TABLE IF EXISTS ${this.table(name)}`);
   }
 
-  async lockKeys(runner: SqlRunner, trx: Transaction): Promise<void> {
+  async lockKeys<Tx>(runner: SqlExecutor<Tx>, trx: Tx): Promise<void> {
     // No key lock (see the class comment), but the busy timeout and the write lock before
     // the insert, as in the store's own transactions. In a unit of work that already
     // wrote, this is a no-op; in one that only read, it fails as the insert would.
     await runner.prologue(trx);
   }
 
-  async claimHeads(runner: SqlRunner, query: ClaimQuery, done?: CompletionQuery): Promise<ClaimResult> {
+  async claimHeads<Tx>(runner: SqlExecutor<Tx>, query: ClaimQuery, done?: CompletionQuery<Tx>): Promise<ClaimResult> {
     return runner.transaction(async (trx) => {
       // One writer at a time (BEGIN IMMEDIATE): the completion, then the claim, which sees it.
       const completion = done === undefined ? undefined : await completeRows(this, runner, done, trx, done.beforeCommit !== undefined);
@@ -177,13 +184,13 @@ export class SqliteDialect implements SqlDialect {
     });
   }
 
-  async nextToken(runner: SqlRunner, trx: Transaction): Promise<bigint> {
+  async nextToken<Tx>(runner: SqlExecutor<Tx>, trx: Tx): Promise<bigint> {
     const rows = await runner.all(`UPDATE ${this.table('meta')} SET value = value + 1 WHERE name = 'lease_token' RETURNING value`, [], trx);
     if (rows.length !== 1) throw new Error(`the lease token counter row is missing from ${this.table('meta')}`);
     return toBigInt(rows[0]?.['value']);
   }
 
-  async insertInboxRecord(runner: SqlRunner, trx: Transaction, messageId: string, consumer: string): Promise<boolean> {
+  async insertInboxRecord<Tx>(runner: SqlExecutor<Tx>, trx: Tx, messageId: string, consumer: string): Promise<boolean> {
     const result = await runner.run(
       `INSERT INTO ${this.table('inbox')} (message_id, consumer, processed_at) VALUES (?, ?, ${NOW_MS}) ON CONFLICT (message_id, consumer) DO NOTHING`,
       [messageId, consumer],
@@ -192,7 +199,7 @@ export class SqliteDialect implements SqlDialect {
     return result.affectedRows === 1;
   }
 
-  async recordStart(runner: SqlRunner, messageId: string, consumer: string): Promise<number> {
+  async recordStart<Tx>(runner: SqlExecutor<Tx>, messageId: string, consumer: string): Promise<number> {
     const rows = await runner.all(
       `INSERT INTO ${this.table('inboxStarts')} (message_id, consumer, starts, updated_at) VALUES (?, ?, 1, ${NOW_MS}) ` +
         'ON CONFLICT (message_id, consumer) DO UPDATE SET starts = starts + 1, updated_at = excluded.updated_at RETURNING starts',

@@ -1,5 +1,5 @@
 import { ageSql, qualifiedColumns, type ClaimQuery, type SqlDialect } from './dialects/sql-dialect.js';
-import { toBigInt, toNumber, type SqlRow, type SqlRunner } from './sql-runner.js';
+import { toBigInt, toNumber, type SqlRow, type SqlExecutor } from './executor.js';
 
 /** What {@link claimFollowers} extends: the heads one claim leased, its token, and how many more rows it may take. */
 export interface FollowerClaim {
@@ -35,13 +35,13 @@ export interface FollowerClaim {
  * - At most `room` rows in all; when the runs do not fit, each key gets its first follower
  *   before any key gets its second.
  */
-export async function claimFollowers(dialect: SqlDialect, runner: SqlRunner, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
+export async function claimFollowers<Tx>(dialect: SqlDialect, runner: SqlExecutor<Tx>, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
   if (claim.heads.length === 0 || claim.room < 1 || claim.perKey < 2) return [];
   return dialect.name === 'postgresql' ? claimFollowersPostgres(dialect, runner, query, claim) : claimFollowersLocked(dialect, runner, query, claim);
 }
 
 /** PostgreSQL: one statement (heads locked, runs read, followers locked, leased, returned). */
-async function claimFollowersPostgres(dialect: SqlDialect, runner: SqlRunner, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
+async function claimFollowersPostgres<Tx>(dialect: SqlDialect, runner: SqlExecutor<Tx>, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
   const outbox = dialect.table('outbox');
   // MATERIALIZED: each locking CTE runs once, whole, before what reads it. A row changed
   // after the statement's snapshot is re-checked against its CTE's WHERE when locked
@@ -78,7 +78,7 @@ async function claimFollowersPostgres(dialect: SqlDialect, runner: SqlRunner, qu
  * index entry a head scan could be waiting for), and the transaction never touches the
  * token's counter row, so it adds no lock cycle with the head claims (rows, then counter).
  */
-async function claimFollowersLocked(dialect: SqlDialect, runner: SqlRunner, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
+async function claimFollowersLocked<Tx>(dialect: SqlDialect, runner: SqlExecutor<Tx>, query: ClaimQuery, claim: FollowerClaim): Promise<SqlRow[]> {
   const outbox = dialect.table('outbox');
   return runner.transaction(
     async (trx) => {
