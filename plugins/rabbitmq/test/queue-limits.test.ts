@@ -327,3 +327,50 @@ describe('priorities (queueLimits.maxPriority: a classic priority queue)', () =>
     expect(text).not.toContain('set_policy');
   });
 });
+
+describe('priorities end to end: definition → outbox → relay → priority queue → handler', () => {
+  const Routine = defineMessage('jobs.Routine', { version: 1, topic: 'jobs' });
+  const Urgent = defineMessage('jobs.Urgent', { version: 1, topic: 'jobs', priority: 8 });
+
+  it('a backlog relayed from the outbox is handled urgent first', async () => {
+    const limits = { queueLimits: { c: { maxPriority: 9 } } };
+    const { prefix, transport } = transportFor(limits);
+    removeTopologyAfter(prefix);
+    await transport.provision(ENDPOINT);
+    const db = new InMemoryDatabase();
+    const producer = createBus<InMemoryTransaction>({
+      outbox: new InMemoryOutboxStore({ database: db }),
+      inbox: new InMemoryInboxStore({ database: db }),
+      transport,
+      relay: { pollIntervalMs: 20 },
+    });
+    cleanups.push(() => producer.stop({ timeoutMs: 2_000 }));
+    await producer.start({ relay: true, consumers: false });
+    await db.transaction(async (tx) => {
+      for (let index = 0; index < 8; index += 1) producer.outbox(tx).publish(Routine, { index }, { messageId: `routine-${index}` });
+      for (let index = 0; index < 4; index += 1) producer.outbox(tx).publish(Urgent, { index }, { messageId: `urgent-${index}` });
+      producer.outbox(tx).publish(Urgent, { index: 4 }, { messageId: 'demoted', priority: 0 });
+    });
+    await eventually(() => expect(transport.stats().confirmed).toBe(13));
+
+    const { transport: reader } = transportFor({ ...limits, prefetch: () => 1 }, prefix);
+    const consumerDb = new InMemoryDatabase();
+    const consumer = createBus<InMemoryTransaction>({
+      outbox: new InMemoryOutboxStore({ database: consumerDb }),
+      inbox: new InMemoryInboxStore({ database: consumerDb }),
+      transport: reader,
+    });
+    cleanups.push(() => consumer.stop({ timeoutMs: 2_000 }));
+    const handled: { id: string; headers: Readonly<Record<string, string>> }[] = [];
+    for (const definition of [Routine, Urgent]) {
+      consumer.subscribe('c', definition, async (message) => {
+        handled.push({ id: message.messageId, headers: message.headers });
+      }, { concurrency: 1 });
+    }
+    await consumer.start({ relay: false, consumers: true });
+    await eventually(() => expect(handled).toHaveLength(13), 20_000);
+    expect(handled.slice(0, 4).map((h) => h.id)).toEqual(['urgent-0', 'urgent-1', 'urgent-2', 'urgent-3']);
+    expect(handled.slice(4).map((h) => h.id).sort()).toEqual(['demoted', ...Array.from({ length: 8 }, (_, index) => `routine-${index}`)].sort());
+    expect(handled.every((h) => Object.keys(h.headers).length === 0)).toBe(true);
+  });
+});
