@@ -248,6 +248,7 @@ export class RedisInboxStore<Tx = RedisInboxUnit> implements InboxStore<Tx> {
     await Promise.allSettled([...this.#running]);
   }
 
+  /** `await using` support: the same as {@link close}. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

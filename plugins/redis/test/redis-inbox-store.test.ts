@@ -176,6 +176,23 @@ describe('RedisInboxStore: retention and keys', () => {
     }
   });
 
+  it('prune deletes old records of every consumer in batches, keeps newer ones, and drops a consumer left with none', async () => {
+    const { inbox, prefix } = store();
+    const old = [uniqueId(), uniqueId(), uniqueId()];
+    for (const id of old) await inbox.run(id, 'payments', async () => undefined);
+    await inbox.run(old[0]!, 'emails', async () => undefined);
+    await sleep(300);
+    const fresh = uniqueId();
+    await inbox.run(fresh, 'payments', async () => undefined);
+    expect(await inbox.prune(200, { batchSize: 1 })).toBe(4);
+    expect(await inbox.run(old[1]!, 'payments', async () => 'again')).toEqual({ duplicate: false, value: 'again' });
+    expect(await inbox.run(fresh, 'payments', async () => 'again')).toEqual({ duplicate: true });
+    expect((await inbox.stats()).consumers.map(({ consumer, records }) => [consumer, records])).toEqual([['payments', 2]]);
+    expect(await redis.smembers(`${prefix}consumers`)).toEqual(['payments']);
+    await expect(inbox.prune(-1)).rejects.toThrow(ConfigError);
+    await expect(inbox.prune(0, { batchSize: 0 })).rejects.toThrow("'batchSize' must be a positive integer");
+  });
+
   it('refuses bad configuration with every problem named', () => {
     const attempt = () => new RedisInboxStore({ redis: {} as Redis, prefix: '', claimMs: 10, renewEveryMs: 50, retentionMs: 5, pollMs: 0 });
     expect(attempt).toThrow(ConfigError);
