@@ -139,6 +139,14 @@ export interface TransportFixture {
    */
   refusedByValidate?(envelope: Envelope): Envelope;
   /**
+   * Puts on the broker, for `topic`, a message that is not a Courier envelope (plain bytes,
+   * none of the transport's headers), as another producer or a broken client might, so the
+   * suite can check that it never reaches a handler and does not stop the messages after it
+   * (the Transport contract's "Receiving"). Optional: the case is skipped, saying why, when
+   * absent.
+   */
+  publishMalformed?(topic: string): Promise<void>;
+  /**
    * Makes the next `count` (default 1) settles of `kind` fail at the broker, as a broker
    * failure would: for a transport that writes a copy (a delay-tier or retry-topic publish,
    * a dead-letter publish) the copy's write is refused or fails; for a broker-native settle

@@ -817,6 +817,33 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // Anything may be on a topic (another producer, a client of an older release). The
+    // Transport contract: a message that is not an envelope never reaches a handler; it is
+    // dead-lettered with ENVELOPE_INVALID (or kept aside), and an operator's list of dead
+    // letters still answers (it may leave out an entry that has no envelope to show).
+    name: 'a message that is not a valid envelope never reaches a handler, does not hold back the messages after it, and the dead-letter list still answers',
+    async run(env) {
+      const publishMalformed = env.fixture.publishMalformed?.bind(env.fixture);
+      if (!publishMalformed) return env.skip('the fixture offers no publishMalformed() to put a message that is not an envelope on the broker');
+      const consumer = env.consumer('malformed');
+      const inbox = await collect(env, { consumer, concurrency: 1 });
+      await publishMalformed(env.topic);
+      const after = [message(env, null), message(env, 'k')];
+      await publishOk(env.transport, after);
+      const expected = sorted(after.map((envelope) => envelope.messageId));
+      await eventually(() => expect(unique(inbox.ids())).toEqual(expected), { timeoutMs: env.options.timeoutMs });
+      // Later messages still flow: the malformed one is not put back in front of them.
+      const marker = message(env, null);
+      await publishOk(env.transport, [marker]);
+      await eventually(() => expect(unique(inbox.ids())).toEqual(sorted([...expected, marker.messageId])), { timeoutMs: env.options.timeoutMs });
+      const deadLetters = env.transport.deadLetters;
+      if (deadLetters) {
+        const listed = await deadLetters.list(consumer);
+        expect(listed.map((letter) => letter.reason.code), 'what the list shows for the malformed message').toEqual(listed.map(() => 'ENVELOPE_INVALID'));
+      }
+    },
+  },
+  {
     // The relay aborts its publish signal when it stops or its sending deadline passes, and
     // releases what was not sent without counting an attempt. A transport that answers an
     // aborted call with results instead, or sends anyway, makes a stopping relay publish

@@ -206,6 +206,16 @@ export async function createKafkaFixture({ testId }: FixtureContext, config: Par
       faults[kind] += count;
     },
     refusable: (envelope) => ({ ...envelope, payload: JSON.stringify('x'.repeat(300 * 1024)) }),
+    // A plain record on the topic (the suite subscribed first, which created it), from a producer of its own.
+    publishMalformed: async (topic) => {
+      const producer = plainClient(`${testId}-malformed`).producer({ allowAutoTopicCreation: false });
+      await producer.connect();
+      try {
+        await producer.send({ topic: transport.topicName(topic), messages: [{ value: 'not a courier envelope' }] });
+      } finally {
+        await producer.disconnect();
+      }
+    },
     // A space: a character a Kafka topic name cannot hold.
     refusedByValidate: (envelope) => ({ ...envelope, topic: `${envelope.topic} refused` }),
     injectDuplicate: async (envelope) => {

@@ -4,7 +4,7 @@
 // the server (failSettles, see settle-fault-proxy.ts).
 import { CourierError, type Envelope, type Transport } from '@courier/core';
 import type { FixtureContext, TransportFixture } from '@courier/conformance';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { NatsJetStreamTransport } from '../../src/index.js';
 import { TcpProxy, targetOf } from '@courier/conformance';
@@ -104,6 +104,15 @@ export async function createJetStreamFixture({ testId }: FixtureContext, setting
       payload: JSON.stringify('x'.repeat(MAX_MESSAGE_BYTES - 2)),
       headers: { ...envelope.headers, ...Object.fromEntries(Array.from({ length: 4 }, (_, index) => [`refusable-${index}`, 'x'.repeat(4_000)])) },
     }),
+    // Plain bytes on the topic's subject, without the Courier-Envelope header, on a client of its own.
+    publishMalformed: async (topic) => {
+      const nc = await connect({ servers: natsUrl, timeout: 2_000 });
+      try {
+        await jetstream(nc).publish(`${testId}.t.${topic}`, new TextEncoder().encode('not a courier envelope'));
+      } finally {
+        await nc.close();
+      }
+    },
     // An empty subject token: no NATS subject can hold it.
     refusedByValidate: (envelope) => ({ ...envelope, topic: `${envelope.topic}..refused` }),
     injectDuplicate: async (envelope) => {

@@ -118,6 +118,17 @@ export async function createRabbitMqFixture(context: FixtureContext, options: Ra
     refusable(envelope) {
       return { ...envelope, headers: { ...envelope.headers, [CLOSE_CHANNEL_HEADER]: 'yes' } };
     },
+    // Plain bytes on the topic exchange, without the transport's courier-* headers or message id.
+    async publishMalformed(topic) {
+      const connection = await openConnection(`${prefix}-malformed`);
+      try {
+        const channel = await connection.createConfirmChannel();
+        channel.publish(`${prefix}.topics`, topic, Buffer.from('not a courier envelope'), { persistent: true });
+        await channel.waitForConfirms();
+      } finally {
+        await connection.close();
+      }
+    },
     // A header RabbitMQ adds itself when it dead-letters: a forged one would not round-trip.
     refusedByValidate: (envelope) => ({ ...envelope, headers: { ...envelope.headers, 'x-death': 'forged' } }),
     async kill(target) {
