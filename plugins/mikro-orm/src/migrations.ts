@@ -1,6 +1,6 @@
 import { StorageError } from '@courier/core';
 import { Migration } from '@mikro-orm/migrations';
-import { classifyDriverError, type CourierTablesConfig, createDialect, type DialectName, resolveTableNames, SCHEMA_VERSION, toNumber, toStorageError, upgradeSql } from '@courier/sql-engine';
+import { type CourierTablesConfig, createDialect, type DialectName, resolveTableNames, sqlSchemaAdmin, toNumber, toStorageError, upgradeSql } from '@courier/sql-engine';
 import { StoreCore, type MikroOrmStoreConfig } from './store-core.js';
 
 /** One entry of MikroORM's `migrations.migrationsList`. */
@@ -147,27 +147,5 @@ export function courierSchemaAdmin(config: CourierSchemaAdminConfig): {
   pendingSql(): Promise<string[]>;
   apply(): Promise<void>;
 } {
-  const core = new StoreCore(config, 'courier schema admin');
-  const currentVersion = async (): Promise<number> => {
-    try {
-      await core.dialect.prepareDatabase?.(core.runner);
-      const rows = await core.runner.all(`SELECT value FROM ${core.dialect.table('meta')} WHERE name = 'schema_version'`);
-      return rows.length === 0 ? 0 : toNumber(rows[0]?.['value']);
-    } catch (error) {
-      // A missing table is version 0; anything else (the database away) is reported.
-      if (classifyDriverError(error) === 'schema') return 0;
-      throw toStorageError(error, 'schema status', core.schemaHint);
-    }
-  };
-  return {
-    async status() {
-      return { current: await currentVersion(), target: SCHEMA_VERSION };
-    },
-    async pendingSql() {
-      const current = await currentVersion();
-      if (current >= SCHEMA_VERSION) return [];
-      return current === 0 ? core.dialect.schemaStatements() : upgradeSql(core.dialect, current);
-    },
-    apply: () => core.ensureSchema(),
-  };
+  return sqlSchemaAdmin(new StoreCore(config, 'courier schema admin'));
 }
