@@ -57,7 +57,7 @@ export interface RabbitMqTransportConfig {
   readonly connectTimeoutMs?: number;
   /** Dead-letter error text is cut to this many UTF-8 bytes so headers fit a frame. Default 4096. */
   readonly maxErrorBytes?: number;
-  /** Messages `deadLetters.replay` / `purge` look at per call. Default 10,000. */
+  /** Messages `deadLetters.list` / `replay` / `purge` read per call. Default 10,000. */
   readonly maxDeadLetterScan?: number;
   readonly logger?: Logger;
   /** Random source for tier choice and reconnect jitter (tests make it deterministic). */
