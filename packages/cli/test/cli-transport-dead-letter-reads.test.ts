@@ -8,7 +8,7 @@ import { createBus, defineMessage, noopLogger, UnrecoverableError, type Bus, typ
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from './support/run-cli.js';
-import { deleteBrokerObjects, openStores, openTransport, type CliTestSetup } from './support/setup.js';
+import { AMQP_URL, deleteBrokerObjects, openStores, openTransport, type CliTestSetup } from './support/setup.js';
 
 const DEAD = 28;
 
@@ -72,5 +72,37 @@ describe('courier dead: concurrent reads of RabbitMQ dead letters', () => {
     const stats = await runCli(['stats', '--json'], env);
     expect(JSON.parse(stats.stdout).transport).toEqual([{ consumer, deadLetters: DEAD, atLeast: false }]);
     expect(await transport.deadLetters!.count!(consumer)).toBe(DEAD);
+  });
+
+  it('a mistyped broker prefix creates nothing: no exchange, no queue (dead list, stats and a purge dry run)', async () => {
+    const typo = `${prefix}typo`;
+    const wrong = { ...env, CLI_TEST_BROKER_PREFIX: typo, CLI_TEST_CONSUMERS: `${typo}payments` };
+    for (const args of [['dead', 'list', '--source', 'transport'], ['stats'], ['dead', 'purge', '--all', '--source', 'transport', '--dry-run']]) {
+      const result = await runCli(args, wrong);
+      expect(result.code, result.stderr).toBe(0);
+    }
+    const { connect } = await import('amqplib');
+    const connection = await connect(AMQP_URL);
+    try {
+      // Passive declares: 404 (the channel closes) when the object does not exist.
+      const exists = async (check: (channel: import('amqplib').Channel) => Promise<unknown>): Promise<boolean> => {
+        const channel = await connection.createChannel();
+        channel.on('error', () => undefined);
+        try {
+          await check(channel);
+          await channel.close();
+          return true;
+        } catch (error) {
+          if ((error as { code?: unknown }).code === 404) return false;
+          throw error;
+        }
+      };
+      expect(await exists((channel) => channel.checkExchange(`${typo}.topics`))).toBe(false);
+      expect(await exists((channel) => channel.checkQueue(`${typo}.q.${typo}payments.dead`))).toBe(false);
+      // The check itself can see what exists.
+      expect(await exists((channel) => channel.checkExchange(`${prefix}.topics`))).toBe(true);
+    } finally {
+      await connection.close();
+    }
   });
 });

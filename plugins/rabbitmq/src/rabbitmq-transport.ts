@@ -687,15 +687,10 @@ export class RabbitMqTransport implements Transport {
     if (!batchSocketWrites(connection)) {
       this.#logger.debug('rabbitmq: amqplib internals differ from 2.x; socket writes are not batched', {});
     }
+    // The publish channel (which declares the exchange) opens at the first publish, not
+    // here: an operator command that only reads dead letters must create nothing on the
+    // broker (a mistyped prefix once left an exchange behind).
     this.#connection = connection;
-    try {
-      await this.#openPublisher(connection);
-    } catch (error) {
-      this.#connection = null;
-      await connection.close().catch(() => undefined);
-      if (!this.#closing) this.#scheduleReconnect();
-      throw error;
-    }
     if (this.#everConnected) {
       this.#stats.reconnects++;
       this.#logger.info('rabbitmq reconnected', { subscriptions: this.#subscriptions.size });
