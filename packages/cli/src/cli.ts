@@ -4,7 +4,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
-import { actOnParked, failureFacts, findParked, listParked, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, failureFacts, findParked, listParked, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -210,11 +210,12 @@ Examples:
         const limit = parsePositiveInt(options.limit, '--limit');
         const filter = filterOf(options);
         const places = placesOf(await open('dead list', configOf()));
-        // One more than asked tells whether the listing was cut: never cut silently.
-        const found = await listParked(places, filter, limit + 1);
+        // Everything that matches is read, so the cut says how much it left out: never cut silently.
+        const found = await listParked(places, filter, Number.MAX_SAFE_INTEGER);
         const items = found.slice(0, limit);
         io.out(options.json ? toJson(items) : renderParked(items));
-        if (found.length > limit) io.err(`courier: showing the first ${limit}; more match (raise --limit, or narrow the filters)`);
+        if (found.length > limit) io.err(`courier: ${limit} of ${found.length} shown (raise --limit, or narrow the filters)`);
+        for (const note of await unreadTransportLetters(places, filter, found)) io.err(`courier: ${note}`);
       }),
     `  courier dead list
   courier dead list --source transport --consumer payments --code HANDLER_FAILED
@@ -755,6 +756,7 @@ async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
       ? Promise.all(
           (setup.consumers ?? []).map((consumer) =>
             read(`transport dead letters of '${consumer}'`, async () => {
+              if (deadLetters.count) return { consumer, deadLetters: await deadLetters.count(consumer), atLeast: false };
               const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
               return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };
             }),

@@ -43,6 +43,24 @@ export interface ParkingPlaces {
 }
 
 const PAGE = 500;
+/** Most dead letters read per consumer (RabbitMQ reads through its queue: a bound on one command's work). */
+const TRANSPORT_READ_LIMIT = 10_000;
+
+/**
+ * Notes for the consumers whose dead letters were not all read (more than
+ * {@link TRANSPORT_READ_LIMIT}, as the transport's `count` tells): a listing that left some
+ * out says so, with how many.
+ */
+export async function unreadTransportLetters(places: ParkingPlaces, filter: ParkedFilter, found: readonly ParkedMessage[]): Promise<string[]> {
+  const deadLetters = places.deadLetters;
+  if ((filter.source ?? 'all') === 'outbox' || !deadLetters?.count) return [];
+  const notes: string[] = [];
+  for (const consumer of filter.consumer !== undefined ? [filter.consumer] : places.consumers) {
+    const total = await deadLetters.count(consumer);
+    if (total > TRANSPORT_READ_LIMIT) notes.push(`dead letters of '${consumer}': read ${TRANSPORT_READ_LIMIT} of ${total} (${found.filter((item) => item.consumer === consumer).length} matched); replay or purge them to see the rest`);
+  }
+  return notes;
+}
 
 /** Lists parked messages matching `filter`, outbox rows first (by sequence), then each consumer's dead letters. */
 export async function listParked(places: ParkingPlaces, filter: ParkedFilter, limit: number): Promise<ParkedMessage[]> {
@@ -74,7 +92,7 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
   if (source !== 'outbox' && places.deadLetters) {
     const consumers = filter.consumer !== undefined ? [filter.consumer] : places.consumers;
     for (const consumer of consumers) {
-      for (const letter of await places.deadLetters.list(consumer, { limit: 10_000 })) {
+      for (const letter of await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT })) {
         const item: ParkedMessage = {
           ref: `dlq:${consumer}:${letter.id}`,
           source: 'transport',

@@ -131,7 +131,8 @@ describe('courier operations (postgresql)', () => {
     await stores.outbox.fail(batch.lease, batch.records.map((record) => ({ sequence: record.sequence, error: 'x', outcome: 'dead' as const })));
     const cut = await runCli(['dead', 'list', '--limit', '1', '--json'], env);
     expect(JSON.parse(cut.stdout)).toHaveLength(1);
-    expect(cut.stderr).toContain('showing the first 1; more match');
+    // Earlier cases of this file left dead rows of their own: at least 2 match.
+    expect(cut.stderr).toMatch(/courier: 1 of ([2-9]|[1-9]\d+) shown/);
   });
 
   it('stats prints the outbox backlog when the broker is down, names what it could not read, and exits 1', async () => {

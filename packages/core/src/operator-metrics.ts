@@ -127,7 +127,7 @@ export function observeRelay(bus: Pick<Bus<unknown>, 'health'>, options: Observe
 
 /** Options of {@link observeDeadLetters}. */
 export interface ObserveDeadLettersOptions extends ObserveOptions {
-  /** Most dead letters counted per consumer; a larger depth reports this number. Default 10,000 (as `courier stats`). */
+  /** Most dead letters counted per consumer when the transport has no `count` (it lists); a larger depth reports this number. Default 10,000 (as `courier stats`). */
   readonly limit?: number;
   /**
    * Counts again at most this often (milliseconds); collections in between report the last
@@ -140,7 +140,9 @@ export interface ObserveDeadLettersOptions extends ObserveOptions {
 /**
  * Registers the gauge `courier.transport.dead_letters`: how many dead letters the
  * transport holds per consumer (attribute `messaging.consumer.group.name`), counted
- * through `deadLetters.list` — the depth `courier stats` shows. A transport keeps dead
+ * through `deadLetters.count` where the transport has it (a depth read without taking any
+ * message: RabbitMQ's passive queue declare), else `deadLetters.list` — the depth
+ * `courier stats` shows. A transport keeps dead
  * letters per consumer and cannot list its consumers, so the caller names them.
  *
  * Guarantees: nothing is counted until a metrics SDK collects; then at most once per
@@ -151,7 +153,7 @@ export interface ObserveDeadLettersOptions extends ObserveOptions {
  * zero that would silence an alert. Returns a function that unregisters the gauge.
  */
 export function observeDeadLetters(
-  deadLetters: Pick<TransportDeadLetters, 'list'>,
+  deadLetters: Pick<TransportDeadLetters, 'list' | 'count'>,
   consumers: readonly string[],
   options: ObserveDeadLettersOptions = {},
 ): () => void {
@@ -171,7 +173,8 @@ export function observeDeadLetters(
     await Promise.all(
       consumers.map(async (consumer) => {
         try {
-          next.set(consumer, Math.min(limit, (await deadLetters.list(consumer, { limit })).length));
+          // `count` reads a depth without taking messages; `list` is the fallback for a transport without it.
+          next.set(consumer, deadLetters.count ? await deadLetters.count(consumer) : Math.min(limit, (await deadLetters.list(consumer, { limit })).length));
         } catch (error) {
           logger.warn('transport dead-letter count for metrics failed', { consumer, error: describeError(error) });
         }

@@ -206,13 +206,20 @@ export interface DeadLetter {
 export interface TransportDeadLetters {
   /**
    * The consumer's dead letters. A read creates nothing (a consumer name nothing exists for
-   * lists nothing) and should neither take messages from the broker nor hide them from
-   * another reader (RabbitMQ's reader still does while it reads: operations issue, round 2).
+   * lists nothing) and neither takes messages from the broker nor hides them from another
+   * reader (RabbitMQ's readers take turns under a lock for this). Oldest first (by `deadAt`),
+   * the first `limit` of them.
    * An entry that never was a valid envelope (dead-lettered with `ENVELOPE_INVALID`) has no
    * envelope to show: a transport may leave it out, and its README says where operators find
    * it (Kafka and NATS JetStream: with the broker's own tools).
    */
   list(consumer: string, options?: { limit?: number }): Promise<readonly DeadLetter[]>;
+  /**
+   * Optional: how many dead letters the consumer has, read without taking or hiding any (a
+   * depth the broker keeps, not a listing): what `courier stats` and the dead-letter gauge
+   * show, and the M of "N of M shown". 0 for a consumer nothing exists for; creates nothing.
+   */
+  count?(consumer: string): Promise<number>;
   /**
    * Re-delivers to the consumer with the original messageId and attempt 1, marked
    * `replayed`. The replayed copy's run is recorded in the consumer's inbox under a key of

@@ -1,4 +1,5 @@
-import { describeError, type DeadLetter, type Logger, type TransportDeadLetters } from '@courier/core';
+import { setTimeout as delay } from 'node:timers/promises';
+import { describeError, TransportError, type DeadLetter, type Logger, type TransportDeadLetters } from '@courier/core';
 import type { Channel, ChannelModel, GetMessage } from 'amqplib';
 import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
@@ -14,16 +15,35 @@ export interface DeadLetterLink {
   publishToQueue(queue: string, content: Buffer, options: ConfirmPublishOptions): Promise<void>;
 }
 
+/** How long a read waits for another reader of the same dead-letter queue before giving up. */
+const READ_LOCK_WAIT_MS = 60_000;
+/** How long a read waits, before it lets the next reader in, for the broker to put back what it took. */
+const RETURN_WAIT_MS = 10_000;
+
 /**
  * Operator access to a consumer's dead-letter queue.
  *
- * RabbitMQ queues cannot be browsed, so every operation takes messages with `basic.get`
- * (unacknowledged) and closes its channel at the end, which hands back whatever it did
- * not remove. Limits, documented in the README:
- * - `list` sees at most `limit` messages from the head; messages it skips (undecodable)
- *   are logged. Requeued messages count as redelivered (`x-delivery-count` grows; the
- *   queue is declared with a high delivery limit so browsing never drops one).
- * - `replay` and `purge` scan at most `maxScan` messages (default 10,000) per call.
+ * RabbitMQ queues cannot be browsed: a reader takes messages with `basic.get`
+ * (unacknowledged) and hands them back when it closes its channel, and while it holds them
+ * no other reader sees them (three concurrent `courier dead list` saw 23, 28 and 5 of 28).
+ * A stream queue could be browsed but cannot delete one message (purge, replay), and an
+ * exclusive consumer does not exclude a second consumer on a quorum queue (checked on this
+ * broker). So reads take turns: each holds a lock for the queue while it reads — an
+ * exclusive, auto-deleted queue `<dead-letter queue>.lock`, which RabbitMQ lets only one
+ * connection declare (another gets RESOURCE_LOCKED, 405, and waits) and deletes when its
+ * connection dies, so a crashed reader never leaves it held — and releases it only once the
+ * broker counts every message it did not remove as back in the queue. In one process, reads
+ * of a queue also queue up behind each other (one connection may declare its own exclusive
+ * queue twice). Guarantees:
+ * - `list` sees every message up to `maxScan` (default 10,000) while no other read runs,
+ *   and returns the oldest `limit` by dead-letter time (ties by id): a stable order.
+ * - `count` reads the queue's depth with a passive declare (no message taken), under the
+ *   same lock, so it never misses messages a concurrent read holds.
+ * - `replay` and `purge` scan at most `maxScan` messages per call.
+ * - A consumer whose dead-letter queue does not exist has none: nothing is created (the
+ *   existence check is passive, before the lock is taken).
+ * - Requeued messages count as redelivered (`x-delivery-count` grows; the queue is declared
+ *   with a high delivery limit so browsing never drops one).
  * - Ids are messageIds; two dead copies of one message are both matched.
  * - `replay` republishes to the consumer's queue with a confirm, attempt reset to 1,
  *   marked `courier-replayed-at` (subscriptions acknowledge unmarked copies of a message
@@ -32,6 +52,8 @@ export interface DeadLetterLink {
  */
 export class RabbitMqDeadLetters implements TransportDeadLetters {
   readonly #link: DeadLetterLink;
+  /** Per queue, the end of the last read of this process: reads in one process take turns here first. */
+  readonly #turns = new Map<string, Promise<void>>();
 
   constructor(link: DeadLetterLink) {
     this.#link = link;
@@ -39,14 +61,27 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
 
   async list(consumer: string, options: { limit?: number } = {}): Promise<readonly DeadLetter[]> {
     const limit = Math.max(0, Math.floor(options.limit ?? 100));
-    const found: DeadLetter[] = [];
-    await this.#scan(consumer, limit, (message) => {
+    const found: { letter: DeadLetter; position: number }[] = [];
+    let position = 0;
+    await this.#scan(consumer, this.#link.maxScan, (message) => {
       const dead = toDeadLetter(consumer, message);
-      if (dead) found.push(dead);
+      if (dead) found.push({ letter: dead, position: position++ });
       else this.#link.logger.warn('undecodable message in dead-letter queue skipped', { consumer, messageId: String(message.properties.messageId) });
       return 'keep';
     });
-    return found;
+    // Ties by id, not by queue position: a quorum queue puts returned messages back in an
+    // order of its own, so the position changes from one read to the next.
+    found.sort((a, b) => a.letter.deadAt.getTime() - b.letter.deadAt.getTime() || (a.letter.id < b.letter.id ? -1 : a.letter.id > b.letter.id ? 1 : a.position - b.position));
+    return found.slice(0, limit).map((entry) => entry.letter);
+  }
+
+  async count(consumer: string): Promise<number> {
+    const queue = this.#link.names(consumer).deadLetterQueue;
+    let depth = 0;
+    await this.#locked(consumer, async (connection) => {
+      depth = (await depthOf(connection, queue)) ?? 0;
+    });
+    return depth;
   }
 
   async replay(consumer: string, ids: readonly string[]): Promise<number> {
@@ -82,28 +117,93 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
     return purged;
   }
 
-  async #scan(consumer: string, max: number, visit: (message: GetMessage) => 'keep' | 'remove' | Promise<'keep' | 'remove'>): Promise<void> {
+  /**
+   * Runs `work` holding the read lock of `consumer`'s dead-letter queue, or does nothing
+   * when the queue does not exist (checked passively: a wrong name creates nothing).
+   */
+  async #locked(consumer: string, work: (connection: ChannelModel) => Promise<void>): Promise<void> {
     const queue = this.#link.names(consumer).deadLetterQueue;
-    const connection = await this.#link.requireConnection();
-    const channel: Channel = await connection.createChannel();
-    channel.on('error', (error: Error) => this.#link.logger.debug('dead-letter channel error', { consumer, error: describeError(error) }));
+    const before = this.#turns.get(queue) ?? Promise.resolve();
+    let done!: () => void;
+    const mine = new Promise<void>((resolve) => (done = resolve));
+    const turn = before.then(() => mine);
+    this.#turns.set(queue, turn);
     try {
-      for (let seen = 0; seen < max; seen++) {
-        let message: GetMessage | false;
-        try {
-          message = await channel.get(queue, { noAck: false });
-        } catch (error) {
-          // 404: nothing was ever dead-lettered for this consumer.
-          if ((error as { code?: unknown }).code === 404) return;
-          throw error;
-        }
-        if (message === false) return;
-        if ((await visit(message)) === 'remove') channel.ack(message);
+      await before;
+      const connection = await this.#link.requireConnection();
+      if ((await depthOf(connection, queue)) === undefined) return;
+      const lock = await this.#acquire(connection, consumer, `${queue}.lock`);
+      try {
+        await work(connection);
+      } finally {
+        await lock.deleteQueue(`${queue}.lock`).catch(() => undefined);
+        await lock.close().catch(() => undefined);
       }
     } finally {
-      // Closing the channel returns every message taken and not removed to the queue.
-      await channel.close().catch(() => undefined);
+      done();
+      if (this.#turns.get(queue) === turn) this.#turns.delete(queue);
     }
+  }
+
+  /** Declares the exclusive lock queue, waiting while another connection holds it. Returns the channel that holds it. */
+  async #acquire(connection: ChannelModel, consumer: string, lockQueue: string): Promise<Channel> {
+    const deadline = Date.now() + READ_LOCK_WAIT_MS;
+    for (let wait = 20; ; wait = Math.min(wait * 2, 500)) {
+      const channel = await connection.createChannel();
+      channel.on('error', (error: Error) => this.#link.logger.debug('dead-letter lock channel error', { consumer, error: describeError(error) }));
+      try {
+        await channel.assertQueue(lockQueue, { exclusive: true, autoDelete: true, durable: false, arguments: { 'x-queue-type': 'classic' } });
+        return channel;
+      } catch (error) {
+        // 405 RESOURCE_LOCKED: another reader holds it (the channel is closed by the broker).
+        if ((error as { code?: unknown }).code !== 405) throw error;
+        if (Date.now() >= deadline) {
+          throw new TransportError(`dead letters of '${consumer}' are being read by another process (lock queue '${lockQueue}' held for over ${READ_LOCK_WAIT_MS / 1000} s); try again`, { cause: error });
+        }
+        await delay(wait);
+      }
+    }
+  }
+
+  async #scan(consumer: string, max: number, visit: (message: GetMessage) => 'keep' | 'remove' | Promise<'keep' | 'remove'>): Promise<void> {
+    const queue = this.#link.names(consumer).deadLetterQueue;
+    await this.#locked(consumer, async (connection) => {
+      const start = (await depthOf(connection, queue)) ?? 0;
+      let removed = 0;
+      const channel: Channel = await connection.createChannel();
+      channel.on('error', (error: Error) => this.#link.logger.debug('dead-letter channel error', { consumer, error: describeError(error) }));
+      try {
+        for (let seen = 0; seen < max; seen++) {
+          const message = await channel.get(queue, { noAck: false });
+          if (message === false) break;
+          if ((await visit(message)) === 'remove') {
+            channel.ack(message);
+            removed++;
+          }
+        }
+      } finally {
+        // Closing the channel returns every message taken and not removed to the queue.
+        await channel.close().catch(() => undefined);
+      }
+      // A quorum queue applies the returns after close-ok: the next reader must find them back.
+      const deadline = Date.now() + RETURN_WAIT_MS;
+      while (((await depthOf(connection, queue)) ?? 0) < start - removed && Date.now() < deadline) await delay(20);
+    });
+  }
+}
+
+/** The queue's ready-message count by passive declare (nothing taken, nothing created), or undefined when it does not exist. */
+async function depthOf(connection: ChannelModel, queue: string): Promise<number | undefined> {
+  const channel = await connection.createChannel();
+  // A 404 closes the channel; the error is answered through checkQueue's rejection.
+  channel.on('error', () => undefined);
+  try {
+    return (await channel.checkQueue(queue)).messageCount;
+  } catch (error) {
+    if ((error as { code?: unknown }).code === 404) return undefined;
+    throw error;
+  } finally {
+    await channel.close().catch(() => undefined);
   }
 }
 

@@ -66,7 +66,7 @@ export interface RabbitMqTransportConfig {
   readonly connectTimeoutMs?: number;
   /** Dead-letter error text is cut to this many UTF-8 bytes so headers fit a frame. Default 4096. */
   readonly maxErrorBytes?: number;
-  /** Messages `deadLetters.replay` / `purge` look at per call. Default 10,000. */
+  /** Messages `deadLetters.list` / `replay` / `purge` read per call. Default 10,000. */
   readonly maxDeadLetterScan?: number;
   /**
    * Load limits per consumer name: message TTL, max length (messages and/or bytes) and
@@ -737,15 +737,10 @@ export class RabbitMqTransport implements Transport {
     if (!batchSocketWrites(connection)) {
       this.#logger.debug('rabbitmq: amqplib internals differ from 2.x; socket writes are not batched', {});
     }
+    // The publish channel (which declares the exchange) opens at the first publish, not
+    // here: an operator command that only reads dead letters must create nothing on the
+    // broker (a mistyped prefix once left an exchange behind).
     this.#connection = connection;
-    try {
-      await this.#openPublisher(connection);
-    } catch (error) {
-      this.#connection = null;
-      await connection.close().catch(() => undefined);
-      if (!this.#closing) this.#scheduleReconnect();
-      throw error;
-    }
     if (this.#everConnected) {
       this.#stats.reconnects++;
       this.#logger.info('rabbitmq reconnected', { subscriptions: this.#subscriptions.size });
