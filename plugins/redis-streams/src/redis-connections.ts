@@ -4,7 +4,7 @@
 // on a client that is not ready: the transport waits for readiness up to its own timeout
 // and rejects retriably after it. A client whose owner ended it for good (status `end`) is
 // replaced from the factory.
-import { TransportError } from '@courier/core';
+import { TransportError, onAbort } from '@courier/core';
 import type { Redis } from 'ioredis';
 
 /** Makes one Redis client; called for the shared command client and once per subscription (blocking reads hold their client). */
@@ -20,18 +20,19 @@ export async function whenReady(client: Redis, timeoutMs: number, signal?: Abort
   if (client.status === 'ready') return;
   if (client.status === 'wait') client.connect().catch(() => undefined);
   await new Promise<void>((resolve, reject) => {
+    let cancel = () => {};
     const done = (error?: Error) => {
       clearTimeout(timer);
       client.off('ready', onReady);
-      signal?.removeEventListener('abort', onAbort);
+      cancel();
       if (error) reject(error);
       else resolve();
     };
     const onReady = () => done();
-    const onAbort = () => done(new TransportError('redis-streams: aborted while waiting for a connection', { code: 'ABORTED', retriable: true }));
     const timer = setTimeout(() => done(new TransportError(`redis-streams: no connection to redis within ${timeoutMs} ms (status '${client.status}')`, { retriable: true })), timeoutMs);
     client.on('ready', onReady);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    // One listener per signal however many waits (the caller's signal may live long).
+    if (signal) cancel = onAbort(signal, () => done(new TransportError('redis-streams: aborted while waiting for a connection', { code: 'ABORTED', retriable: true })));
     if (client.status === 'ready') done();
   });
 }

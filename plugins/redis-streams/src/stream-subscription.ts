@@ -156,7 +156,13 @@ export class StreamSubscription implements Subscription {
         // gets them (what the topic stream kept; see `maxLen`).
         await client.call('XGROUP', 'CREATE', stream, this.#endpoint.consumer, '0', 'MKSTREAM');
       } catch (error) {
-        if (!(isServerReply(error) && String((error as Error).message).startsWith('BUSYGROUP'))) throw toTransportError(error, `creating consumer group '${this.#endpoint.consumer}' on '${stream}'`);
+        const message = String((error as Error).message);
+        if (isServerReply(error) && message.startsWith('BUSYGROUP')) continue;
+        // A key of another type under the stream's name: no retry fixes that.
+        if (isServerReply(error) && message.startsWith('WRONGTYPE')) {
+          throw new TransportError(`redis-streams: '${stream}' exists and is not a stream, so consumer group '${this.#endpoint.consumer}' cannot be created on it: ${message}`, { cause: error, retriable: false });
+        }
+        throw toTransportError(error, `creating consumer group '${this.#endpoint.consumer}' on '${stream}'`);
       }
     }
   }

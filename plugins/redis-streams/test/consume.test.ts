@@ -155,6 +155,19 @@ describe('redis-streams consuming', () => {
   });
 });
 
+describe('redis-streams subscribe', () => {
+  it('rejects non-retriably when a topic key exists and is not a stream (no retry fixes it)', async () => {
+    const { fixture, topic, consumer, testId } = await setup();
+    await inspector.set(`${testId}:topic:${topic}`, 'not a stream');
+    const error = await fixture.transport.subscribe({ consumer, topics: [topic], ordered: false, concurrency: 1 }, async () => undefined).then(
+      () => undefined,
+      (caught: unknown) => caught,
+    );
+    expect(error).toMatchObject({ name: 'TransportError', retriable: false });
+    expect((error as Error).message).toContain(`${testId}:topic:${topic}`);
+  });
+});
+
 describe('redis-streams configuration', () => {
   it('lists every problem at once in a ConfigError', () => {
     let error: unknown;

@@ -3,10 +3,11 @@
 // (outage) without touching the Redis server other tests share. Keys live under the testId,
 // so cases run side by side on one server; the parent deletes them at the end.
 import type { FixtureContext, TransportFixture } from '@courier/conformance';
-import { TcpProxy, targetOf, throughProxy } from '@courier/conformance';
+import { TcpProxy, targetOf } from '@courier/conformance';
 import type { Transport } from '@courier/core';
 import { Redis } from 'ioredis';
 import { RedisStreamsTransport, type RedisStreamsTransportConfig } from '../../src/index.js';
+import { RespFaultProxy, RespFaults } from './resp-fault-proxy.js';
 
 /** Address of the Redis server (scripts/services.sh exports it). */
 export const redisUrl = process.env['COURIER_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -25,12 +26,15 @@ export function redisClient(url: string): Redis {
 export type RedisStreamsFixtureSettings = Partial<Omit<RedisStreamsTransportConfig, 'connection' | 'prefix'>>;
 
 export async function createRedisStreamsFixture({ testId }: FixtureContext, settings: RedisStreamsFixtureSettings = {}): Promise<TransportFixture> {
-  const entries = new Map<Transport, { proxy: TcpProxy; clients: Redis[]; killed: boolean }>();
+  const entries = new Map<Transport, { proxy: TcpProxy; faultProxy: RespFaultProxy; clients: Redis[]; killed: boolean }>();
+  const faults = new RespFaults();
 
   const make = async (): Promise<RedisStreamsTransport> => {
     const proxy = await TcpProxy.create(targetOf(redisUrl, 6379));
     await proxy.open();
-    const entry = { proxy, clients: [] as Redis[], killed: false };
+    // Client → RESP fault hop → TcpProxy → Redis: kill and outage close the TcpProxy.
+    const faultProxy = await RespFaultProxy.start(proxy.port, faults);
+    const entry = { proxy, faultProxy, clients: [] as Redis[], killed: false };
     const transport = new RedisStreamsTransport({
       prefix: testId,
       claimIdleMs: CLAIM_IDLE_MS,
@@ -41,7 +45,10 @@ export async function createRedisStreamsFixture({ testId }: FixtureContext, sett
       ...settings,
       connection: () => {
         if (entry.killed) throw new Error('this transport was killed');
-        const client = redisClient(throughProxy(redisUrl, proxy));
+        const url = new URL(redisUrl);
+        url.hostname = '127.0.0.1';
+        url.port = String(faultProxy.port);
+        const client = redisClient(url.toString());
         entry.clients.push(client);
         return client;
       },
@@ -72,9 +79,17 @@ export async function createRedisStreamsFixture({ testId }: FixtureContext, sett
         await Promise.all([...entries.values()].filter((entry) => !entry.killed).map((entry) => entry.proxy.open()));
       },
     },
+    rejectPublish: async (predicate) => {
+      faults.refuse = predicate;
+    },
+    // The fault hop refuses an XADD whose envelope carries this header, as Redis answers a command it refuses.
+    refusable: (envelope) => ({ ...envelope, headers: { ...envelope.headers, 'x-fixture-refuse': '1' } }),
+    failSettles: async (kind, count = 1) => {
+      faults.fail(kind, count);
+    },
     close: async () => {
       await Promise.all([...entries].filter(([, entry]) => !entry.killed).map(([t]) => t.close().catch(() => undefined)));
-      await Promise.all([...entries.values()].map((entry) => entry.proxy.close()));
+      await Promise.all([...entries.values()].map((entry) => Promise.all([entry.faultProxy.close(), entry.proxy.close()])));
       // Workers of the process scenarios share this testId's keys with the parent: only the parent deletes them.
       if (process.env['COURIER_CONFORMANCE_WORKER'] === undefined) await deleteKeys(`${testId}:*`);
     },
