@@ -479,7 +479,18 @@ export class SqsTransport implements Transport {
           continue;
         }
         try {
-          const answer = await this.#sns!.publishBatch(arns.get(topic)!, batch.map(({ entry }) => entry));
+          const entries = batch.map(({ entry }) => entry);
+          let answer;
+          try {
+            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+          } catch (error) {
+            if ((error as ServiceFault).name !== 'NotFoundException') throw error;
+            // The topic was deleted since its ARN was remembered: look it up again (created
+            // again with provisioning on, a ConfigError naming it with provisioning off), once.
+            this.#topicArns.delete(topic);
+            arns.set(topic, (await this.#topicArnsOf([list[0]!.envelope.topic])).get(topic)!);
+            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+          }
           sent = true;
           for (const ok of answer.Successful ?? []) results[Number(ok.Id)] = { messageId: messages[Number(ok.Id)]!.messageId, ok: true };
           for (const failure of answer.Failed ?? []) {
