@@ -403,7 +403,18 @@ export class SqsTransport implements Transport {
           continue;
         }
         try {
-          const answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: batch.map(({ entry }) => entry) }));
+          const entries = batch.map(({ entry }) => entry);
+          let answer;
+          try {
+            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
+          } catch (error) {
+            if (!isMissingQueue(error)) throw error;
+            // The queue was deleted since its URL was remembered: look it up again (created
+            // again with provisioning on, a ConfigError naming it with provisioning off), once.
+            this.#urls.delete(queue);
+            urls.set(queue, (await this.#urlsOf([queue])).get(queue)!);
+            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
+          }
           sent = true;
           for (const ok of answer.Successful ?? []) {
             const envelope = messages[Number(ok.Id)]!;
