@@ -126,7 +126,12 @@ function transportErrorOf(error: unknown, what: string): CourierError {
 }
 
 /**
- * Courier transport on Amazon SQS alone: a topic is a queue with one consumer group.
+ * Courier transport on Amazon SQS, alone or behind Amazon SNS. SQS only: a topic is a queue
+ * with one consumer group. With an `sns` client (SNS → SQS): a topic is an SNS topic and each
+ * consumer group one SQS queue subscribed to its topics with raw message delivery, so every
+ * group gets every message (`fanOut: true`); messages are published with `PublishBatch`
+ * (at most 10 entries, an entry SNS refuses fails alone) and everything below about
+ * consuming holds for the group's queue.
  *
  * Guarantees:
  * - `publish` sends in `SendMessageBatch` calls of at most 10 entries and 256 KiB, and
@@ -144,7 +149,11 @@ function transportErrorOf(error: unknown, what: string): CourierError {
  * - `attempt` is SQS's `ApproximateReceiveCount`: SQS keeps no other state per message, so
  *   a receive after a crash counts as an attempt too, and every delivery after the first
  *   is reported `redelivered` (the transport cannot tell a retry from a crash).
- * - A topic has one consumer group (`fanOut: false`): the bus refuses a second group.
+ * - SQS only: a topic has one consumer group (`fanOut: false`): the bus refuses a second group.
+ * - SNS → SQS: provisioning creates topics, queues, the queue policy letting the topics send,
+ *   and raw subscriptions, idempotently; with provisioning off nothing is created and a
+ *   `ConfigError` names every missing topic, queue and subscription. A replay goes to the
+ *   group's own queue only.
  */
 export class SqsTransport implements Transport {
   readonly capabilities: TransportCapabilities;
@@ -238,10 +247,13 @@ export class SqsTransport implements Transport {
   }
 
   /**
-   * Creates what is missing for `topics` (their queues) and `consumers` (their dead-letter
-   * queues), idempotently. Redrive policies are set at `subscribe`, which knows which
-   * consumer reads which queue. With `provision: false` it only checks, and rejects with a
-   * `ConfigError` naming every missing queue.
+   * SQS only: creates what is missing for `topics` (their queues) and `consumers` (their
+   * dead-letter queues), idempotently; redrive policies are set at `subscribe`, which knows
+   * which consumer reads which queue. SNS → SQS: creates the SNS topics of `topics`, the
+   * queues of `consumers`, and for each `subscriptions` entry (consumer → its topics) the
+   * group's queue, dead-letter queue, redrive policy, queue policy and raw subscriptions.
+   * With `provision: false` it only checks, and rejects with a `ConfigError` naming every
+   * missing queue (and topic and subscription).
    */
   async provision(options: { topics?: readonly string[]; consumers?: readonly string[]; subscriptions?: Readonly<Record<string, readonly string[]>> } = {}): Promise<void> {
     if (this.#sns !== undefined) {
@@ -391,7 +403,18 @@ export class SqsTransport implements Transport {
           continue;
         }
         try {
-          const answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: batch.map(({ entry }) => entry) }));
+          const entries = batch.map(({ entry }) => entry);
+          let answer;
+          try {
+            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
+          } catch (error) {
+            if (!isMissingQueue(error)) throw error;
+            // The queue was deleted since its URL was remembered: look it up again (created
+            // again with provisioning on, a ConfigError naming it with provisioning off), once.
+            this.#urls.delete(queue);
+            urls.set(queue, (await this.#urlsOf([queue])).get(queue)!);
+            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
+          }
           sent = true;
           for (const ok of answer.Successful ?? []) {
             const envelope = messages[Number(ok.Id)]!;
@@ -467,7 +490,18 @@ export class SqsTransport implements Transport {
           continue;
         }
         try {
-          const answer = await this.#sns!.publishBatch(arns.get(topic)!, batch.map(({ entry }) => entry));
+          const entries = batch.map(({ entry }) => entry);
+          let answer;
+          try {
+            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+          } catch (error) {
+            if ((error as ServiceFault).name !== 'NotFoundException') throw error;
+            // The topic was deleted since its ARN was remembered: look it up again (created
+            // again with provisioning on, a ConfigError naming it with provisioning off), once.
+            this.#topicArns.delete(topic);
+            arns.set(topic, (await this.#topicArnsOf([list[0]!.envelope.topic])).get(topic)!);
+            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+          }
           sent = true;
           for (const ok of answer.Successful ?? []) results[Number(ok.Id)] = { messageId: messages[Number(ok.Id)]!.messageId, ok: true };
           for (const failure of answer.Failed ?? []) {

@@ -102,6 +102,25 @@ describe('sns → sqs provisioning', () => {
     await checking.close();
   });
 
+  it('a topic deleted after its first publish is created again (provisioning on) or named in a ConfigError (off), never a message refusal', async () => {
+    const p = prefix();
+    const transport = new SqsTransport({ client: sqs, sns, prefix: p, ...TEST_CONFIG });
+    const checking = new SqsTransport({ client: sqs, sns, prefix: p, provision: false, ...TEST_CONFIG });
+    const publishOne = async (via: SqsTransport) => (await via.publish([{ ...makeEnvelope({ topic: 'orders' }) }]))[0]!;
+    expect((await publishOne(transport)).ok).toBe(true);
+    expect((await publishOne(checking)).ok).toBe(true);
+    await deleteTestTopics(p.slice(0, -1));
+    // Before the fix both failed with "TransportError: publishing to topic '…' failed" (PUBLISH_REJECTED: SNS NotFound is a
+    // client fault), so a relay would have burned the messages' attempts on a deleted topic.
+    const refused = await publishOne(checking);
+    expect(refused.ok === false && refused.error).toBeInstanceOf(ConfigError);
+    expect(refused.ok === false && refused.error.message).toContain(`sns topic '${p}orders' does not exist`);
+    expect((await publishOne(transport)).ok).toBe(true);
+    expect(await topicNames(p)).toEqual([`${p}orders`]);
+    await transport.close();
+    await checking.close();
+  });
+
   it('the queue policy keeps statements that are not Courier\'s and adds topics to its own', () => {
     const other = { Sid: 'ops', Effect: 'Allow', Principal: { AWS: 'arn:aws:iam::1:root' }, Action: 'sqs:*', Resource: 'q' };
     const first = queuePolicy(JSON.stringify({ Version: '2012-10-17', Statement: [other] }), 'q', ['arn:t2']);

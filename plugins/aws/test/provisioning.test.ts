@@ -57,6 +57,23 @@ describe('provisioning', () => {
     expect(policy['VisibilityTimeout']).toBe(String(TEST_CONFIG.visibilityTimeoutSeconds));
   });
 
+  it('a queue deleted after its first publish is created again (provisioning on) or named in a ConfigError (off), never a message refusal', async () => {
+    const p = prefix();
+    const transport = new SqsTransport({ client, prefix: p, ...TEST_CONFIG });
+    const checking = new SqsTransport({ client, prefix: p, provision: false, ...TEST_CONFIG });
+    const publishOne = async (via: SqsTransport) => (await via.publish([envelopeOn('orders')]))[0]!;
+    expect((await publishOne(transport)).ok).toBe(true);
+    expect((await publishOne(checking)).ok).toBe(true);
+    await deleteTestQueues(p.slice(0, -1));
+    // Before the fix each message failed PUBLISH_REJECTED (QueueDoesNotExist is a client fault), burning its attempts in a relay.
+    const refused = await publishOne(checking);
+    expect(refused.ok === false && refused.error).toBeInstanceOf(ConfigError);
+    expect(refused.ok === false && refused.error.message).toContain(`sqs queue '${p}orders' does not exist`);
+    expect((await publishOne(transport)).ok).toBe(true);
+    await transport.close();
+    await checking.close();
+  });
+
   it('an ordered consumer on standard queues is a ConfigError; bad settings are listed at once', async () => {
     const transport = new SqsTransport({ client, prefix: prefix(), ...TEST_CONFIG });
     await expect(transport.subscribe({ consumer: 'c', topics: ['t'], ordered: true, concurrency: 1 }, async () => undefined)).rejects.toThrow(/fifo: true/);
