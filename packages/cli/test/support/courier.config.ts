@@ -1,14 +1,14 @@
 // The courier.config.ts the CLI tests hand to the binary: what a user writes, with the
-// test's database, table prefix and broker prefix taken from env vars.
+// test's database, table prefix, broker prefix and queue limits taken from env vars.
 import { defineCourierConfig } from '@courier/cli';
-import { openStores, openTransport, type Dialect } from './setup.js';
+import { openStores, openTransport, queueLimitsFromEnv, type Dialect } from './setup.js';
 
 export default defineCourierConfig(async () => {
   const dialect = (process.env['CLI_TEST_DIALECT'] ?? 'postgresql') as Dialect;
   const prefix = process.env['CLI_TEST_PREFIX'] ?? 'cli_';
   const stores = await openStores(dialect, prefix, process.env['CLI_TEST_DB_URL']);
   const brokerPrefix = process.env['CLI_TEST_BROKER_PREFIX'];
-  const transport = brokerPrefix ? await openTransport(brokerPrefix) : undefined;
+  const transport = brokerPrefix ? await openTransport(brokerPrefix, queueLimitsFromEnv()) : undefined;
   return {
     outbox: stores.outbox,
     inbox: stores.inbox,
@@ -16,7 +16,7 @@ export default defineCourierConfig(async () => {
     ...(transport ? { transport, consumers: (process.env['CLI_TEST_CONSUMERS'] ?? '').split(',').filter(Boolean) } : {}),
     relay: async () => {
       if (!brokerPrefix) throw new Error('CLI_TEST_BROKER_PREFIX is not set');
-      return { outbox: stores.outbox, transport: await openTransport(brokerPrefix), relay: { batchSize: 50, pollIntervalMs: 200 } };
+      return { outbox: stores.outbox, transport: await openTransport(brokerPrefix, queueLimitsFromEnv()), relay: { batchSize: 50, pollIntervalMs: 200 } };
     },
     async close() {
       await transport?.close();

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { courierSchemaAdmin } from '@courier/mikro-orm/migrations';
-import type { RabbitMqTransport } from '@courier/rabbitmq';
+import type { RabbitMqTransport, RabbitMqTransportConfig } from '@courier/rabbitmq';
 import type { MikroORM, Options } from '@mikro-orm/core';
 
 export type Dialect = 'postgresql' | 'mariadb' | 'sqlite';
@@ -75,11 +75,21 @@ export async function openStores(dialect: Dialect, prefix: string, url?: string)
   };
 }
 
-/** A RabbitMQ transport whose names start with `prefix`. */
-export async function openTransport(prefix: string): Promise<RabbitMqTransport> {
+/**
+ * A RabbitMQ transport whose names start with `prefix`, with the consumers' `queueLimits`
+ * (message TTL, max length) when given: the test and its binary's config must pass the same
+ * ones, as a user's app and courier.config.ts do.
+ */
+export async function openTransport(prefix: string, queueLimits?: RabbitMqTransportConfig['queueLimits']): Promise<RabbitMqTransport> {
   // Imported on demand: the CLI's child processes that need no broker skip loading amqplib.
   const { RabbitMqTransport: Transport } = await import('@courier/rabbitmq');
-  return new Transport({ connection: AMQP_URL, prefix, connectTimeoutMs: 3_000 });
+  return new Transport({ connection: AMQP_URL, prefix, connectTimeoutMs: 3_000, ...(queueLimits ? { queueLimits } : {}) });
+}
+
+/** The `queueLimits` a test hands to its binary's config: JSON in CLI_TEST_QUEUE_LIMITS, none when unset. */
+export function queueLimitsFromEnv(): RabbitMqTransportConfig['queueLimits'] {
+  const text = process.env['CLI_TEST_QUEUE_LIMITS'];
+  return text ? (JSON.parse(text) as RabbitMqTransportConfig['queueLimits']) : undefined;
 }
 
 /**
