@@ -44,12 +44,11 @@ describe('courier dead: RabbitMQ messages expired or dropped by queueLimits (pos
     await stores.outbox.ensureSchema();
     const transport = await openTransport(prefix, limits);
     cleanup.push(() => transport.close());
-    const endpoints = {
-      [expiring]: { consumer: expiring, topics: [`${prefix}jobs`], ordered: false, concurrency: 1 },
-      [bounded]: { consumer: bounded, topics: [`${prefix}orders`], ordered: false, concurrency: 1 },
-    };
-    await transport.provision(endpoints[expiring]);
-    await transport.provision(endpoints[bounded]);
+    const endpoints = [
+      { consumer: expiring, topics: [`${prefix}jobs`], ordered: false, concurrency: 1 },
+      { consumer: bounded, topics: [`${prefix}orders`], ordered: false, concurrency: 1 },
+    ];
+    for (const endpoint of endpoints) await transport.provision(endpoint);
 
     // Nobody consumes yet: both `jobs` messages wait past their TTL; of four `orders`, the queue keeps the newest two.
     const jobs = [0, 1].map((n) => makeEnvelope({ topic: `${prefix}jobs`, type: 'cli.Job', key: null, payload: JSON.stringify({ n }) }));
@@ -87,7 +86,7 @@ describe('courier dead: RabbitMQ messages expired or dropped by queueLimits (pos
 
     // Consumers now run (the bounded one takes the two orders still queued), then one of each kind is replayed.
     const handled = new Map<string, number>();
-    for (const endpoint of Object.values(endpoints)) {
+    for (const endpoint of endpoints) {
       const subscription = await transport.subscribe(endpoint, async (delivery) => {
         handled.set(delivery.envelope.messageId, (handled.get(delivery.envelope.messageId) ?? 0) + 1);
         await delivery.ack();
