@@ -7,7 +7,10 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { DEAD_HEADER, MAX_HEADER_BYTES, PAYLOAD_MARGIN, REPLAYED_HEADER, decode, describe, encode, hash, headerBytes } from './nats-mapping.js';
 import type { Connection, JetStreamNames } from './topology.js';
 
-/** What the operator side needs of the transport: its connection (opened on demand) and names. */
+/**
+ * What the operator side needs of the transport: its connection (opened on demand, declaring
+ * no stream: operator commands create nothing) and names.
+ */
 export interface DeadLetterSource {
   connection(): Promise<Connection>;
   readonly names: JetStreamNames;
@@ -30,6 +33,8 @@ async function listDead(source: DeadLetterSource, consumer: string, limit: numbe
   let seq = 1;
   while (found.length < limit) {
     const stored = await connection.jsm.streams.getMessage(names.deadStream, { seq, next_by_subj: subject } as never).catch((error: unknown) => {
+      // Past the last one ("no message found"), or no dead-letter stream at all ("stream not found":
+      // nothing was published under the prefix, and reads do not declare it): nothing more to list.
       if (/no message found|not found/i.test(describe(error))) return null;
       throw new TransportError(`could not list dead letters of '${consumer}': ${describe(error)}`, { cause: error });
     });

@@ -62,7 +62,9 @@ const PREFIX_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;
  * failure), in input order; deliveries are settled explicitly; a connection that dies
  * leaves its unsettled deliveries to come back after `ackWaitMs`; `attempt` is carried in
  * `Courier-Attempt`, so redeliveries after a crash do not count; an ordered endpoint has
- * one active instance per group, held by a lease in a stream of its own.
+ * one active instance per group, held by a lease in a stream of its own. The streams are
+ * declared by `publish` and `subscribe`, never by `deadLetters`: listing, replaying or
+ * purging the dead letters of a prefix without streams finds nothing and creates nothing.
  */
 export class NatsJetStreamTransport implements Transport {
   readonly capabilities: TransportCapabilities;
@@ -75,6 +77,8 @@ export class NatsJetStreamTransport implements Transport {
   readonly #subscriptions = new Set<JetStreamSubscription>();
   readonly #declared = new Set<string>();
   #connection: Promise<Connection> | undefined;
+  /** Per connection, the declaration of the prefix's streams on it (see `connection()`). */
+  readonly #streamsDeclared = new WeakMap<Connection, Promise<void>>();
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -107,13 +111,39 @@ export class NatsJetStreamTransport implements Transport {
       maxMessageBytes: 1024 * 1024 - HEADER_ROOM,
       publishTimeoutMs,
     };
-    this.deadLetters = jetStreamDeadLetters({ connection: () => this.connection(), names: this.#names });
+    // Operator reads and changes declare nothing: a prefix never published to stays without streams.
+    this.deadLetters = jetStreamDeadLetters({ connection: () => this.openConnection(), names: this.#names });
   }
 
   // ------------------------------------------------------------- connection
 
-  /** @internal Resolves the open connection, connecting (and declaring the streams) when there is none. */
+  /**
+   * @internal Resolves the open connection with the prefix's streams declared on it: what
+   * publish and the subscriptions use. The streams are declared once per connection (again
+   * on a new one, in case they were deleted meanwhile); a failed declaration is tried again
+   * by the next call, on the same connection.
+   */
   async connection(): Promise<Connection> {
+    const connection = await this.openConnection();
+    let declared = this.#streamsDeclared.get(connection);
+    if (!declared) {
+      const attempt = this.#declareStreams(connection);
+      declared = attempt;
+      this.#streamsDeclared.set(connection, attempt);
+      attempt.catch(() => {
+        if (this.#streamsDeclared.get(connection) === attempt) this.#streamsDeclared.delete(connection);
+      });
+    }
+    await declared;
+    return connection;
+  }
+
+  /**
+   * @internal Resolves the open connection, connecting when there is none, and declares
+   * nothing: the operator side (`deadLetters`) reads through it, so listing the dead
+   * letters of a prefix creates no stream (a missing stream lists nothing).
+   */
+  async openConnection(): Promise<Connection> {
     if (this.#closed) throw new ClosedError('nats-jetstream transport is closed');
     if (!this.#connection) {
       const attempt = this.#connect();
@@ -125,6 +155,21 @@ export class NatsJetStreamTransport implements Transport {
     const connection = await this.#connection;
     if (!connection.connected) throw new TransportError('nats connection is down; the client is reconnecting', { retriable: true });
     return connection;
+  }
+
+  async #declareStreams(connection: Connection): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new TransportError(`could not declare the streams of prefix '${this.#names.prefix}' within ${this.#options.connectTimeoutMs} ms`, { retriable: true })),
+        this.#options.connectTimeoutMs,
+      );
+    });
+    try {
+      await Promise.race([declareStreams(connection, this.#names, this.#options), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async #connect(): Promise<Connection> {
@@ -145,7 +190,6 @@ export class NatsJetStreamTransport implements Transport {
       });
       const connection: Connection = { nc, js: jetstream(nc, { timeout: this.#options.publishTimeoutMs }), jsm, connected: true };
       void this.#watch(connection);
-      await Promise.race([declareStreams(connection, this.#names, this.#options), timeout]);
       return connection;
     } finally {
       clearTimeout(timer);
