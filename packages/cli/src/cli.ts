@@ -4,7 +4,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
-import { actOnParked, failureFacts, findParked, listParked, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, failureFacts, findParked, listParked, splitParkedHeads, unreadParkedHeads, unreadTransportLetters, NotFoundError, PARKED_HEAD_UNSUPPORTED, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -174,13 +174,17 @@ Examples:
   );
 
   // ── dead ────────────────────────────────────────────────────────────────────────────
-  const dead = program.command('dead').description('Dead outbox rows (never published) and transport dead letters (refused by a consumer): list, show, replay, purge.');
+  const dead = program
+    .command('dead')
+    .description(
+      "Dead outbox rows (never published), consumers' parked heads (`halted resume --consumer … --park`) and transport dead letters (refused by a consumer): list, groups, show, replay, purge.",
+    );
   const filterOptions = (command: Command): Command =>
     command
-      .addOption(new Option('--source <where>', 'outbox rows, transport dead letters, or both').choices(['outbox', 'transport', 'all']).default('all'))
+      .addOption(new Option('--source <where>', "outbox rows, consumers' parked heads (inbox), transport dead letters, or all").choices(['outbox', 'inbox', 'transport', 'all']).default('all'))
       .option('--topic <topic>', 'only this topic')
       .option('--type <type>', 'only this message type')
-      .option('--consumer <consumer>', 'only this consumer (transport dead letters; also one not listed in the config)')
+      .option('--consumer <consumer>', "only this consumer's parked heads and transport dead letters (also one not listed in the config)")
       .option('--code <code>', 'only this error code (e.g. HANDLER_FAILED, PUBLISH_UNROUTABLE)')
       .option('--older-than <duration>', 'only those parked at least this long ago (e.g. 1h)')
       .option('--group <id>', 'only the members of this failure group (the GROUP column of `courier dead groups`)');
@@ -194,16 +198,19 @@ Examples:
     ...(options.group !== undefined ? { group: parseGroupId(options.group) } : {}),
   });
   const placesOf = (setup: CourierCliSetup): ParkingPlaces => {
-    if (!setup.outbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox nor a transport with dead letters');
+    // An inbox store with halts keeps consumers' parked heads; one without has none to show.
+    const inbox = setup.inbox && hasInboxHalts(setup.inbox as object) ? (setup.inbox as unknown as InboxHalts) : undefined;
+    if (!setup.outbox && !inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox, nor an inbox store with halts, nor a transport with dead letters');
     return {
       ...(setup.outbox ? { outbox: setup.outbox } : {}),
+      ...(inbox ? { inbox } : {}),
       ...(setup.transport?.deadLetters ? { deadLetters: setup.transport.deadLetters } : {}),
       consumers: setup.consumers ?? [],
     };
   };
 
   examples(
-    filterOptions(dead.command('list').description('List parked messages, outbox rows first.'))
+    filterOptions(dead.command('list').description("List parked messages: outbox rows first, then consumers' parked heads, then transport dead letters."))
       .option('--limit <n>', 'most to list', '100')
       .option('--json', 'print a JSON array')
       .action(async (options: RawFilter & { limit: string; json?: boolean }) => {
@@ -215,10 +222,11 @@ Examples:
         const items = found.slice(0, limit);
         io.out(options.json ? toJson(items) : renderParked(items));
         if (found.length > limit) io.err(`courier: ${limit} of ${found.length} shown (raise --limit, or narrow the filters)`);
-        for (const note of await unreadTransportLetters(places, filter, found)) io.err(`courier: ${note}`);
+        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, filter, found))]) io.err(`courier: ${note}`);
       }),
     `  courier dead list
   courier dead list --source transport --consumer payments --code HANDLER_FAILED
+  courier dead list --source inbox --consumer billing
   courier dead list --topic orders --older-than 1h --json`,
   );
 
@@ -264,7 +272,7 @@ Examples:
     dead
       .command('show')
       .description('Show parked messages in full: envelope, payload, error.')
-      .argument('<ref...>', 'references as `dead list` prints them: outbox:<sequence> or dlq:<consumer>:<id>')
+      .argument('<ref...>', 'references as `dead list` prints them: outbox:<sequence>, parked:<consumer>:<messageId> or dlq:<consumer>:<id>')
       // Accepted for symmetry with the other commands' --json (scripts pass it everywhere); show always prints JSON.
       .option('--json', 'print a JSON array (what show always prints)')
       .action(async (refs: string[]) => {
@@ -272,6 +280,7 @@ Examples:
         io.out(toJson(items));
       }),
     `  courier dead show outbox:42
+  courier dead show parked:billing:0190a1b2-...
   courier dead show dlq:payments:0190a1b2-...`,
   );
 
@@ -282,8 +291,8 @@ Examples:
           .command(action)
           .description(
             action === 'replay'
-              ? 'Publish parked messages again with their original messageId: outbox rows become pending, transport dead letters are redelivered to their consumer.'
-              : 'Delete parked messages for good (dead outbox rows; halted rows must be resumed first).',
+              ? "Publish parked messages again with their original messageId: outbox rows become pending, transport dead letters are redelivered to their consumer. Consumers' parked heads (parked:…) cannot be replayed: the inbox store offers no way to; bulk replays skip them and say so."
+              : "Delete parked messages for good (dead outbox rows, transport dead letters; halted rows must be resumed first). Consumers' parked heads (parked:…) cannot be purged: the inbox store offers no way to; bulk purges skip them and say so.",
           )
           .argument('[ref...]', 'references as `dead list` prints them; or use --all with filters'),
       )
@@ -297,7 +306,11 @@ Examples:
           if (refs.length === 0 && !bulk) throw new UsageError(`name what to ${action}: references (outbox:<sequence>, dlq:<consumer>:<id>), --group <id>, or --all with filters`);
           if (refs.length > 0 && bulk) throw new UsageError('give references, or --all/--group with filters, not both');
           const places = placesOf(await open(`dead ${action}`, configOf()));
-          const items = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
+          const found = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
+          const { actionable: items, parkedHeads } = splitParkedHeads(found);
+          // Named by reference: refuse before changing anything, so no half of a list is done.
+          if (!bulk && parkedHeads.length > 0) throw new UsageError(`cannot ${action} ${parkedHeads.map((item) => `'${item.ref}'`).join(', ')}: ${PARKED_HEAD_UNSUPPORTED}`);
+          if (parkedHeads.length > 0) io.err(`courier: skipped ${parkedHeads.length} parked consumer head(s) (parked:…): ${PARKED_HEAD_UNSUPPORTED}`);
           if (items.length === 0) {
             io.out(`nothing to ${action}`);
             return;
@@ -375,7 +388,7 @@ Examples:
         .argument('[key]', 'the halted key'),
     )
       .option('--all', 'every halted key matching --topic, --consumer and --source')
-      .option('--park', 'park the head (a dead outbox row; a parked inbox head) instead of retrying it')
+      .option('--park', "park the head instead of retrying it: the outbox's becomes a dead outbox row (outbox:<sequence>); a consumer's is kept by the inbox store as a parked head (parked:<consumer>:<messageId>), which `courier dead list/show/groups` show but cannot replay or purge")
       .option('--dry-run', 'show what would be resumed, change nothing')
       .option('-y, --yes', 'do not ask for confirmation')
       .action(async (topic: string | undefined, key: string | undefined, options: HaltedScopeOptions & { all?: boolean; park?: boolean; dryRun?: boolean; yes?: boolean }) => {
@@ -431,7 +444,7 @@ Examples:
             io.out(
               changed === 0
                 ? `consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' was already resumed; nothing changed`
-                : `resumed consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' (${action}): a running instance of the consumer drains it`,
+                : `resumed consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' (${action}): a running instance of the consumer drains it${action === 'park' ? `; the head is then listed as parked:${entry.consumer}:${entry.headRef} by \`courier dead list --source inbox\`` : ''}`,
             );
           }
         }
@@ -562,7 +575,7 @@ Examples:
 }
 
 interface RawFilter {
-  source: 'outbox' | 'transport' | 'all';
+  source: 'outbox' | 'inbox' | 'transport' | 'all';
   topic?: string;
   type?: string;
   consumer?: string;
@@ -681,7 +694,7 @@ function renderParked(items: readonly ParkedMessage[]): string {
       item.envelope.type,
       item.envelope.key ?? '-',
       item.code ?? '-',
-      String(item.attempts),
+      item.attempts === null ? '-' : String(item.attempts),
       item.parkedAt ? formatDuration(Date.now() - item.parkedAt.getTime()) : '-',
       oneLine(item.error ?? ''),
     ]),

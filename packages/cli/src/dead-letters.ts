@@ -1,30 +1,40 @@
-import { failureGroupId, normaliseErrorMessage, type Envelope, type FailureFacts, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { failureGroupId, normaliseErrorMessage, type Envelope, type FailureFacts, type InboxHalts, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { UsageError } from './format.js';
 
 /**
- * One parked message as `courier dead` shows it, from either place a message can be
- * parked: a dead (or halted) outbox row, never published; or a transport dead letter,
- * published and refused by a consumer.
+ * One parked message as `courier dead` shows it, from any place a message can be parked: a
+ * dead (or halted) outbox row, never published; a consumer's head parked by
+ * `courier halted resume --consumer … --park`, kept by the inbox store (`InboxHalts.listParked`);
+ * or a transport dead letter, published and refused by a consumer.
  */
 export interface ParkedMessage {
-  /** What `show`, `replay` and `purge` take: `outbox:<sequence>` or `dlq:<consumer>:<id>`. */
+  /**
+   * What `show`, `replay` and `purge` take: `outbox:<sequence>`, `parked:<consumer>:<messageId>`
+   * or `dlq:<consumer>:<id>`. Only `show` takes a `parked:` one: the inbox store offers no way
+   * to replay or delete a parked head ({@link PARKED_HEAD_UNSUPPORTED}).
+   */
   readonly ref: string;
-  readonly source: 'outbox' | 'transport';
-  /** `dead` or `halted` outbox row, or `dead-letter` for a transport dead letter. */
-  readonly state: 'dead' | 'halted' | 'dead-letter';
+  readonly source: 'outbox' | 'inbox' | 'transport';
+  /** `dead` or `halted` outbox row, `parked` consumer head, or `dead-letter` for a transport dead letter. */
+  readonly state: 'dead' | 'halted' | 'parked' | 'dead-letter';
   readonly consumer: string | null;
   readonly envelope: Envelope;
-  /** The error code: the reason's code, or the `[CODE]` in an outbox row's last error. */
+  /**
+   * The error code: the reason's code, the `[CODE]` in an outbox row's last error, or the
+   * `CODE:` a parked head's error starts with (the consumer stores `<code>: <message>`).
+   */
   readonly code: string | null;
   readonly error: string | null;
-  readonly attempts: number;
+  /** Delivery attempts; null for a parked head (the inbox store does not keep them). */
+  readonly attempts: number | null;
   /** When it was parked; null when the store did not record it. */
   readonly parkedAt: Date | null;
 }
 
 /** Filters of the `courier dead` commands; every given one must match. */
 export interface ParkedFilter {
-  readonly source?: 'outbox' | 'transport' | 'all';
+  /** `inbox`: consumers' parked heads only. */
+  readonly source?: 'outbox' | 'inbox' | 'transport' | 'all';
   readonly topic?: string;
   readonly type?: string;
   readonly consumer?: string;
@@ -38,6 +48,8 @@ export interface ParkedFilter {
 /** Where the parked messages live, as the config provides them. */
 export interface ParkingPlaces {
   readonly outbox?: OutboxOperations;
+  /** The inbox store's parked heads (every consumer's: the store lists them without being told the consumers). */
+  readonly inbox?: Pick<InboxHalts, 'listParked'>;
   readonly deadLetters?: TransportDeadLetters;
   readonly consumers: readonly string[];
 }
@@ -45,6 +57,27 @@ export interface ParkingPlaces {
 const PAGE = 500;
 /** Most dead letters read per consumer (RabbitMQ reads through its queue: a bound on one command's work). */
 const TRANSPORT_READ_LIMIT = 10_000;
+/** Most parked heads read in one command (`listParked` has no paging; a bound on one command's work). */
+const PARKED_READ_LIMIT = 10_000;
+
+/**
+ * Why a parked consumer head cannot be replayed or purged, and what to do instead: the
+ * inbox store's port (`InboxHalts`) lists parked heads but has no method to publish or
+ * delete one, and the CLI changes nothing behind a store's back.
+ */
+export const PARKED_HEAD_UNSUPPORTED =
+  'the inbox store can list parked consumer heads but offers no way to replay or delete them (InboxHalts has listParked only); see one in full with `courier dead show parked:<consumer>:<messageId>` and, to run it again, publish its envelope anew from the application';
+
+/**
+ * A note when more parked heads exist than one command reads ({@link PARKED_READ_LIMIT}):
+ * a listing that left some out says so.
+ */
+export async function unreadParkedHeads(places: ParkingPlaces, filter: ParkedFilter): Promise<string[]> {
+  const source = filter.source ?? 'all';
+  if (!places.inbox || (source !== 'all' && source !== 'inbox')) return [];
+  const read = await places.inbox.listParked({ ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), limit: PARKED_READ_LIMIT + 1 });
+  return read.length > PARKED_READ_LIMIT ? [`parked consumer heads: read the oldest ${PARKED_READ_LIMIT}, more exist (narrow with --consumer)`] : [];
+}
 
 /**
  * Notes for the consumers whose dead letters were not all read (more than
@@ -53,7 +86,8 @@ const TRANSPORT_READ_LIMIT = 10_000;
  */
 export async function unreadTransportLetters(places: ParkingPlaces, filter: ParkedFilter, found: readonly ParkedMessage[]): Promise<string[]> {
   const deadLetters = places.deadLetters;
-  if ((filter.source ?? 'all') === 'outbox' || !deadLetters?.count) return [];
+  const source = filter.source ?? 'all';
+  if (source === 'outbox' || source === 'inbox' || !deadLetters?.count) return [];
   const notes: string[] = [];
   for (const consumer of filter.consumer !== undefined ? [filter.consumer] : places.consumers) {
     const total = await deadLetters.count(consumer);
@@ -62,11 +96,15 @@ export async function unreadTransportLetters(places: ParkingPlaces, filter: Park
   return notes;
 }
 
-/** Lists parked messages matching `filter`, outbox rows first (by sequence), then each consumer's dead letters. */
+/**
+ * Lists parked messages matching `filter`: outbox rows first (by sequence), then consumers'
+ * parked heads (oldest first, at most {@link PARKED_READ_LIMIT}), then each consumer's
+ * transport dead letters.
+ */
 export async function listParked(places: ParkingPlaces, filter: ParkedFilter, limit: number): Promise<ParkedMessage[]> {
   const found: ParkedMessage[] = [];
   const source = filter.source ?? 'all';
-  if (source !== 'transport' && places.outbox && filter.consumer === undefined) {
+  if ((source === 'all' || source === 'outbox') && places.outbox && filter.consumer === undefined) {
     let after: bigint | undefined;
     for (;;) {
       const page = await places.outbox.listDead({ limit: PAGE, ...(after !== undefined ? { after } : {}), ...(filter.topic !== undefined ? { topic: filter.topic } : {}) });
@@ -89,7 +127,14 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
       after = page[page.length - 1]!.sequence;
     }
   }
-  if (source !== 'outbox' && places.deadLetters) {
+  if ((source === 'all' || source === 'inbox') && places.inbox) {
+    for (const head of await places.inbox.listParked({ ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), limit: PARKED_READ_LIMIT })) {
+      const item = parkedHead(head.consumer, head.envelope, head.error, head.parkedAt);
+      if (matches(item, filter)) found.push(item);
+      if (found.length >= limit) return found;
+    }
+  }
+  if ((source === 'all' || source === 'transport') && places.deadLetters) {
     const consumers = filter.consumer !== undefined ? [filter.consumer] : places.consumers;
     for (const consumer of consumers) {
       for (const letter of await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT })) {
@@ -110,6 +155,22 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
     }
   }
   return found;
+}
+
+/** A parked consumer head as a {@link ParkedMessage}; its error is `<CODE>: <message>` as the consumer stores it. */
+function parkedHead(consumer: string, envelope: Envelope, error: string, parkedAt: Date): ParkedMessage {
+  const coded = /^([A-Z][A-Z0-9_]*): ([\s\S]*)$/.exec(error);
+  return {
+    ref: `parked:${consumer}:${envelope.messageId}`,
+    source: 'inbox',
+    state: 'parked',
+    consumer,
+    envelope,
+    code: coded?.[1] ?? null,
+    error: coded ? coded[2]! : error,
+    attempts: null,
+    parkedAt,
+  };
 }
 
 function matches(item: ParkedMessage, filter: ParkedFilter): boolean {
@@ -134,27 +195,44 @@ export function groupOf(item: ParkedMessage): string {
 }
 
 /** A parsed reference. */
-export type ParkedRef = { readonly source: 'outbox'; readonly sequence: bigint } | { readonly source: 'transport'; readonly consumer: string; readonly id: string };
+export type ParkedRef =
+  | { readonly source: 'outbox'; readonly sequence: bigint }
+  | { readonly source: 'inbox'; readonly consumer: string; readonly messageId: string }
+  | { readonly source: 'transport'; readonly consumer: string; readonly id: string };
 
-/** Parses `outbox:<sequence>` or `dlq:<consumer>:<id>`; throws a `UsageError` naming the bad one. */
+/** Parses `outbox:<sequence>`, `parked:<consumer>:<messageId>` or `dlq:<consumer>:<id>`; throws a `UsageError` naming the bad one. */
 export function parseRef(ref: string): ParkedRef {
   const outbox = /^outbox:(\d+)$/.exec(ref);
   if (outbox) return { source: 'outbox', sequence: BigInt(outbox[1]!) };
+  const parked = /^parked:([^:]+):(.+)$/.exec(ref);
+  if (parked) return { source: 'inbox', consumer: parked[1]!, messageId: parked[2]! };
   const dlq = /^dlq:([^:]+):(.+)$/.exec(ref);
   if (dlq) return { source: 'transport', consumer: dlq[1]!, id: dlq[2]! };
-  throw new UsageError(`'${ref}' is not a dead letter reference (write outbox:<sequence> or dlq:<consumer>:<id>, as \`courier dead list\` prints them)`);
+  throw new UsageError(`'${ref}' is not a dead letter reference (write outbox:<sequence>, parked:<consumer>:<messageId> or dlq:<consumer>:<id>, as \`courier dead list\` prints them)`);
+}
+
+/**
+ * Splits what `replay`/`purge` was given into what it can change and the parked consumer
+ * heads it cannot ({@link PARKED_HEAD_UNSUPPORTED}): a bulk command skips those with a note,
+ * a command naming one by reference refuses.
+ */
+export function splitParkedHeads(items: readonly ParkedMessage[]): { actionable: ParkedMessage[]; parkedHeads: ParkedMessage[] } {
+  return { actionable: items.filter((item) => item.source !== 'inbox'), parkedHeads: items.filter((item) => item.source === 'inbox') };
 }
 
 /**
  * Replays (`action` replay) or purges parked messages: outbox rows through the outbox's
  * `replay`/`purge`, transport dead letters through `deadLetters` per consumer. Returns
- * how many each place changed (a place reports fewer when some were already gone).
+ * how many each place changed (a place reports fewer when some were already gone). Throws a
+ * `UsageError` before changing anything when given a parked consumer head
+ * ({@link PARKED_HEAD_UNSUPPORTED}); leave those out with {@link splitParkedHeads}.
  */
 export async function actOnParked(places: ParkingPlaces, items: readonly ParkedMessage[], action: 'replay' | 'purge'): Promise<{ outbox: number; transport: number }> {
   const sequences: bigint[] = [];
   const byConsumer = new Map<string, string[]>();
   for (const item of items) {
     const ref = parseRef(item.ref);
+    if (ref.source === 'inbox') throw new UsageError(`cannot change '${item.ref}': ${PARKED_HEAD_UNSUPPORTED}`);
     if (ref.source === 'outbox') sequences.push(ref.sequence);
     else byConsumer.set(ref.consumer, [...(byConsumer.get(ref.consumer) ?? []), ref.id]);
   }
@@ -176,7 +254,8 @@ export async function findParked(places: ParkingPlaces, refs: readonly string[])
   const wanted = refs.map(parseRef);
   const all = await listParked(places, {}, Number.MAX_SAFE_INTEGER);
   const byRef = new Map(all.map((item) => [item.ref, item]));
-  // Consumers not in the config's list are looked up too: a reference may name any.
+  // Consumers not in the config's list are looked up too: a reference may name any (the
+  // inbox store lists every consumer's parked heads, so only the transport needs this).
   for (const ref of wanted) {
     if (ref.source === 'transport' && !places.consumers.includes(ref.consumer) && places.deadLetters) {
       for (const item of await listParked({ ...places, consumers: [ref.consumer] }, { source: 'transport' }, Number.MAX_SAFE_INTEGER)) byRef.set(item.ref, item);

@@ -1,0 +1,112 @@
+// A consumer's head parked by `courier halted resume --consumer … --park` is a dead letter for
+// the CLI: `dead list`, `show` and `groups` show it (consumer, error, parkedAt); `replay` and
+// `purge` refuse it by reference (exit 2, saying why and what to do) and skip it in bulk, since
+// the inbox store's port (InboxHalts) can list parked heads but not replay or delete them.
+import { randomBytes } from 'node:crypto';
+import { makeEnvelope } from '@courier/conformance';
+import type { Envelope } from '@courier/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from './support/run-cli.js';
+import { openStores, type CliTestSetup } from './support/setup.js';
+
+describe('courier dead: parked consumer heads against postgresql', () => {
+  const prefix = `clipk${randomBytes(4).toString('hex')}_`;
+  const env = { CLI_TEST_DIALECT: 'postgresql', CLI_TEST_PREFIX: prefix };
+  const topic = `t${prefix}`;
+  let stores: CliTestSetup;
+  let head: Envelope;
+  let ref: string;
+
+  beforeAll(async () => {
+    stores = await openStores('postgresql', prefix);
+    await stores.outbox.ensureSchema();
+    await stores.inbox.ensureSchema();
+    // Halt a key of consumer 'billing', resume it with --park through the binary, then drain
+    // it as a running consumer instance would (claim, settle the head as parked).
+    head = makeEnvelope({ topic, key: 'k', type: `${prefix}.Charge` });
+    ref = `parked:billing:${head.messageId}`;
+    await stores.inbox.halt('billing', topic, 'k', head, 'HANDLER_FAILED: card 4242 declined');
+    const resumed = await runCli(['halted', 'resume', topic, 'k', '--consumer', 'billing', '--park', '--yes'], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toContain(ref);
+    const claim = await stores.inbox.claimResumed('billing', 'test-drainer', 30_000);
+    expect(claim).toMatchObject({ action: 'park', head: { envelope: { messageId: head.messageId } } });
+    expect(await stores.inbox.settleHead('billing', topic, 'k', 'test-drainer', { parked: true })).toBe(true);
+    expect(await stores.inbox.lift('billing', topic, 'k', 'test-drainer')).toBe(true);
+    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+  }, 300_000);
+  afterAll(async () => {
+    await stores?.close();
+  });
+
+  it('dead list shows the parked head with its consumer, code, error and parkedAt', { timeout: 300_000 }, async () => {
+    const listed = await runCli(['dead', 'list', '--json'], env);
+    expect(listed.code, listed.stderr).toBe(0);
+    const items = JSON.parse(listed.stdout) as { ref: string; parkedAt: string }[];
+    expect(items).toMatchObject([{ ref, source: 'inbox', state: 'parked', consumer: 'billing', code: 'HANDLER_FAILED', error: 'card 4242 declined', attempts: null, envelope: { messageId: head.messageId, topic } }]);
+    expect(Math.abs(Date.parse(items[0]!.parkedAt) - Date.now())).toBeLessThan(10 * 60_000);
+
+    const text = await runCli(['dead', 'list'], env);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(new RegExp(`${ref}\\s+parked\\s+${topic}`));
+
+    // The filters apply to parked heads like to every other dead letter.
+    expect(JSON.parse((await runCli(['dead', 'list', '--source', 'inbox', '--consumer', 'billing', '--code', 'HANDLER_FAILED', '--json'], env)).stdout)).toHaveLength(1);
+    for (const narrowed of [
+      ['--source', 'outbox'],
+      ['--source', 'transport'],
+      ['--consumer', 'shipping'],
+      ['--code', 'OTHER'],
+      ['--older-than', '1h'],
+    ]) {
+      const result = await runCli(['dead', 'list', ...narrowed, '--json'], env);
+      expect(result.code, `${narrowed.join(' ')}: ${result.stderr}`).toBe(0);
+      expect(JSON.parse(result.stdout), narrowed.join(' ')).toEqual([]);
+    }
+  });
+
+  it('dead show prints the parked head in full; an unknown parked ref is not found (exit 1)', { timeout: 300_000 }, async () => {
+    const shown = await runCli(['dead', 'show', ref], env);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject([{ ref, consumer: 'billing', error: 'card 4242 declined', envelope: { messageId: head.messageId, payload: head.payload } }]);
+    const missing = await runCli(['dead', 'show', 'parked:billing:no-such-message'], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("no dead letter 'parked:billing:no-such-message'");
+  });
+
+  it('dead groups counts the parked head under its consumer and code; --group selects it', { timeout: 300_000 }, async () => {
+    const grouped = await runCli(['dead', 'groups', '--json'], env);
+    expect(grouped.code, grouped.stderr).toBe(0);
+    const groups = JSON.parse(grouped.stdout) as { id: string }[];
+    expect(groups).toMatchObject([{ count: 1, type: head.type, code: 'HANDLER_FAILED', consumer: 'billing', refs: [ref] }]);
+    const members = await runCli(['dead', 'list', '--group', groups[0]!.id, '--json'], env);
+    expect(JSON.parse(members.stdout)).toMatchObject([{ ref }]);
+  });
+
+  it('replay and purge refuse a parked head by reference (exit 2, why and what to do) and change nothing', { timeout: 300_000 }, async () => {
+    for (const action of ['replay', 'purge']) {
+      const refused = await runCli(['dead', action, ref, '--yes'], env);
+      expect(refused.code, `${action}: ${refused.stdout}`).toBe(2);
+      expect(refused.stderr).toContain(`cannot ${action} '${ref}'`);
+      expect(refused.stderr).toContain('offers no way to replay or delete them');
+      expect(refused.stderr).toContain('courier dead show');
+    }
+    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+  });
+
+  it('bulk replay and purge skip parked heads and say so (exit 0)', { timeout: 300_000 }, async () => {
+    for (const action of ['replay', 'purge']) {
+      const bulk = await runCli(['dead', action, '--all', '--yes'], env);
+      expect(bulk.code, `${action}: ${bulk.stderr}`).toBe(0);
+      expect(bulk.stdout).toContain(`nothing to ${action}`);
+      expect(bulk.stderr).toContain('skipped 1 parked consumer head(s)');
+    }
+    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+  });
+
+  it('--help of halted resume says where a parked consumer head goes', { timeout: 300_000 }, async () => {
+    const help = await runCli(['halted', 'resume', '--help'], env);
+    expect(help.code).toBe(0);
+    expect(help.stdout.replace(/\s+/g, ' ')).toContain('a consumer\'s is kept by the inbox store as a parked head (parked:<consumer>:<messageId>)');
+  });
+});
