@@ -211,8 +211,16 @@ async function startedThen(
 const SETTLE_IDLE_MS = 120_000;
 /** The longest the survivors may take to settle everything, progress or not (within the case's own timeout). */
 const SETTLE_MAX_MS = 240_000;
-/** Armed workers started after the `maxCrashes` counted deaths, while each dies at the point. */
-const EXTRA_CRASH_LOOP_WORKERS = 3;
+/**
+ * Armed workers started after the `maxCrashes` counted deaths, while each dies at the point.
+ * Each death can leave one more copy behind (a relay killed between publishing the target's
+ * row and marking it publishes it again from its successor), and such a copy's death is not
+ * counted, so the copies are not bounded by `maxCrashes`. Three were not enough: on SQS under
+ * load all three extras died at the point, nobody was left to relay, and the run stalled with
+ * rows pending and no lease. The loop stops as soon as a worker lives or the run settles, so a
+ * larger bound costs a passing run nothing.
+ */
+const EXTRA_CRASH_LOOP_WORKERS = 10;
 
 /**
  * Runs one scenario with real processes: the parent commits the traffic through its own
