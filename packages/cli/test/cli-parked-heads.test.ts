@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { makeEnvelope } from '@courier/conformance';
 import type { Envelope } from '@courier/core';
+import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from './support/run-cli.js';
 import { openStores, type CliTestSetup } from './support/setup.js';
@@ -101,6 +102,32 @@ describe('courier dead: parked consumer heads against postgresql', () => {
       expect(bulk.stdout).toContain(`nothing to ${action}`);
       expect(bulk.stderr).toContain('skipped 1 parked consumer head(s)');
     }
+    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+  });
+
+  it('with an outbox dead row beside it: a mixed list of references is refused whole; a bulk purge purges the row and skips the head', { timeout: 300_000 }, async () => {
+    const row = makeEnvelope({ topic, key: null, type: `${prefix}.Placed` });
+    await stores.orm.em.fork().transactional(async (em: EntityManager) => {
+      stores.outbox.append(em, [{ envelope: row }]);
+    });
+    const batch = await stores.outbox.claim({ owner: 'test', limit: 10, leaseMs: 60_000, perKey: 1 });
+    const sequence = batch.records.find((record) => record.envelope.messageId === row.messageId)!.sequence;
+    await stores.outbox.fail(batch.lease, [{ sequence, error: 'TransportError [PUBLISH_UNROUTABLE]: no queue bound', outcome: 'dead' }]);
+
+    const listed = JSON.parse((await runCli(['dead', 'list', '--json'], env)).stdout) as { ref: string }[];
+    expect(listed.map((item) => item.ref)).toEqual([`outbox:${sequence}`, ref]);
+
+    // Refused before anything changes: the outbox row named with it stays dead.
+    const mixed = await runCli(['dead', 'replay', `outbox:${sequence}`, ref, '--yes'], env);
+    expect(mixed.code, mixed.stdout).toBe(2);
+    expect(mixed.stderr).toContain(`cannot replay '${ref}'`);
+    expect((await stores.outbox.stats()).dead).toBe(1);
+
+    const purged = await runCli(['dead', 'purge', '--all', '--yes'], env);
+    expect(purged.code, purged.stderr).toBe(0);
+    expect(purged.stdout).toContain('purged 1 outbox row(s) and 0 transport dead letter(s)');
+    expect(purged.stderr).toContain('skipped 1 parked consumer head(s)');
+    expect((await stores.outbox.stats()).dead).toBe(0);
     expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
   });
 
