@@ -319,8 +319,22 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     expect(message).toMatchObject({ messageId: 's1', deliveryCount: 1 });
     const until = Date.now() + 2.5 * LOCK_MS;
     let refused = 0;
+    let stalled = false;
+    let lockedUntil = Date.now() + LOCK_MS;
     while (Date.now() < until) {
-      const renewed = await holder.renewSessionLock();
+      let renewed: Date;
+      try {
+        renewed = await holder.renewSessionLock();
+      } catch (error) {
+        // A stall between two renewals longer than the lock (a loaded machine: seen in a CI
+        // run) lets it lapse, and the renewal is refused. That is right only where the last
+        // renewed lock had really run out; the lapse half below is then already under way.
+        if (!isServiceBusError(error) || error.code !== 'SessionLockLost') throw error;
+        expect(Date.now(), `the renewal was refused before the renewed lock ran out: ${String(error)}`).toBeGreaterThanOrEqual(lockedUntil);
+        stalled = true;
+        break;
+      }
+      lockedUntil = renewed.getTime();
       const other = await client.acceptSession(queue, 'held', { maxAutoLockRenewalDurationInMs: 0 }).catch((error: unknown) => error);
       if (isServiceBusError(other) && other.code === 'SessionCannotBeLocked') refused += 1;
       else {
@@ -328,13 +342,17 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
         expect(other, String(other)).not.toBeInstanceOf(Error);
         expect(Date.now(), 'another receiver locked the session before its renewed lock ran out').toBeGreaterThanOrEqual(renewed.getTime());
         await (other as { close(): Promise<void> }).close();
+        stalled = true;
+        break;
       }
       // Pacing, not synchronisation: a renewal every third of the lock keeps it held with room
       // to spare. A stall longer than the lock lets it lapse, which the branch above accepts
       // only where the renewed lock had really run out.
       await new Promise((resolve) => setTimeout(resolve, LOCK_MS / 3));
     }
-    expect(refused, 'no accept was refused while the lock was renewed').toBeGreaterThan(0);
+    // Only a stall (checked above against the renewed lock) may end the renewals before any
+    // accept was refused.
+    if (refused === 0) expect(stalled, 'no accept was refused while the lock was renewed').toBe(true);
     // No more renewals: once the lock lapsed the next receiver gets the session and the message again.
     const next = await eventually(() => client.acceptSession(queue, 'held', { maxAutoLockRenewalDurationInMs: 0 }), { timeoutMs: 2 * LOCK_MS + 5_000, intervalMs: 250 });
     const [again] = await next.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
