@@ -90,6 +90,26 @@ _cs_pg_start() {
     _cs_log "pg_ctlcluster start exited non-zero; waiting anyway"
 }
 
+# The log-tailing relay reads the outbox through logical replication, which needs
+# wal_level = logical; it takes a restart, so it is done once here (never by a test: the
+# server is shared by every checkout on the machine) and only when the level is lower.
+_cs_pg_logical() {
+  local level version
+  level="$(_cs_as postgres psql -X -qtA -d postgres -c 'SHOW wal_level' </dev/null 2>/dev/null)"
+  [ "$level" = logical ] && return 0
+  version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+  _cs_log "PostgreSQL: wal_level is '${level:-unknown}'; setting it to logical and restarting (pg_ctlcluster $version main restart)"
+  _cs_as postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres -c 'ALTER SYSTEM SET wal_level = logical' </dev/null >&2 ||
+    { _cs_fail "could not set wal_level = logical (ALTER SYSTEM as the postgres user)"; return 1; }
+  _cs_root pg_ctlcluster --skip-systemctl-redirect "$version" main restart </dev/null >&2 ||
+    _cs_log "pg_ctlcluster restart exited non-zero; waiting anyway"
+  _cs_wait PostgreSQL _cs_pg_up ||
+    { _cs_fail "PostgreSQL did not come back within ${COURIER_SERVICE_TIMEOUT:-120}s after the wal_level restart; see /var/log/postgresql/"; return 1; }
+  level="$(_cs_as postgres psql -X -qtA -d postgres -c 'SHOW wal_level' </dev/null 2>/dev/null)"
+  [ "$level" = logical ] ||
+    { _cs_fail "PostgreSQL still reports wal_level '$level' after the restart; set wal_level = logical in postgresql.conf"; return 1; }
+}
+
 _cs_pg_prepare() {
   command -v pg_isready >/dev/null 2>&1 ||
     { _cs_fail "PostgreSQL client tools (pg_isready, psql) are missing; install postgresql"; return 1; }
@@ -101,6 +121,7 @@ _cs_pg_prepare() {
   else
     _cs_log "PostgreSQL answers"
   fi
+  _cs_pg_logical || return 1
   if [ "${COURIER_FRESH_DATABASES:-}" = 1 ]; then
     # Every test creates tables of its own; a long-lived machine would pile them up run
     # after run. CI starts from an empty database instead.
