@@ -2,6 +2,7 @@ import {
   consoleLogger,
   createBus,
   defineMessage,
+  type AppendResult,
   type Bus,
   type BusConfig,
   type FaultHook,
@@ -124,7 +125,7 @@ export function createWorkerBus<Tx>(
   transport: Transport,
   tuning: ScenarioTuning,
   extra: { faults?: FaultHook; logger?: Logger; onViolation?: (problem: string) => void } = {},
-): Bus<Tx> {
+): Bus<Tx, AppendResult> {
   const logger = extra.logger ?? envLogger();
   if (extra.faults && extra.onViolation) {
     const watched = completionWatch(transport, extra.faults, extra.onViolation);
@@ -180,7 +181,7 @@ export interface TrafficPlan {
 export async function produce<Tx>(
   world: World,
   store: StoreFixture<Tx>,
-  publisher: Pick<Bus<Tx>, 'outbox'>,
+  publisher: Pick<Bus<Tx, AppendResult>, 'outbox'>,
   ledger: Ledger,
   plan: TrafficPlan,
   random: () => number,

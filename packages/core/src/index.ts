@@ -40,6 +40,7 @@ export type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 export { FAULT_POINTS } from './fault-points.js';
 export type {
   AppendResult,
+  AsyncAppendFlag,
   ClaimOptions,
   ClaimedBatch,
   CompleteAndClaimOptions,

@@ -16,6 +16,12 @@ export type AppendResult = void | Promise<void>;
  */
 export type PublishedId<A extends AppendResult> = A extends Promise<unknown> ? Promise<string> : string;
 
+/**
+ * The type of {@link OutboxEngine.asyncAppend} for a store whose `append` returns `A`:
+ * `true` for `Promise<void>`, `false` (or absent) for `void`, either when unknown.
+ */
+export type AsyncAppendFlag<A extends AppendResult> = [A] extends [Promise<unknown>] ? true : [A] extends [void] ? false : boolean;
+
 /** Lifecycle state of an outbox row. */
 export type OutboxState = 'pending' | 'published' | 'dead' | 'halted';
 
@@ -203,9 +209,11 @@ export interface OutboxEngine<Tx, A extends AppendResult = AppendResult> {
    * it at runtime so that `publish()` on such a store returns a promise in every case (a
    * validation problem rejects instead of throwing), and the consumer awaits every append
    * a handler made before it commits the inbox transaction. A store whose `append` returns
-   * a promise must set it.
+   * a promise must set it: its type then keeps the store out of places that expect a
+   * synchronous one (a function returning `Promise<void>` is otherwise assignable to one
+   * returning `void`, which would type `publish()` as `string`).
    */
-  readonly asyncAppend?: boolean;
+  readonly asyncAppend?: AsyncAppendFlag<A>;
   /** Claims up to `limit` due rows under a new lease. */
   claim(options: ClaimOptions): Promise<ClaimedBatch>;
   /** Marks rows published. */

@@ -8,6 +8,7 @@ import {
   StorageError,
   type ClaimedBatch,
   type AppendResult,
+  type AsyncAppendFlag,
   type ClaimOptions,
   type CompleteOptions,
   type CompleteAndClaimOptions,
@@ -104,7 +105,7 @@ export interface OutboxJoin<Unit, Target, A extends AppendResult = void> {
    */
   add(target: Target, rows: OutboxPendingRow[]): A;
   /** True when `add` writes at once and returns a promise; the store declares the same (`OutboxEngine.asyncAppend`). */
-  readonly asyncAppend?: boolean;
+  readonly asyncAppend?: AsyncAppendFlag<A>;
 }
 
 /** What {@link SqlOutboxStore} is built from: an adapter's core and join, and the user's options. */
@@ -168,7 +169,7 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  */
 export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult = void> implements OutboxStore<Unit, A> {
   /** True when the adapter's join writes at append (its `append` returns a promise to await before committing). */
-  readonly asyncAppend: boolean;
+  readonly asyncAppend: AsyncAppendFlag<A>;
   /** The SQL family in use. */
   readonly dialect: DialectName;
   /** What a completion does with its rows: see {@link SqlOutboxStoreOptions.publishedRows}. */
@@ -201,7 +202,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       writeAlone: (rows) => this.#core.runner.transaction((tx) => this.#insert(rows, tx)),
       committed: () => this.#wakeups.signal(),
     });
-    this.asyncAppend = this.#join.asyncAppend === true;
+    this.asyncAppend = (this.#join.asyncAppend === true) as AsyncAppendFlag<A>;
   }
 
   /**
@@ -214,7 +215,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
    * failure, a refusal included, comes as the returned promise's rejection.
    */
   append(tx: Unit, messages: readonly OutboxAppend[]): A {
-    if (!this.asyncAppend) return this.#append(tx, messages);
+    if (this.asyncAppend !== true) return this.#append(tx, messages);
     try {
       return this.#append(tx, messages);
     } catch (error) {
