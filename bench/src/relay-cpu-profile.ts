@@ -196,7 +196,7 @@ const broker = new BenchBroker(prefix);
 const transport = broker.transport();
 const storeSpans: Span[] = [];
 const publishSpans: Span[] = [];
-const store = timed(db.outbox as OutboxStore<EntityManager>, storeSpans, (method, result) =>
+const store = timed(db.outbox as OutboxStore<EntityManager, void>, storeSpans, (method, result) =>
   method === 'claim' || method === 'completeAndClaim' ? ((result as { records?: unknown[] }).records?.length ?? 0) : 0,
 );
 const timedTransport = timed(transport, publishSpans, (method, result) => (method === 'publish' ? (result as unknown[]).length : 0));

@@ -1,4 +1,4 @@
-import { REASON_LIMITS, UnrecoverableError, createBus, defineMessage, hasInboxHalts, type Bus } from '@courier/core';
+import { REASON_LIMITS, UnrecoverableError, createBus, defineMessage, hasInboxHalts, type AppendResult, type Bus } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext } from '../fixtures.js';
 import { eventually } from '../support/eventually.js';
@@ -42,7 +42,7 @@ export async function runHostileErrorParkCase<Tx>(factories: BusFactories<Tx>, s
   const context: FixtureContext = { testId };
   const store = await factories.store(context);
   const fixture = await factories.transport(context);
-  let bus: Bus<Tx> | undefined;
+  let bus: Bus<Tx, AppendResult> | undefined;
   try {
     const { transport } = fixture;
     const deadLetters = transport.deadLetters;
@@ -113,7 +113,7 @@ export async function runHostileErrorHaltCase<Tx>(factories: BusFactories<Tx>, s
   const context: FixtureContext = { testId };
   const store = await factories.store(context);
   const fixture = await factories.transport(context);
-  let bus: Bus<Tx> | undefined;
+  let bus: Bus<Tx, AppendResult> | undefined;
   try {
     const { transport } = fixture;
     const inbox = store.inbox;

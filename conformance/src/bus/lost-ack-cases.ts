@@ -1,4 +1,4 @@
-import { TransportError, createBus, defineMessage, hasInboxHalts, type Bus, type BusCounters, type Delivery, type Transport } from '@courier/core';
+import { TransportError, createBus, defineMessage, hasInboxHalts, type AppendResult, type Bus, type BusCounters, type Delivery, type Transport } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext, StoreFixture, TransportFixture } from '../fixtures.js';
 import { eventually } from '../support/eventually.js';
@@ -63,7 +63,7 @@ function connectionLost(messageId: string, what: string): TransportError {
 }
 
 /** The counters a failed ack moves: the ones that must stay 0, and `ackFailures`, summed over `buses`. */
-function ackCounters(buses: readonly Bus<unknown>[]): Pick<BusCounters, 'retries' | 'deadLettered' | 'haltedKeys' | 'ackFailures'> {
+function ackCounters(buses: readonly Bus<unknown, AppendResult>[]): Pick<BusCounters, 'retries' | 'deadLettered' | 'haltedKeys' | 'ackFailures'> {
   const sum = (name: 'retries' | 'deadLettered' | 'haltedKeys' | 'ackFailures') => buses.reduce((total, bus) => total + bus.health().counters[name], 0);
   return { retries: sum('retries'), deadLettered: sum('deadLettered'), haltedKeys: sum('haltedKeys'), ackFailures: sum('ackFailures') };
 }
@@ -76,7 +76,7 @@ async function deadLettersOf(fixture: TransportFixture, consumer: string): Promi
 }
 
 /** A bus that only consumes, over `transport`, with one attempt per message and the suite's logger. */
-function consumingBus<Tx>(store: StoreFixture<Tx>, transport: Transport): Bus<Tx> {
+function consumingBus<Tx>(store: StoreFixture<Tx>, transport: Transport): Bus<Tx, AppendResult> {
   const logger = envLogger();
   return createBus({ outbox: store.outbox, inbox: store.inbox, transport, retry: ONE_ATTEMPT, ...(logger ? { logger } : {}) });
 }
@@ -273,7 +273,7 @@ export async function runAckNeverArrivedCase<Tx>(factories: BusFactories<Tx>, de
         }),
       );
 
-    const subscribeTo = (bus: Bus<Tx>) =>
+    const subscribeTo = (bus: Bus<Tx, AppendResult>) =>
       bus.subscribe(
         consumer,
         definition,
@@ -282,7 +282,7 @@ export async function runAckNeverArrivedCase<Tx>(factories: BusFactories<Tx>, de
         },
         { concurrency: 4 },
       );
-    const whenReady = async (bus: Bus<Tx>, which: string) => {
+    const whenReady = async (bus: Bus<Tx, AppendResult>, which: string) => {
       await bus.start({ relay: false, consumers: true });
       const ready = budget.wait(WAIT_MS);
       await eventually(() => expect(bus.health().ready, `the ${which} consumer subscribed${cutNote(ready.cut)}`).toBe(true), { timeoutMs: ready.ms });

@@ -1,4 +1,4 @@
-import { describeError, newMessageId, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
+import { describeError, newMessageId, type AppendResult, type Bus, type Envelope, type FaultHook, type Transport } from '@courier/core';
 import type { FixtureContext, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from '../fixtures.js';
 import { checkInvariants, type Ledger, type InvariantReport, type Observed } from './invariants.js';
 import { InjectedFault, type ScenarioSpec } from './scenarios.js';
@@ -186,7 +186,7 @@ const SETUP_STEP_MS = 60_000;
 const CLEANUP_MS = 20_000;
 
 interface Worker<Tx> {
-  readonly bus: Bus<Tx>;
+  readonly bus: Bus<Tx, AppendResult>;
   readonly connection: Transport;
 }
 

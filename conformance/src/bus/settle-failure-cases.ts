@@ -1,4 +1,4 @@
-import { UnrecoverableError, createBus, defineMessage, type Bus, type Transport } from '@courier/core';
+import { UnrecoverableError, createBus, defineMessage, type AppendResult, type Bus, type Transport } from '@courier/core';
 import { expect } from 'vitest';
 import type { FixtureContext, StoreFixture, TransportFixture } from '../fixtures.js';
 import { eventually } from '../support/eventually.js';
@@ -32,7 +32,7 @@ export interface SettleFailsOnceOptions {
 }
 
 /** A bus that only consumes, over `transport`, with the cases' retry policy and pause and the suite's logger. */
-function consumingBus<Tx>(store: StoreFixture<Tx>, transport: Transport): Bus<Tx> {
+function consumingBus<Tx>(store: StoreFixture<Tx>, transport: Transport): Bus<Tx, AppendResult> {
   const logger = envLogger();
   return createBus({ outbox: store.outbox, inbox: store.inbox, transport, retry: RETRY, relay: { pause: PAUSE }, ...(logger ? { logger } : {}) });
 }

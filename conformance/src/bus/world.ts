@@ -2,6 +2,7 @@ import {
   consoleLogger,
   createBus,
   defineMessage,
+  type AppendResult,
   type Bus,
   type BusConfig,
   type FaultHook,
@@ -124,7 +125,7 @@ export function createWorkerBus<Tx>(
   transport: Transport,
   tuning: ScenarioTuning,
   extra: { faults?: FaultHook; logger?: Logger; onViolation?: (problem: string) => void } = {},
-): Bus<Tx> {
+): Bus<Tx, AppendResult> {
   const logger = extra.logger ?? envLogger();
   if (extra.faults && extra.onViolation) {
     const watched = completionWatch(transport, extra.faults, extra.onViolation);
@@ -180,7 +181,7 @@ export interface TrafficPlan {
 export async function produce<Tx>(
   world: World,
   store: StoreFixture<Tx>,
-  publisher: Pick<Bus<Tx>, 'outbox'>,
+  publisher: Pick<Bus<Tx, AppendResult>, 'outbox'>,
   ledger: Ledger,
   plan: TrafficPlan,
   random: () => number,
@@ -196,7 +197,7 @@ export async function produce<Tx>(
         const current = seq + index;
         const key = current % 4 === 3 ? null : `k${Math.floor(random() * plan.keys)}`;
         const payload: WorkPayload = { key, seq: current, ...(plan.poison?.has(current) ? { poison: true } : {}) };
-        const id = publisher.outbox(tx).publish(world.work, payload, key === null ? {} : { key });
+        const id = await publisher.outbox(tx).publish(world.work, payload, key === null ? {} : { key });
         staged.push({ id, key, seq: current });
       }
     });
@@ -210,7 +211,7 @@ export async function produce<Tx>(
       const doomed: string[] = [];
       await store
         .transaction(async (tx) => {
-          doomed.push(publisher.outbox(tx).publish(world.work, { key: 'k0', seq: -1 }, { key: 'k0' }));
+          doomed.push(await publisher.outbox(tx).publish(world.work, { key: 'k0', seq: -1 }, { key: 'k0' }));
           throw new RolledBack();
         })
         .catch((error: unknown) => {

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { ConfigError, createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryOutboxStore, type InMemoryTransaction, type Transport } from '@courier/core';
+import { ConfigError, createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryOutboxStore, type Transport } from '@courier/core';
 import { eventually, harness, withoutRenew } from './support/harness.js';
 import { SendLog, slowTransport } from './support/relay-transports.js';
 
@@ -21,7 +21,7 @@ describe('relay lease and the transport publish timeout', () => {
   it('refuses a lease shorter than twice the publish timeout the transport declares', () => {
     let error: unknown;
     try {
-      createBus<InMemoryTransaction>(configWith(20_000));
+      createBus(configWith(20_000));
     } catch (caught) {
       error = caught;
     }
@@ -29,15 +29,15 @@ describe('relay lease and the transport publish timeout', () => {
     expect((error as ConfigError).problems).toEqual([
       "'relay.leaseMs' (30000 ms) must be at least twice the transport's publish timeout (20000 ms), or a late confirm is re-claimed and sent again: raise 'relay.leaseMs', lower the transport's publish timeout, or use a store that renews leases",
     ]);
-    expect(() => createBus<InMemoryTransaction>(configWith(20_000, 40_000))).not.toThrow();
+    expect(() => createBus(configWith(20_000, 40_000))).not.toThrow();
     // The default lease (30 s) fits what RabbitMQ declares by default (10 s plus a quarter).
-    expect(() => createBus<InMemoryTransaction>(configWith(12_500))).not.toThrow();
+    expect(() => createBus(configWith(12_500))).not.toThrow();
   });
 
   it('accepts a lease shorter than the publish timeout when the store renews leases', () => {
     // The relay renews the lease while it waits for the answer, so the lease need not cover it.
-    expect(() => createBus<InMemoryTransaction>(configWith(12_500, undefined, true))).not.toThrow();
-    expect(() => createBus<InMemoryTransaction>(configWith(20_000, 1_000, true))).not.toThrow();
+    expect(() => createBus(configWith(12_500, undefined, true))).not.toThrow();
+    expect(() => createBus(configWith(20_000, 1_000, true))).not.toThrow();
   });
 
   // A batch whose confirms together take longer than the lease: without a sending

@@ -66,7 +66,7 @@ const DEFAULT_LIST_LIMIT = 100;
  * with a strictly increasing fencing token, and concurrent claims never share a row;
  * `complete`, `fail`, `release` and `renew` change only rows still held by the given lease.
  */
-export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction> {
+export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction, void> {
   readonly #db: InMemoryDatabase;
   /** In sequence order: sequences are assigned increasing at commit and rows are never re-inserted. */
   readonly #rows = new Map<bigint, Row>();

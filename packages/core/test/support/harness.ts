@@ -15,6 +15,7 @@ import {
   type InMemoryTransaction,
   type OutboxFailure,
   type OutboxLease,
+  type AppendResult,
   type OutboxStore,
   type PendingCompletion,
   type Transport,
@@ -114,7 +115,7 @@ export interface HarnessOptions {
   readonly broker?: InMemoryBrokerConfig;
   /** Milliseconds added to the database clock (advance it to make delayed rows due). */
   readonly clock?: { offset: number };
-  readonly bus?: Partial<BusConfig<InMemoryTransaction>>;
+  readonly bus?: Partial<BusConfig<InMemoryTransaction, void>>;
   /** Wraps the transport the bus gets. */
   readonly transport?: (transport: Transport) => Transport;
   /** `false`: the buses get the outbox without `renew` (a store that cannot renew leases). */
@@ -133,7 +134,7 @@ export interface Harness extends AsyncDisposable {
   /** Runs `work` in a unit of work and commits it. */
   commit(work: (tx: InMemoryTransaction) => void | Promise<void>): Promise<void>;
   /** Another bus over the same stores and broker (a second process). */
-  another(config?: Partial<BusConfig<InMemoryTransaction>>): Bus<InMemoryTransaction>;
+  another(config?: Partial<BusConfig<InMemoryTransaction, void>>): Bus<InMemoryTransaction>;
 }
 
 /** Fast retry and pause settings so failure paths finish in milliseconds. */
@@ -149,10 +150,10 @@ export function harness(options: HarnessOptions = {}): Harness {
   const inbox = new InMemoryInboxStore({ database: db });
   const broker = new InMemoryBroker(options.broker);
   const buses: Bus<InMemoryTransaction>[] = [];
-  const make = (config: Partial<BusConfig<InMemoryTransaction>> = {}) => {
+  const make = (config: Partial<BusConfig<InMemoryTransaction, void>> = {}) => {
     const connection = broker.connect();
     const bus = createBus<InMemoryTransaction>({
-      outbox: options.renew === false ? withoutRenew(outbox) : outbox,
+      outbox: options.renew === false ? withoutRenew<InMemoryTransaction, void>(outbox) : outbox,
       inbox,
       transport: options.transport ? options.transport(connection) : connection,
       retry: FAST.retry,
@@ -180,7 +181,7 @@ export function harness(options: HarnessOptions = {}): Harness {
 }
 
 /** `store` as a store that cannot renew leases: every member but `renew`, bound to it. */
-export function withoutRenew<Tx>(store: OutboxStore<Tx>): OutboxStore<Tx> {
+export function withoutRenew<Tx, A extends AppendResult>(store: OutboxStore<Tx, A>): OutboxStore<Tx, A> {
   return new Proxy(store, {
     get(target, property) {
       if (property === 'renew') return undefined;
