@@ -586,13 +586,29 @@ Examples:
         const token = options.token ?? (process.env['COURIER_RELAY_TOKEN'] || undefined);
         if (token !== undefined && token.trim() === '') throw new UsageError('--token must not be empty');
         const stopTimeoutMs = parseDuration(options.stopTimeout, '--stop-timeout');
-        const setup = await open('relay', configOf());
-        const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
-        const deadLetters = setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {};
         // Loaded here only: the metrics SDK and the exporter are not needed by any other command.
         const { runRelay } = await import('./relay-process.js');
         setExit(
-          await runRelay({ build, ...(setup.outbox ? { operations: setup.outbox } : {}), ...(setup.inbox ? { inbox: setup.inbox } : {}), ...deadLetters, port, host: options.host, token, metricsMaxAgeMs, stopTimeoutMs }),
+          await runRelay({
+            // Built inside the relay: a config whose ORM connects at init fails while the
+            // database is down, and the relay waits for it (serving /health 503) instead of exiting.
+            prepare: async () => {
+              const setup = await open('relay', configOf());
+              const build = need(setup.relay, 'relay (a function returning { outbox, transport, relay? })');
+              return {
+                build,
+                ...(setup.outbox ? { operations: setup.outbox } : {}),
+                ...(setup.inbox ? { inbox: setup.inbox } : {}),
+                ...(setup.transport?.deadLetters ? { deadLetters: { deadLetters: setup.transport.deadLetters, consumers: setup.consumers ?? [] } } : {}),
+              };
+            },
+            retryWhen: (error) => diagnose(error)?.kind === 'unreachable',
+            port,
+            host: options.host,
+            token,
+            metricsMaxAgeMs,
+            stopTimeoutMs,
+          }),
         );
       }),
     `  courier relay

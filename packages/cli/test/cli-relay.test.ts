@@ -9,13 +9,13 @@ import { eventually, makeEnvelope } from '@courier/conformance';
 import { createBus, defineMessage } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startCli } from './support/run-cli.js';
+import { runCli, startCli } from './support/run-cli.js';
 import { deleteBrokerObjects, openStores, openTransport } from './support/setup.js';
 
 /** A running relay process with its JSON log lines and the port it listens on. */
-async function startRelay(env: Record<string, string>): Promise<{ child: ChildProcess; logs: Record<string, unknown>[]; port: number; exited: Promise<number | null> }> {
+async function startRelay(env: Record<string, string>, args: readonly string[] = []): Promise<{ child: ChildProcess; logs: Record<string, unknown>[]; port: number; exited: Promise<number | null> }> {
   // No --host: the default must be loopback (issue 29: it was 0.0.0.0).
-  const child = startCli(['relay', '--port', '0', '--stop-timeout', '20s'], env);
+  const child = startCli(['relay', '--port', '0', '--stop-timeout', '20s', ...args], env);
   const logs: Record<string, unknown>[] = [];
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -131,5 +131,39 @@ describe('courier relay (postgresql + rabbitmq)', () => {
     }
     expect(await stores.outbox.stats()).toMatchObject({ pending: 0, inFlight: 0, dead: 0 });
     expect(await leased()).toBe(0);
+  });
+
+  // Issue 35: tsx loads the config's transport under its own module namespace, so its errors
+  // are not `instanceof` the relay's CourierError. The relay's error text then lost its code
+  // ("TransportError: … unroutable" without "[PUBLISH_UNROUTABLE]"), and the runbook's
+  // `dead replay --all --code PUBLISH_UNROUTABLE` found nothing with the rows dead.
+  it('dead rows written by `courier relay` keep their error code: --code finds them', { timeout: 180_000 }, async () => {
+    const stores = await openStores('postgresql', prefix);
+    cleanup.push(() => stores.close());
+    await stores.outbox.ensureSchema();
+    const transport = await openTransport(prefix);
+    cleanup.push(() => transport.close());
+    const Lost = defineMessage('cli.Lost', { version: 1, topic: `${prefix}nowhere` });
+    const producer = createBus({ outbox: stores.outbox, transport });
+    await stores.orm.em.fork().transactional(async (em: EntityManager) => {
+      for (let index = 0; index < 3; index += 1) producer.outbox(em).publish(Lost, { n: index });
+    });
+    const relay = await startRelay({ ...env, CLI_TEST_RELAY_MAX_ATTEMPTS: '1' });
+    cleanup.push(async () => relay.child.kill('SIGKILL'));
+    await eventually(async () => expect((await stores.outbox.stats()).dead).toBe(3), { timeoutMs: 60_000 });
+    relay.child.kill('SIGTERM');
+    expect(await relay.exited).toBe(0);
+    const listed = await runCli(['dead', 'list', '--source', 'outbox', '--code', 'PUBLISH_UNROUTABLE', '--json'], env);
+    expect(listed.code, listed.stderr).toBe(0);
+    const rows = JSON.parse(listed.stdout) as { code: string | null; envelope: { type: string } }[];
+    expect(rows.map((row) => [row.envelope.type, row.code])).toEqual([
+      ['cli.Lost', 'PUBLISH_UNROUTABLE'],
+      ['cli.Lost', 'PUBLISH_UNROUTABLE'],
+      ['cli.Lost', 'PUBLISH_UNROUTABLE'],
+    ]);
+    const dryRun = await runCli(['dead', 'replay', '--all', '--code', 'PUBLISH_UNROUTABLE', '--dry-run'], env);
+    expect(dryRun.code, dryRun.stderr).toBe(0);
+    expect(dryRun.stdout).not.toMatch(/nothing to replay/);
+    await runCli(['dead', 'purge', '--all', '--source', 'outbox', '--yes'], env);
   });
 });

@@ -38,13 +38,45 @@ export interface CourierErrorOptions {
 }
 
 /**
+ * The registry-wide key under which each of Courier's error classes names its kind. Two
+ * copies of `@courier/core` in one process (an application bundling its own, or `courier
+ * relay`, whose tsx loads the config's stores and transport under a module namespace of
+ * their own) have two `CourierError` classes; `Symbol.for` gives both the same key.
+ */
+const ERROR_KIND: unique symbol = Symbol.for('@courier/core.error-kind') as never;
+
+/**
  * Base class of every error Courier throws or reports.
  *
  * Guarantees: `code` is stable across releases; `retriable` tells retry logic whether
  * the same operation may succeed later (a lost connection) or never will (a constraint
  * violation, a malformed payload); `cause` carries the driver's original error.
+ *
+ * `instanceof` holds across copies of `@courier/core` in one process: an error built by
+ * another copy's `StorageError` is `instanceof StorageError` (and `CourierError`) here too.
+ * Without it an error from a store loaded by another copy lost its code and retriability
+ * (`describeError` dropped `[PUBLISH_UNROUTABLE]`, so `courier dead replay --code …`
+ * found nothing; a retriable `StorageError` counted as a handler failure). A class of
+ * Courier's matches by its kind; a subclass written outside Courier matches as usual.
  */
 export class CourierError extends Error {
+  /** The kind another copy's class of the same name matches (see the class comment). */
+  static readonly [ERROR_KIND]: string = 'CourierError';
+
+  /** `instanceof` by prototype, else by a Courier kind on `value`'s prototype chain. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (Function.prototype[Symbol.hasInstance].call(this, value)) return true;
+    // A class without a kind of its own (a user's subclass) matches only its own instances:
+    // an inherited kind would make every `StorageError` an instance of `MyStorageError`.
+    if (!Object.hasOwn(this, ERROR_KIND) || value === null || (typeof value !== 'object' && typeof value !== 'function')) return false;
+    const kind = (this as { [ERROR_KIND]?: unknown })[ERROR_KIND];
+    for (let proto: unknown = Object.getPrototypeOf(value); proto !== null && typeof proto === 'object'; proto = Object.getPrototypeOf(proto)) {
+      const constructor: unknown = Object.hasOwn(proto, 'constructor') ? (proto as { constructor: unknown }).constructor : undefined;
+      if (typeof constructor === 'function' && Object.hasOwn(constructor, ERROR_KIND) && (constructor as { [ERROR_KIND]?: unknown })[ERROR_KIND] === kind) return true;
+    }
+    return false;
+  }
+
   override readonly name: string = 'CourierError';
   readonly code: CourierErrorCode;
   readonly retriable: boolean;
@@ -61,6 +93,7 @@ export class CourierError extends Error {
  * `problems` lists every problem found, not just the first.
  */
 export class ConfigError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'ConfigError';
   override readonly name: string = 'ConfigError';
   readonly problems: readonly string[];
 
@@ -76,6 +109,7 @@ export class ConfigError extends CourierError {
 
 /** An operation was attempted on a component that is closing or closed. Not retriable. */
 export class ClosedError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'ClosedError';
   override readonly name: string = 'ClosedError';
 
   constructor(what: string, options: CourierErrorOptions = {}) {
@@ -88,6 +122,7 @@ export class ClosedError extends CourierError {
  * serialization failures; not retriable for constraint or syntax errors.
  */
 export class StorageError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'StorageError';
   override readonly name: string = 'StorageError';
 
   constructor(message: string, options: CourierErrorOptions & { code?: CourierErrorCode } = {}) {
@@ -101,6 +136,7 @@ export class StorageError extends CourierError {
  * when carried in a per-message result it concerns that message only.
  */
 export class TransportError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'TransportError';
   override readonly name: string = 'TransportError';
 
   constructor(message: string, options: CourierErrorOptions & { code?: CourierErrorCode } = {}) {
@@ -114,6 +150,7 @@ export class TransportError extends CourierError {
  * `path` points at the offending field (`payload.items[2].price`).
  */
 export class SerializationError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'SerializationError';
   override readonly name: string = 'SerializationError';
   readonly path: string | undefined;
 
@@ -128,6 +165,7 @@ export class SerializationError extends CourierError {
  * at once with this error, without spending further attempts.
  */
 export class UnrecoverableError extends CourierError {
+  static override readonly [ERROR_KIND]: string = 'UnrecoverableError';
   override readonly name: string = 'UnrecoverableError';
 
   constructor(message: string, options: { cause?: unknown } = {}) {

@@ -9,7 +9,7 @@
 // so the layout and module graph are those of `tsc -p tsconfig.build.json`: one copy of
 // `@courier/core` on disk for the CLI and the stores the config builds. (Not one module
 // instance: tsx's `tsImport` loads the config's imports under a namespace of their own, so
-// the CLI reads their errors by shape, never by `instanceof`: src/diagnose.ts.) It rebuilds
+// the CLI reads their errors by shape: src/diagnose.ts; core's own error classes match across copies by `instanceof`, errors.ts.) It rebuilds
 // every time: a dist/ left from an older source would test old code.
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';

@@ -16,7 +16,13 @@ export default defineCourierConfig(async () => {
     ...(transport ? { transport, consumers: (process.env['CLI_TEST_CONSUMERS'] ?? '').split(',').filter(Boolean) } : {}),
     relay: async () => {
       if (!brokerPrefix) throw new Error('CLI_TEST_BROKER_PREFIX is not set');
-      return { outbox: stores.outbox, transport: await openTransport(brokerPrefix, queueLimitsFromEnv()), relay: { batchSize: 50, pollIntervalMs: 200 } };
+      // CLI_TEST_RELAY_MAX_ATTEMPTS: a test that wants messages dead at their first failure.
+      const maxAttempts = Number(process.env['CLI_TEST_RELAY_MAX_ATTEMPTS'] ?? 10);
+      return {
+        outbox: stores.outbox,
+        transport: await openTransport(brokerPrefix, queueLimitsFromEnv()),
+        relay: { batchSize: 50, pollIntervalMs: 200, retry: { maxAttempts, initialDelayMs: 200, maxDelayMs: 1_000 } },
+      };
     },
     async close() {
       await transport?.close();
