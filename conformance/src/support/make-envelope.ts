@@ -1,4 +1,4 @@
-import type { Envelope } from '@courier/core';
+import { ENVELOPE_FIELDS, type Envelope } from '@courier/core';
 import { uuidv7 } from 'uuidv7';
 
 /**
@@ -39,18 +39,7 @@ export function protoHeaders(value = 'not-a-prototype'): Readonly<Record<string,
  * pairs (so an own `__proto__` header is compared as data).
  */
 export function comparableEnvelope(envelope: Envelope): Record<string, unknown> {
-  return {
-    messageId: envelope.messageId,
-    type: envelope.type,
-    version: envelope.version,
-    topic: envelope.topic,
-    occurredAt: envelope.occurredAt,
-    key: envelope.key,
-    correlationId: envelope.correlationId,
-    causationId: envelope.causationId,
-    traceparent: envelope.traceparent,
-    tracestate: envelope.tracestate,
-    headers: Object.entries(envelope.headers).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-    payload: envelope.payload,
-  };
+  const fields: Record<string, unknown> = Object.fromEntries(ENVELOPE_FIELDS.map((field) => [field, envelope[field]]));
+  fields['headers'] = Object.entries(envelope.headers).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return fields;
 }

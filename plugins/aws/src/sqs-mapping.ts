@@ -1,4 +1,4 @@
-import { decodeEnvelope, type DeadLetterReason, type Envelope } from '@courier/core';
+import { ENVELOPE_FIELDS, decodeEnvelope, type DeadLetterReason, type Envelope } from '@courier/core';
 import type { MessageAttributeValue } from '@aws-sdk/client-sqs';
 
 /**
@@ -43,19 +43,7 @@ const INVALID_CHARACTER = /[^\x09\x0A\x0D\x20-\uD7FF\uE000-\uFFFD\u{10000}-\u{10
 
 /** The envelope's metadata (every field but the payload) as the `courier-envelope` attribute holds it. */
 function metadataOf(envelope: Envelope): string {
-  return JSON.stringify({
-    messageId: envelope.messageId,
-    type: envelope.type,
-    version: envelope.version,
-    topic: envelope.topic,
-    occurredAt: envelope.occurredAt,
-    key: envelope.key,
-    correlationId: envelope.correlationId,
-    causationId: envelope.causationId,
-    traceparent: envelope.traceparent,
-    tracestate: envelope.tracestate,
-    headers: envelope.headers,
-  });
+  return JSON.stringify(Object.fromEntries(ENVELOPE_FIELDS.filter((field) => field !== 'payload').map((field) => [field, envelope[field]])));
 }
 
 /** The attributes of a message carrying `envelope`, with `extra` Courier attributes. */

@@ -117,6 +117,36 @@ function isMissingQueue(error: unknown): boolean {
   return name === 'QueueDoesNotExist' || name.includes('NonExistentQueue');
 }
 
+/** One message on its way to a batch call: `id` is its index in the publish call, the entry's Id. */
+interface OutgoingEntry {
+  readonly id: string;
+  readonly index: number;
+  readonly envelope: Envelope;
+  readonly attributes: Record<string, MessageAttributeValue>;
+  readonly bytes: number;
+}
+
+/** A batch call's answer, as SendMessageBatch and PublishBatch both give it. */
+interface BatchAnswer {
+  readonly Successful?: readonly { readonly Id?: string | undefined }[] | undefined;
+  readonly Failed?: readonly { readonly Id?: string | undefined; readonly Code?: string | undefined; readonly Message?: string | undefined; readonly SenderFault?: boolean | undefined }[] | undefined;
+}
+
+/** How {@link SqsTransport} publishes to one kind of destination: SQS queues, or SNS topics. */
+interface GroupedSend {
+  readonly service: 'sqs' | 'sns';
+  readonly kind: 'queue' | 'topic';
+  /** The destination's name (queue or topic name) of an envelope. */
+  readonly destinationOf: (envelope: Envelope) => string;
+  /** The addresses (queue URL, topic ARN) by destination name of these envelopes' destinations; a `ConfigError` names every missing one. */
+  readonly resolve: (envelopes: readonly Envelope[]) => Promise<Map<string, string>>;
+  /** Forgets a remembered address, so `resolve` asks the service again. */
+  readonly forget: (destination: string) => void;
+  /** The service's answer for a destination that does not exist. */
+  readonly isMissing: (error: unknown) => boolean;
+  readonly send: (address: string, entries: readonly OutgoingEntry[], fifo: (envelope: Envelope) => { MessageGroupId?: string; MessageDeduplicationId?: string }) => Promise<BatchAnswer>;
+}
+
 /** An SDK error as a Courier error: throttling, server faults and network failures are retriable `TRANSPORT`; a client fault is not. */
 function transportErrorOf(error: unknown, what: string): CourierError {
   if (error instanceof CourierError) return error;
@@ -360,129 +390,81 @@ export class SqsTransport implements Transport {
 
   async publish(messages: readonly Envelope[], options: { signal?: AbortSignal } = {}): Promise<readonly PublishResult[]> {
     if (this.#closed) throw new ClosedError('sqs transport is closed');
-    if (this.#sns !== undefined) return this.#publishToSns(messages, options);
-    if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
-    const results: (PublishResult | undefined)[] = messages.map((envelope) => this.#refusal(envelope));
-    const byQueue = new Map<string, { envelope: Envelope; index: number; entry: SendMessageBatchRequestEntry; bytes: number }[]>();
-    messages.forEach((envelope, index) => {
-      if (results[index] !== undefined) return;
-      const attributes = attributesOf(envelope);
-      const bytes = messageBytes(envelope.payload, attributes);
-      if (bytes > SQS_MESSAGE_BYTES) {
-        results[index] = { messageId: envelope.messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `message '${envelope.messageId}' is ${bytes} bytes with its attributes, over SQS's ${SQS_MESSAGE_BYTES}`) };
-        return;
-      }
-      const entry: SendMessageBatchRequestEntry = {
-        Id: String(index),
-        MessageBody: envelope.payload,
-        MessageAttributes: attributes,
-        ...(this.#fifo ? { MessageGroupId: groupIdOf(envelope), MessageDeduplicationId: dedupIdOf(envelope.messageId) } : {}),
-      };
-      const queue = this.queueName(envelope.topic);
-      const list = byQueue.get(queue) ?? [];
-      list.push({ envelope, index, entry, bytes });
-      byQueue.set(queue, list);
+    if (this.#sns !== undefined) {
+      const sns = this.#sns;
+      return this.#sendGrouped(messages, options, {
+        service: 'sns',
+        kind: 'topic',
+        destinationOf: (envelope) => this.topicName(envelope.topic),
+        resolve: (envelopes) => this.#topicArnsOf(envelopes.map((envelope) => envelope.topic)),
+        forget: (topic) => this.#topicArns.delete(topic),
+        isMissing: (error) => (error as ServiceFault | undefined)?.name === 'NotFoundException',
+        send: (arn, entries, fifo) =>
+          sns.publishBatch(
+            arn,
+            entries.map(({ id, envelope, attributes }): PublishBatchRequestEntry => ({ Id: id, Message: envelope.payload, MessageAttributes: attributes, ...fifo(envelope) })),
+          ),
+      });
+    }
+    return this.#sendGrouped(messages, options, {
+      service: 'sqs',
+      kind: 'queue',
+      destinationOf: (envelope) => this.queueName(envelope.topic),
+      resolve: (envelopes) => this.#urlsOf(envelopes.map((envelope) => this.queueName(envelope.topic))),
+      forget: (queue) => this.#urls.delete(queue),
+      isMissing: isMissingQueue,
+      send: (url, entries, fifo) =>
+        this.#client.send(
+          new SendMessageBatchCommand({
+            QueueUrl: url,
+            Entries: entries.map(({ id, envelope, attributes }): SendMessageBatchRequestEntry => ({ Id: id, MessageBody: envelope.payload, MessageAttributes: attributes, ...fifo(envelope) })),
+          }),
+        ),
     });
-    if (byQueue.size === 0) return results as PublishResult[];
-    let urls: Map<string, string>;
-    try {
-      urls = await this.#urlsOf([...byQueue.keys()]);
-    } catch (error) {
-      if (error instanceof ConfigError) {
-        for (const list of byQueue.values()) for (const { envelope, index } of list) results[index] = { messageId: envelope.messageId, ok: false, error };
-        return results as PublishResult[];
-      }
-      throw transportErrorOf(error, 'sqs is unreachable');
-    }
-    let sent = false;
-    for (const [queue, list] of byQueue) {
-      for (const batch of batches(list)) {
-        if (options.signal?.aborted || this.#closed) {
-          const error = this.#closed ? new ClosedError('sqs transport closed while publishing') : new TransportError('publish was aborted', { code: 'ABORTED', retriable: true });
-          for (const { envelope, index } of batch) results[index] = { messageId: envelope.messageId, ok: false, error };
-          continue;
-        }
-        try {
-          const entries = batch.map(({ entry }) => entry);
-          let answer;
-          try {
-            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
-          } catch (error) {
-            if (!isMissingQueue(error)) throw error;
-            // The queue was deleted since its URL was remembered: look it up again (created
-            // again with provisioning on, a ConfigError naming it with provisioning off), once.
-            this.#urls.delete(queue);
-            urls.set(queue, (await this.#urlsOf([queue])).get(queue)!);
-            answer = await this.#client.send(new SendMessageBatchCommand({ QueueUrl: urls.get(queue)!, Entries: entries }));
-          }
-          sent = true;
-          for (const ok of answer.Successful ?? []) {
-            const envelope = messages[Number(ok.Id)]!;
-            results[Number(ok.Id)] = { messageId: envelope.messageId, ok: true };
-          }
-          for (const failure of answer.Failed ?? []) {
-            const envelope = messages[Number(failure.Id)]!;
-            const what = `sqs refused message '${envelope.messageId}' on queue '${queue}': ${failure.Code ?? 'error'}${failure.Message ? ` (${failure.Message})` : ''}`;
-            const error = failure.SenderFault === false || THROTTLING.has(failure.Code ?? '')
-              ? new TransportError(what, { retriable: true })
-              : new TransportError(what, { code: 'PUBLISH_REJECTED', retriable: false });
-            results[Number(failure.Id)] = { messageId: envelope.messageId, ok: false, error };
-          }
-          for (const { envelope, index } of batch) {
-            results[index] ??= { messageId: envelope.messageId, ok: false, error: new TransportError(`sqs answered nothing for message '${envelope.messageId}'`, { retriable: true }) };
-          }
-        } catch (error) {
-          const failure = transportErrorOf(error, `sending to queue '${queue}' failed`);
-          // Nothing sent yet and the service (not a message) failed: the call fails as a whole, so the relay pauses.
-          if (!sent && failure.retriable) throw failure;
-          for (const { envelope, index } of batch) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
-        }
-      }
-    }
-    return results as PublishResult[];
   }
 
   /**
-   * SNS → SQS: `PublishBatch` per topic, at most 10 entries and 256 KiB a call; an entry
-   * SNS refuses fails alone (`PUBLISH_REJECTED` for a sender fault, retriable otherwise);
-   * a throttled or unreachable SNS before anything was sent fails the call (the relay pauses).
+   * Publishes `messages` in batch calls per destination (SQS queue or SNS topic), at most 10
+   * entries and 256 KiB a call, for both modes. An entry the service refuses fails alone
+   * (`PUBLISH_REJECTED` for a sender fault, retriable for a server fault or throttling); a
+   * message SQS would refuse whatever the destination is refused before sending, alone; a
+   * destination deleted since its address was remembered is looked up again, once (created
+   * again with provisioning on, a `ConfigError` naming it otherwise); a throttled or
+   * unreachable service before anything was sent fails the call, so the relay pauses
+   * without burning attempts.
    */
-  async #publishToSns(messages: readonly Envelope[], options: { signal?: AbortSignal }): Promise<readonly PublishResult[]> {
+  async #sendGrouped(messages: readonly Envelope[], options: { signal?: AbortSignal }, via: GroupedSend): Promise<readonly PublishResult[]> {
     if (options.signal?.aborted) throw new TransportError('publish was aborted before sending', { code: 'ABORTED', retriable: true });
     const results: (PublishResult | undefined)[] = messages.map((envelope) => this.#refusal(envelope));
-    const byTopic = new Map<string, { envelope: Envelope; index: number; entry: PublishBatchRequestEntry; bytes: number }[]>();
+    const byDestination = new Map<string, OutgoingEntry[]>();
     messages.forEach((envelope, index) => {
       if (results[index] !== undefined) return;
       const attributes = attributesOf(envelope);
       const bytes = messageBytes(envelope.payload, attributes);
       if (bytes > SQS_MESSAGE_BYTES) {
-        results[index] = { messageId: envelope.messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `message '${envelope.messageId}' is ${bytes} bytes with its attributes, over SNS's ${SQS_MESSAGE_BYTES}`) };
+        results[index] = { messageId: envelope.messageId, ok: false, error: new SerializationError('PAYLOAD_TOO_LARGE', `message '${envelope.messageId}' is ${bytes} bytes with its attributes, over ${via.service.toUpperCase()}'s ${SQS_MESSAGE_BYTES}`) };
         return;
       }
-      const entry: PublishBatchRequestEntry = {
-        Id: String(index),
-        Message: envelope.payload,
-        MessageAttributes: attributes,
-        ...(this.#fifo ? { MessageGroupId: groupIdOf(envelope), MessageDeduplicationId: dedupIdOf(envelope.messageId) } : {}),
-      };
-      const topic = this.topicName(envelope.topic);
-      const list = byTopic.get(topic) ?? [];
-      list.push({ envelope, index, entry, bytes });
-      byTopic.set(topic, list);
+      const destination = via.destinationOf(envelope);
+      const list = byDestination.get(destination) ?? [];
+      list.push({ id: String(index), index, envelope, attributes, bytes });
+      byDestination.set(destination, list);
     });
-    if (byTopic.size === 0) return results as PublishResult[];
-    let arns: Map<string, string>;
+    if (byDestination.size === 0) return results as PublishResult[];
+    const fifo = (envelope: Envelope): { MessageGroupId?: string; MessageDeduplicationId?: string } =>
+      this.#fifo ? { MessageGroupId: groupIdOf(envelope), MessageDeduplicationId: dedupIdOf(envelope.messageId) } : {};
+    let addresses: Map<string, string>;
     try {
-      arns = await this.#topicArnsOf([...byTopic.values()].map((list) => list[0]!.envelope.topic));
+      addresses = await via.resolve([...byDestination.values()].map((list) => list[0]!.envelope));
     } catch (error) {
       if (error instanceof ConfigError) {
-        for (const list of byTopic.values()) for (const { envelope, index } of list) results[index] = { messageId: envelope.messageId, ok: false, error };
+        for (const list of byDestination.values()) for (const { envelope, index } of list) results[index] = { messageId: envelope.messageId, ok: false, error };
         return results as PublishResult[];
       }
-      throw transportErrorOf(error, 'sns is unreachable');
+      throw transportErrorOf(error, `${via.service} is unreachable`);
     }
     let sent = false;
-    for (const [topic, list] of byTopic) {
+    for (const [destination, list] of byDestination) {
       for (const batch of batches(list)) {
         if (options.signal?.aborted || this.#closed) {
           const error = this.#closed ? new ClosedError('sqs transport closed while publishing') : new TransportError('publish was aborted', { code: 'ABORTED', retriable: true });
@@ -490,33 +472,33 @@ export class SqsTransport implements Transport {
           continue;
         }
         try {
-          const entries = batch.map(({ entry }) => entry);
           let answer;
           try {
-            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+            answer = await via.send(addresses.get(destination)!, batch, fifo);
           } catch (error) {
-            if ((error as ServiceFault).name !== 'NotFoundException') throw error;
-            // The topic was deleted since its ARN was remembered: look it up again (created
-            // again with provisioning on, a ConfigError naming it with provisioning off), once.
-            this.#topicArns.delete(topic);
-            arns.set(topic, (await this.#topicArnsOf([list[0]!.envelope.topic])).get(topic)!);
-            answer = await this.#sns!.publishBatch(arns.get(topic)!, entries);
+            if (!via.isMissing(error)) throw error;
+            // The destination was deleted since its address was remembered: look it up again
+            // (created again with provisioning on, a ConfigError naming it with provisioning off), once.
+            via.forget(destination);
+            addresses.set(destination, (await via.resolve([list[0]!.envelope])).get(destination)!);
+            answer = await via.send(addresses.get(destination)!, batch, fifo);
           }
           sent = true;
           for (const ok of answer.Successful ?? []) results[Number(ok.Id)] = { messageId: messages[Number(ok.Id)]!.messageId, ok: true };
           for (const failure of answer.Failed ?? []) {
             const envelope = messages[Number(failure.Id)]!;
-            const what = `sns refused message '${envelope.messageId}' on topic '${topic}': ${failure.Code ?? 'error'}${failure.Message ? ` (${failure.Message})` : ''}`;
+            const what = `${via.service} refused message '${envelope.messageId}' on ${via.kind} '${destination}': ${failure.Code ?? 'error'}${failure.Message ? ` (${failure.Message})` : ''}`;
             const error = failure.SenderFault === false || THROTTLING.has(failure.Code ?? '')
               ? new TransportError(what, { retriable: true })
               : new TransportError(what, { code: 'PUBLISH_REJECTED', retriable: false });
             results[Number(failure.Id)] = { messageId: envelope.messageId, ok: false, error };
           }
           for (const { envelope, index } of batch) {
-            results[index] ??= { messageId: envelope.messageId, ok: false, error: new TransportError(`sns answered nothing for message '${envelope.messageId}'`, { retriable: true }) };
+            results[index] ??= { messageId: envelope.messageId, ok: false, error: new TransportError(`${via.service} answered nothing for message '${envelope.messageId}'`, { retriable: true }) };
           }
         } catch (error) {
-          const failure = transportErrorOf(error, `publishing to topic '${topic}' failed`);
+          const failure = transportErrorOf(error, `${via.kind === 'queue' ? 'sending to' : 'publishing to'} ${via.kind} '${destination}' failed`);
+          // Nothing sent yet and the service (not a message) failed: the call fails as a whole, so the relay pauses.
           if (!sent && failure.retriable) throw failure;
           for (const { envelope, index } of batch) results[index] = { messageId: envelope.messageId, ok: false, error: failure };
         }

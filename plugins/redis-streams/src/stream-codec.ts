@@ -3,7 +3,7 @@
 // is a JSON string, number or null, and JSON.stringify escapes lone surrogates as ASCII), and
 // what the transport itself adds (the attempt, the replay mark) travels in fields of its own
 // beside it, so a retry copy rewrites those without touching the envelope text.
-import { decodeEnvelope, type DeadLetterReason, type Envelope } from '@courier/core';
+import { ENVELOPE_FIELDS, decodeEnvelope, type DeadLetterReason, type Envelope } from '@courier/core';
 
 /** Field holding the envelope as JSON text. */
 export const ENVELOPE_FIELD = 'envelope';
@@ -34,20 +34,7 @@ export function encodeFields(envelope: Envelope, attempt: number, replayed: bool
 
 /** The envelope as JSON text, fields in a fixed order (no prototype or extra fields carried). */
 export function encodeEnvelope(envelope: Envelope): string {
-  return JSON.stringify({
-    messageId: envelope.messageId,
-    type: envelope.type,
-    version: envelope.version,
-    topic: envelope.topic,
-    occurredAt: envelope.occurredAt,
-    key: envelope.key,
-    correlationId: envelope.correlationId,
-    causationId: envelope.causationId,
-    traceparent: envelope.traceparent,
-    tracestate: envelope.tracestate,
-    headers: envelope.headers,
-    payload: envelope.payload,
-  });
+  return JSON.stringify(Object.fromEntries(ENVELOPE_FIELDS.map((field) => [field, envelope[field]])));
 }
 
 /** Field/value map of a flat field list (the last value of a repeated field wins). */
