@@ -10,10 +10,12 @@
 // `@courier/core` on disk for the CLI and the stores the config builds. (Not one module
 // instance: tsx's `tsImport` loads the config's imports under a namespace of their own, so
 // the CLI reads their errors by shape, never by `instanceof`: src/diagnose.ts.) It rebuilds
-// every time: a dist/ left from an older source would test old code.
+// every time: a dist/ left from an older source would test old code. The console's front end
+// is built by Vite into dist/console/ as `pnpm build` does.
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { build as buildConsole } from 'vite';
 import { PACKAGE_DIR } from './run-cli.js';
 
 const ROOT = join(PACKAGE_DIR, '..', '..');
@@ -44,5 +46,7 @@ export default async function buildCli(): Promise<void> {
       });
     }),
   );
+  // The console's front end, as `pnpm build` bundles it into dist/console/ (about a second).
+  await buildConsole({ configFile: join(PACKAGE_DIR, 'console', 'vite.config.mjs'), logLevel: 'error' });
   console.log(`[cli tests] compiled ${PACKAGES.join(', ')} to dist/ in ${Math.round(performance.now() - started)} ms`);
 }
