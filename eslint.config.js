@@ -46,6 +46,11 @@ export default tseslint.config(
     },
   },
   {
+    // The operator console's front end runs in the browser (built by Vite into @courier/cli's dist/console).
+    files: ['packages/cli/console/src/**/*.ts'],
+    languageOptions: { globals: { ...globals.browser } },
+  },
+  {
     // Tests may use `any`, and sparse arrays, to feed hostile input to the code under test.
     files: testFiles,
     rules: {

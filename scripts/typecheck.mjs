@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 
 const roots = ['packages', 'plugins', 'examples'];
-const dirs = ['conformance', 'bench', 'e2e', ...roots.flatMap((root) => (existsSync(root) ? readdirSync(root).map((name) => join(root, name)) : []))].filter(
+const dirs = ['conformance', 'bench', 'e2e', 'packages/cli/console', ...roots.flatMap((root) => (existsSync(root) ? readdirSync(root).map((name) => join(root, name)) : []))].filter(
   (dir) => existsSync(join(dir, 'tsconfig.json')),
 );
 

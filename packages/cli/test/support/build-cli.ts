@@ -9,11 +9,13 @@
 // so the layout and module graph are those of `tsc -p tsconfig.build.json`: one copy of
 // `@courier/core` on disk for the CLI and the stores the config builds. (Not one module
 // instance: tsx's `tsImport` loads the config's imports under a namespace of their own, so
-// the CLI reads their errors by shape: src/diagnose.ts; core's own error classes match across copies by `instanceof`, errors.ts.) It rebuilds
-// every time: a dist/ left from an older source would test old code.
+// the CLI reads their errors by shape: src/diagnose.ts; core's own error classes match across
+// copies by `instanceof`, errors.ts.) It rebuilds every time: a dist/ left from an older source
+// would test old code. The console's front end is built by Vite into dist/console/ as `pnpm build` does.
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { build as buildConsole } from 'vite';
 import { PACKAGE_DIR } from './run-cli.js';
 
 const ROOT = join(PACKAGE_DIR, '..', '..');
@@ -44,5 +46,7 @@ export default async function buildCli(): Promise<void> {
       });
     }),
   );
+  // The console's front end, as `pnpm build` bundles it into dist/console/ (about a second).
+  await buildConsole({ configFile: join(PACKAGE_DIR, 'console', 'vite.config.mjs'), logLevel: 'error' });
   console.log(`[cli tests] compiled ${PACKAGES.join(', ')} to dist/ in ${Math.round(performance.now() - started)} ms`);
 }

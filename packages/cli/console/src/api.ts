@@ -1,0 +1,128 @@
+// The console server's JSON API (packages/cli/src/console-server.ts), typed by what the
+// pages read. Every call goes to the server that served the page.
+
+export interface Sample {
+  readonly at: number;
+  readonly pending: number | null;
+  readonly inFlight: number | null;
+  readonly oldestPendingAgeMs: number | null;
+  readonly dead: number | null;
+  readonly halted: number | null;
+}
+
+export interface Stats {
+  readonly outbox: { pending: number; oldestPendingAgeMs: number; inFlight: number; dead: number; haltedKeys: number } | null;
+  readonly inbox: { consumers: { consumer: string; records: number; oldestRecordAgeMs: number; deadLetters: number; replayed: number }[] } | null;
+  readonly consumerHalts: { consumer: string; haltedKeys: number; held: number }[] | null;
+  readonly transport: { consumer: string; deadLetters: number; atLeast: boolean }[] | null;
+  readonly unavailable: { what: string; error: string; remedy?: string }[];
+}
+
+export interface Info {
+  readonly readOnly: boolean;
+  readonly readOnlyReason: string | null;
+  readonly consumers: string[];
+  readonly notes: string[];
+}
+
+export interface Member {
+  readonly ref: string;
+  readonly state: string;
+  readonly source: 'outbox' | 'inbox' | 'transport';
+  readonly consumer: string | null;
+  readonly topic: string;
+  readonly key: string | null;
+  readonly messageId: string;
+  readonly attempts: number | null;
+  readonly parkedAt: string | null;
+  readonly actionable: boolean;
+}
+
+export interface Group {
+  readonly id: string;
+  readonly count: number;
+  readonly type: string;
+  readonly code: string | null;
+  readonly consumer: string | null;
+  readonly error: string;
+  readonly firstSeen: string | null;
+  readonly lastSeen: string | null;
+  readonly members: Member[];
+}
+
+export interface HaltedKey {
+  readonly consumer: string | null;
+  readonly topic: string;
+  readonly key: string;
+  readonly headRef: string;
+  readonly held: number;
+  readonly resumed: 'retry' | 'park' | null;
+  readonly error: string | null;
+}
+
+export interface Parked {
+  readonly ref: string;
+  readonly source: string;
+  readonly state: string;
+  readonly consumer: string | null;
+  readonly envelope: { messageId: string; topic: string; type: string; key?: string | null; headers?: Record<string, string>; payload: unknown; [field: string]: unknown };
+  readonly code: string | null;
+  readonly error: string | null;
+  readonly attempts: number | null;
+  readonly parkedAt: string | null;
+}
+
+export interface ActionOutcome {
+  readonly requested: number;
+  readonly outbox: number;
+  readonly transport: number;
+  readonly alreadyChanged: number;
+  readonly skippedParkedHeads: number;
+  readonly note?: string;
+}
+
+/** Who acts, and with which token: kept in this browser (the token for the tab only). */
+export const credentials = {
+  get operator(): string {
+    return localStorage.getItem('courier.operator') ?? '';
+  },
+  set operator(value: string) {
+    localStorage.setItem('courier.operator', value);
+  },
+  get token(): string {
+    return sessionStorage.getItem('courier.token') ?? '';
+  },
+  set token(value: string) {
+    sessionStorage.setItem('courier.token', value);
+  },
+};
+
+export class ApiError extends Error {
+  override readonly name = 'ApiError';
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function call<T>(path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (credentials.operator) headers['x-courier-operator'] = credentials.operator;
+  if (body !== undefined && credentials.token) headers['authorization'] = `Bearer ${credentials.token}`;
+  const response = await fetch(`./api/${path}`, { method: body === undefined ? 'GET' : 'POST', headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+  const value = (await response.json().catch(() => ({ error: `HTTP ${response.status}` }))) as T & { error?: string; remedy?: string };
+  if (!response.ok) throw new ApiError(response.status, `${value.error ?? `HTTP ${response.status}`}${value.remedy ? ` — ${value.remedy}` : ''}`);
+  return value;
+}
+
+export const api = {
+  info: () => call<Info>('info'),
+  stats: () => call<{ stats: Stats; history: Sample[] }>('stats'),
+  groups: () => call<{ groups: Group[]; notes: string[] }>('groups'),
+  message: (ref: string) => call<Parked>(`dead/${encodeURIComponent(ref)}`),
+  halted: () => call<{ keys: HaltedKey[]; notes: string[] }>('halted'),
+  act: (action: 'replay' | 'purge', refs: readonly string[], group?: string) => call<ActionOutcome>(`dead/${action}`, { refs, ...(group ? { group } : {}) }),
+  resume: (key: Pick<HaltedKey, 'consumer' | 'topic' | 'key'>, action: 'retry' | 'park') => call<{ changed: number }>('halted/resume', { consumer: key.consumer, topic: key.topic, key: key.key, action }),
+};

@@ -1,0 +1,413 @@
+// The operator console's pages: Overview (live numbers and charts), Failed messages (grouped
+// by error, replay or purge a group or a selection, after a confirmation that lists what it
+// touches), one message in full, and Halted keys (resume with retry or park). Every read and
+// action goes through the server's API, which calls the `courier` commands' own functions.
+import { Chart, Filler, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip } from 'chart.js';
+import { html, render } from 'htm/preact';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Sample, type Stats } from './api.js';
+import './style.css';
+
+Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
+
+const REFRESH_MS = 2_000;
+/** docs/operations.md: CourierOutboxBacklogAge fires above 60 s. */
+const BACKLOG_AGE_ALERT_MS = 60_000;
+
+function age(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) return '–';
+  if (ms < 1_000) return `${Math.round(ms)} ms`;
+  const s = ms / 1_000;
+  if (s < 120) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 7_200) return `${Math.round(s / 60)} min`;
+  if (s < 172_800) return `${Math.round(s / 3_600)} h`;
+  return `${Math.round(s / 86_400)} d`;
+}
+const ago = (iso: string | null): string => (iso ? `${age(Date.now() - new Date(iso).getTime())} ago` : '–');
+
+/** Polls `read` every `everyMs` while the page is shown; `reload()` reads at once (after an action). */
+function usePoll<T>(read: () => Promise<T>, everyMs: number): { data: T | undefined; error: string | undefined; reload: () => void } {
+  const [data, setData] = useState<T>();
+  const [error, setError] = useState<string>();
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    let live = true;
+    const run = (): void => {
+      read().then(
+        (value) => {
+          if (!live) return;
+          setData(value);
+          setError(undefined);
+        },
+        (failure: unknown) => live && setError(failure instanceof Error ? failure.message : String(failure)),
+      );
+    };
+    run();
+    const timer = everyMs > 0 ? setInterval(run, everyMs) : undefined;
+    return () => {
+      live = false;
+      if (timer) clearInterval(timer);
+    };
+  }, [tick]);
+  return { data, error, reload: useCallback(() => setTick((value) => value + 1), []) };
+}
+
+function useHash(): string {
+  const [hash, setHash] = useState(location.hash || '#/overview');
+  useEffect(() => {
+    const onChange = (): void => setHash(location.hash || '#/overview');
+    addEventListener('hashchange', onChange);
+    return () => removeEventListener('hashchange', onChange);
+  }, []);
+  return hash;
+}
+
+function Stat({ label, value, alert, testid }: { label: string; value: string | number; alert?: boolean; testid: string }) {
+  return html`<div class=${`stat${alert ? ' alert' : ''}`} data-testid=${testid}><div class="value">${value}</div><div class="label">${label}</div></div>`;
+}
+
+function LineChart({ samples, series, title, testid }: { samples: Sample[]; series: { label: string; pick: (s: Sample) => number | null; color: string }[]; title: string; testid: string }) {
+  const canvas = useRef<HTMLCanvasElement>(null);
+  const chart = useRef<Chart<'line', { x: number; y: number | null }[]> | undefined>(undefined);
+  useEffect(() => {
+    if (!canvas.current) return;
+    chart.current = new Chart(canvas.current, {
+      type: 'line',
+      data: { datasets: series.map((one) => ({ label: one.label, data: [], borderColor: one.color, backgroundColor: `${one.color}33`, fill: true, pointRadius: 0, tension: 0 })) },
+      options: {
+        animation: false,
+        responsive: true,
+        maintainAspectRatio: false,
+        parsing: false,
+        scales: {
+          x: { type: 'linear', ticks: { maxTicksLimit: 6, callback: (value) => new Date(Number(value)).toLocaleTimeString() } },
+          y: { beginAtZero: true, ticks: { precision: 0 } },
+        },
+        plugins: { legend: { position: 'bottom' }, tooltip: { mode: 'index', intersect: false } },
+      },
+    });
+    return () => chart.current?.destroy();
+  }, []);
+  useEffect(() => {
+    const current = chart.current;
+    if (!current) return;
+    series.forEach((one, index) => {
+      current.data.datasets[index]!.data = samples.map((sample) => ({ x: sample.at, y: one.pick(sample) }));
+    });
+    current.update('none');
+    canvas.current?.setAttribute('data-points', String(samples.length));
+  }, [samples]);
+  return html`<section class="card chart" data-testid=${testid}><h3>${title}</h3><div class="chart-box"><canvas ref=${canvas}></canvas></div></section>`;
+}
+
+function Overview() {
+  const { data, error } = usePoll(api.stats, REFRESH_MS);
+  const stats: Stats | undefined = data?.stats;
+  const samples = data?.history ?? [];
+  const o = stats?.outbox;
+  return html`<div>
+    <h2>Overview</h2>
+    ${error && html`<p class="error">could not read the stats: ${error}</p>`}
+    ${stats?.unavailable.map((part) => html`<p class="error">could not read ${part.what}: ${part.error}${part.remedy ? html`<br /><small>remedy: ${part.remedy}</small>` : ''}</p>`)}
+    ${o &&
+    html`<section class="card"><h3>Outbox</h3><div class="stats">
+      <${Stat} testid="outbox-pending" label="pending" value=${o.pending} />
+      <${Stat} testid="outbox-in-flight" label="in flight" value=${o.inFlight} />
+      <${Stat} testid="outbox-oldest" label="oldest pending" value=${age(o.oldestPendingAgeMs)} alert=${o.oldestPendingAgeMs > BACKLOG_AGE_ALERT_MS} />
+      <${Stat} testid="outbox-dead" label="dead rows" value=${o.dead} alert=${o.dead > 0} />
+      <${Stat} testid="outbox-halted" label="halted keys" value=${o.haltedKeys} alert=${o.haltedKeys > 0} />
+    </div></section>`}
+    ${stats && !o && html`<p class="note">The config has no outbox: no backlog to show.</p>`}
+    <div class="charts">
+      <${LineChart} testid="chart-backlog" title="Outbox backlog" samples=${samples} series=${[
+        { label: 'pending', pick: (s: Sample) => s.pending, color: '#2563eb' },
+        { label: 'in flight', pick: (s: Sample) => s.inFlight, color: '#16a34a' },
+      ]} />
+      <${LineChart} testid="chart-failures" title="Needs a person" samples=${samples} series=${[
+        { label: 'dead letters', pick: (s: Sample) => s.dead, color: '#dc2626' },
+        { label: 'halted keys', pick: (s: Sample) => s.halted, color: '#d97706' },
+      ]} />
+    </div>
+    <section class="card"><h3>Consumer groups</h3>
+      ${consumerRows(stats).length === 0
+        ? html`<p class="note">No consumer has inbox records, halted keys or dead letters${stats?.transport === null ? '' : ''}.</p>`
+        : html`<table data-testid="consumers"><thead><tr><th>consumer</th><th>inbox records</th><th>oldest record</th><th>dead-lettered (inbox marks)</th><th>replayed</th><th>transport dead letters</th><th>halted keys</th><th>held</th></tr></thead>
+          <tbody>${consumerRows(stats).map(
+            (row) => html`<tr>
+              <td>${row.consumer}</td><td>${row.records ?? '–'}</td><td>${age(row.oldest)}</td><td>${row.marks ?? '–'}</td><td>${row.replayed ?? '–'}</td>
+              <td class=${row.dead ? 'alert' : ''}>${row.dead === undefined ? '–' : `${row.atLeast ? '≥' : ''}${row.dead}`}</td>
+              <td class=${row.halted ? 'alert' : ''}>${row.halted ?? 0}</td><td>${row.held ?? 0}</td></tr>`,
+          )}</tbody></table>`}
+    </section>
+  </div>`;
+}
+
+interface ConsumerRow {
+  consumer: string;
+  records?: number;
+  oldest?: number;
+  marks?: number;
+  replayed?: number;
+  dead?: number;
+  atLeast?: boolean;
+  halted?: number;
+  held?: number;
+}
+
+function consumerRows(stats: Stats | undefined): ConsumerRow[] {
+  const rows = new Map<string, ConsumerRow>();
+  const row = (consumer: string): ConsumerRow => rows.get(consumer) ?? rows.set(consumer, { consumer }).get(consumer)!;
+  for (const one of stats?.inbox?.consumers ?? []) Object.assign(row(one.consumer), { records: one.records, oldest: one.oldestRecordAgeMs, marks: one.deadLetters, replayed: one.replayed });
+  for (const one of stats?.transport ?? []) Object.assign(row(one.consumer), { dead: one.deadLetters, atLeast: one.atLeast });
+  for (const one of stats?.consumerHalts ?? []) Object.assign(row(one.consumer), { halted: one.haltedKeys, held: one.held });
+  return [...rows.values()].sort((a, b) => a.consumer.localeCompare(b.consumer));
+}
+
+interface Pending {
+  readonly title: string;
+  readonly detail: string;
+  readonly rows: { label: string; cells: string[] }[];
+  readonly columns: string[];
+  readonly confirm: string;
+  readonly danger: boolean;
+  readonly run: () => Promise<string>;
+}
+
+/** Shows what an action will do and how many it touches, and runs it only on Confirm. */
+function Confirm({ pending, close, done }: { pending: Pending; close: () => void; done: (message: string) => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string>();
+  return html`<div class="overlay"><div class="dialog" role="dialog" data-testid="confirm">
+    <h3>${pending.title}</h3>
+    <p data-testid="confirm-detail">${pending.detail}</p>
+    <div class="dialog-list"><table><thead><tr>${pending.columns.map((column) => html`<th>${column}</th>`)}</tr></thead>
+      <tbody>${pending.rows.map((row) => html`<tr>${row.cells.map((cell) => html`<td>${cell}</td>`)}</tr>`)}</tbody></table></div>
+    ${error && html`<p class="error" data-testid="confirm-error">${error}</p>`}
+    <div class="buttons">
+      <button onClick=${close} disabled=${busy}>Cancel</button>
+      <button class=${pending.danger ? 'danger' : 'primary'} data-testid="confirm-run" disabled=${busy}
+        onClick=${() => {
+          setBusy(true);
+          pending.run().then(
+            (message) => done(message),
+            (failure: unknown) => {
+              setBusy(false);
+              setError(failure instanceof Error ? failure.message : String(failure));
+            },
+          );
+        }}>${pending.confirm}</button>
+    </div>
+  </div></div>`;
+}
+
+function outcomeText(action: 'replay' | 'purge', outcome: ActionOutcome): string {
+  const changed = outcome.outbox + outcome.transport;
+  const parts = [`${action === 'replay' ? 'replayed' : 'purged'} ${changed} of ${outcome.requested}`];
+  if (outcome.alreadyChanged > 0) parts.push(`${outcome.alreadyChanged} had already changed (another operator, or a relay)`);
+  if (outcome.skippedParkedHeads > 0) parts.push(`${outcome.skippedParkedHeads} parked consumer head(s) skipped: ${outcome.note ?? ''}`);
+  return parts.join('; ');
+}
+
+function Failed({ info, flash }: { info: Info | undefined; flash: (message: string) => void }) {
+  const { data, error, reload } = usePoll(api.groups, REFRESH_MS * 3);
+  const [open, setOpen] = useState<string>();
+  const [selected, setSelected] = useState<Set<string>>(new Set());
+  const [pending, setPending] = useState<Pending>();
+  const readOnly = info?.readOnly !== false;
+  const ask = (action: 'replay' | 'purge', members: Member[], group?: Group): void => {
+    const actionable = members.filter((member) => member.actionable);
+    const skipped = members.length - actionable.length;
+    setPending({
+      title: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length} message(s)${group ? ` of group ${group.id}` : ''}`,
+      detail:
+        (action === 'replay'
+          ? `Publishes these ${actionable.length} message(s) again with their original messageId (outbox rows become pending, transport dead letters go back to their consumer). A consumer that already applied one recognises it: nothing is applied twice.`
+          : `Deletes these ${actionable.length} message(s) for good.`) + (skipped > 0 ? ` ${skipped} parked consumer head(s) are left out: the inbox store cannot replay or delete them.` : ''),
+      columns: ['ref', 'topic', 'key', 'attempts', 'parked'],
+      rows: actionable.map((member) => ({ label: member.ref, cells: [member.ref, member.topic, member.key ?? '–', member.attempts === null ? '–' : String(member.attempts), ago(member.parkedAt)] })),
+      confirm: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length}`,
+      danger: action === 'purge',
+      run: async () =>
+        outcomeText(
+          action,
+          await api.act(
+            action,
+            actionable.map((member) => member.ref),
+            group?.id,
+          ),
+        ),
+    });
+  };
+  const groups = data?.groups ?? [];
+  const allMembers = groups.flatMap((group) => group.members);
+  const picked = allMembers.filter((member) => selected.has(member.ref));
+  return html`<div>
+    <h2>Failed messages</h2>
+    ${error && html`<p class="error">${error}</p>`}
+    ${data?.notes.map((note) => html`<p class="note">${note}</p>`)}
+    ${data && groups.length === 0 && html`<p class="empty" data-testid="no-failures">No dead letters.</p>`}
+    ${picked.length > 0 &&
+    html`<div class="selection">${picked.length} selected
+      <button disabled=${readOnly} onClick=${() => ask('replay', picked)} data-testid="retry-selected">Retry selected</button>
+      <button disabled=${readOnly} class="danger" onClick=${() => ask('purge', picked)}>Purge selected</button>
+      <button onClick=${() => setSelected(new Set())}>Clear</button></div>`}
+    ${groups.map(
+      (group) => html`<section class="card group" data-testid="group" data-group=${group.id} data-count=${group.count}>
+        <div class="group-head">
+          <div class="count">${group.count}</div>
+          <div class="group-what">
+            <div><strong>${group.type}</strong> <span class="badge">${group.code ?? 'no code'}</span> <span class="muted">${group.consumer ? `consumer ${group.consumer}` : 'outbox'}</span></div>
+            <div class="error-text" data-testid="group-error">${group.error}</div>
+            <div class="muted">first ${ago(group.firstSeen)} · last ${ago(group.lastSeen)} · group ${group.id}</div>
+          </div>
+          <div class="buttons">
+            <button onClick=${() => setOpen(open === group.id ? undefined : group.id)}>${open === group.id ? 'Hide' : 'Show'} messages</button>
+            <button class="primary" disabled=${readOnly} title=${readOnly ? `read-only: ${info?.readOnlyReason ?? ''}` : ''} data-testid="retry-group" onClick=${() => ask('replay', group.members, group)}>Retry group</button>
+            <button class="danger" disabled=${readOnly} data-testid="purge-group" onClick=${() => ask('purge', group.members, group)}>Purge group</button>
+          </div>
+        </div>
+        ${open === group.id &&
+        html`<table><thead><tr><th></th><th>ref</th><th>topic</th><th>key</th><th>attempts</th><th>parked</th></tr></thead><tbody>
+          ${group.members.map(
+            (member) => html`<tr>
+              <td><input type="checkbox" disabled=${!member.actionable} checked=${selected.has(member.ref)} onChange=${() => {
+                const next = new Set(selected);
+                if (next.has(member.ref)) next.delete(member.ref);
+                else next.add(member.ref);
+                setSelected(next);
+              }} /></td>
+              <td><a href=${`#/message/${encodeURIComponent(member.ref)}`}>${member.ref}</a></td><td>${member.topic}</td><td>${member.key ?? '–'}</td>
+              <td>${member.attempts ?? '–'}</td><td>${ago(member.parkedAt)}</td></tr>`,
+          )}</tbody></table>`}
+      </section>`,
+    )}
+    ${pending &&
+    html`<${Confirm} pending=${pending} close=${() => setPending(undefined)} done=${(message: string) => {
+      setPending(undefined);
+      setSelected(new Set());
+      flash(message);
+      reload();
+    }} />`}
+  </div>`;
+}
+
+/** A payload as readable text: JSON text (what the envelope carries) indented, anything else as is. */
+function pretty(payload: unknown): string {
+  if (typeof payload !== 'string') return JSON.stringify(payload, null, 2);
+  try {
+    return JSON.stringify(JSON.parse(payload), null, 2);
+  } catch {
+    return payload;
+  }
+}
+
+function MessageDetail({ reference }: { reference: string }) {
+  const { data, error } = usePoll<Parked>(() => api.message(reference), 0);
+  if (error) return html`<div><h2>Message</h2><p class="error">${error}</p><a href="#/failed">back to failed messages</a></div>`;
+  if (!data) return html`<p>loading…</p>`;
+  const { payload, headers, ...envelope } = data.envelope;
+  return html`<div data-testid="message">
+    <h2>Message ${data.ref}</h2>
+    <p><a href="#/failed">← failed messages</a></p>
+    <section class="card"><h3>Error</h3><p><span class="badge">${data.code ?? 'no code'}</span> ${data.state} · ${data.consumer ? `consumer ${data.consumer}` : 'outbox'} · attempts ${data.attempts ?? '–'} · parked ${ago(data.parkedAt)}</p><pre class="error-text">${data.error ?? '(no error recorded)'}</pre></section>
+    <section class="card"><h3>Envelope</h3><pre>${JSON.stringify(envelope, null, 2)}</pre></section>
+    <section class="card"><h3>Headers</h3><pre>${JSON.stringify(headers ?? {}, null, 2)}</pre></section>
+    <section class="card"><h3>Payload</h3><pre data-testid="payload">${pretty(payload)}</pre></section>
+  </div>`;
+}
+
+function Halted({ info, flash }: { info: Info | undefined; flash: (message: string) => void }) {
+  const { data, error, reload } = usePoll(api.halted, REFRESH_MS * 2);
+  const [pending, setPending] = useState<Pending>();
+  const readOnly = info?.readOnly !== false;
+  const where = (key: HaltedKey): string => (key.consumer === null ? 'outbox' : `consumer ${key.consumer}`);
+  const ask = (key: HaltedKey, action: 'retry' | 'park'): void =>
+    setPending({
+      title: `${action === 'retry' ? 'Resume (retry the head)' : 'Resume (park the head)'}: ${key.topic} / ${key.key}`,
+      detail:
+        action === 'retry'
+          ? `Retries the head of this key once; the ${key.held} message(s) held behind it follow in order.${key.consumer !== null ? ' A running instance of the consumer drains it.' : ''}`
+          : `Parks the head (it becomes a dead letter you can see under Failed messages) and lets the ${key.held} message(s) behind it go on, in order.`,
+      columns: ['where', 'topic', 'key', 'head', 'held', 'error'],
+      rows: [{ label: key.key, cells: [where(key), key.topic, key.key, key.headRef, String(key.held), key.error ?? '–'] }],
+      confirm: action === 'retry' ? 'Retry head' : 'Park head',
+      danger: action === 'park',
+      run: async () => {
+        const { changed } = await api.resume(key, action);
+        return changed === 0 ? `${key.topic}/${key.key} had already been resumed; nothing changed` : `resumed ${where(key)} ${key.topic}/${key.key} (${action})`;
+      },
+    });
+  const keys = data?.keys ?? [];
+  return html`<div>
+    <h2>Halted keys</h2>
+    ${error && html`<p class="error">${error}</p>`}
+    ${data?.notes.map((note) => html`<p class="note">${note}</p>`)}
+    ${data && keys.length === 0 && html`<p class="empty" data-testid="no-halted">No halted keys.</p>`}
+    ${keys.length > 0 &&
+    html`<section class="card"><table data-testid="halted"><thead><tr><th>where</th><th>topic</th><th>key</th><th>head</th><th>held behind</th><th>resumed</th><th>error</th><th></th></tr></thead><tbody>
+      ${keys.map(
+        (key) => html`<tr data-testid="halted-key" data-key=${key.key}>
+          <td>${where(key)}</td><td>${key.topic}</td><td>${key.key}</td><td>${key.headRef}</td><td>${key.held}</td><td>${key.resumed ?? '–'}</td><td class="error-text">${key.error ?? '–'}</td>
+          <td><div class="buttons"><button class="primary" disabled=${readOnly || key.resumed !== null} data-testid="resume-retry" onClick=${() => ask(key, 'retry')}>Retry</button>
+            <button class="danger" disabled=${readOnly || key.resumed !== null} data-testid="resume-park" onClick=${() => ask(key, 'park')}>Park</button></div></td></tr>`,
+      )}</tbody></table></section>`}
+    ${pending &&
+    html`<${Confirm} pending=${pending} close=${() => setPending(undefined)} done=${(message: string) => {
+      setPending(undefined);
+      flash(message);
+      reload();
+    }} />`}
+  </div>`;
+}
+
+function Credentials({ info }: { info: Info | undefined }) {
+  const [operator, setOperator] = useState(credentials.operator);
+  const [token, setToken] = useState(credentials.token);
+  if (!info) return null;
+  return html`<div class="credentials">
+    ${info.readOnly
+      ? html`<span class="badge ro" data-testid="mode">read-only (${info.readOnlyReason})</span>`
+      : html`<label>operator <input data-testid="operator" value=${operator} placeholder="your name" onInput=${(event: Event) => {
+          const value = (event.target as HTMLInputElement).value;
+          setOperator(value);
+          credentials.operator = value;
+        }} /></label>
+        <label>token <input data-testid="token" type="password" value=${token} onInput=${(event: Event) => {
+          const value = (event.target as HTMLInputElement).value;
+          setToken(value);
+          credentials.token = value;
+        }} /></label>`}
+  </div>`;
+}
+
+function App() {
+  const hash = useHash();
+  const { data: info, error } = usePoll(api.info, 0);
+  const [message, setMessage] = useState<string>();
+  const flash = (text: string): void => setMessage(text);
+  // An outcome belongs to the page it was done on.
+  useEffect(() => setMessage(undefined), [hash]);
+  const page = hash.split('/')[1] ?? 'overview';
+  const nav = (to: string, label: string) => html`<a href=${`#/${to}`} class=${page === to || (to === 'failed' && page === 'message') ? 'active' : ''}>${label}</a>`;
+  return html`<div>
+    <header>
+      <h1>Courier console</h1>
+      <nav>${nav('overview', 'Overview')}${nav('failed', 'Failed messages')}${nav('halted', 'Halted keys')}</nav>
+      <${Credentials} info=${info} />
+    </header>
+    <main>
+      ${error && html`<p class="error">the console server is not answering: ${error}</p>`}
+      ${info?.notes.map((note) => html`<p class="note">${note}</p>`)}
+      ${message && html`<p class="flash" data-testid="flash">${message} <button onClick=${() => setMessage(undefined)}>×</button></p>`}
+      ${page === 'failed'
+        ? html`<${Failed} info=${info} flash=${flash} />`
+        : page === 'message'
+          ? html`<${MessageDetail} reference=${decodeURIComponent(hash.slice('#/message/'.length))} />`
+          : page === 'halted'
+            ? html`<${Halted} info=${info} flash=${flash} />`
+            : html`<${Overview} />`}
+    </main>
+  </div>`;
+}
+
+render(html`<${App} />`, document.getElementById('app')!);
