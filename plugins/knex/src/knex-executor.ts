@@ -1,0 +1,136 @@
+import { classifyDriverError, type DialectName, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
+import type { Knex } from 'knex';
+
+/**
+ * The engine's {@link SqlExecutor} on Knex: every statement is a `knex.raw(sql, bindings)` on
+ * the `Knex` instance or on the given `Knex.Transaction`, so it uses the application's pool,
+ * its transactions and its query log. The engine's `?` placeholders and list parameters are
+ * knex's own raw binding syntax, so values are always bound by the driver.
+ *
+ * Guarantees: the engine's port contract (see `SqlExecutor`). Own transactions use
+ * `knex.transaction()` (READ COMMITTED on MySQL/MariaDB when asked). With a prologue (SQLite)
+ * every own transaction starts with it, and a statement given no transaction runs in a
+ * transaction of its own, so the prologue precedes it on the same connection.
+ */
+export class KnexExecutor implements SqlExecutor<Knex.Transaction> {
+  readonly #knex: Knex;
+  readonly #dialect: DialectName;
+  readonly #prologue: TransactionPrologue | undefined;
+
+  constructor(knex: Knex, dialect: DialectName, prologue?: TransactionPrologue) {
+    this.#knex = knex;
+    this.#dialect = dialect;
+    this.#prologue = prologue;
+  }
+
+  /** Rows of a query. */
+  async all(sql: string, params: readonly unknown[] = [], tx?: Knex.Transaction): Promise<SqlRow[]> {
+    if (tx === undefined && this.#prologue) return this.transaction((own) => this.all(sql, params, own));
+    return this.#read(await this.#raw(sql, params, tx)).rows;
+  }
+
+  /** Affected row count (and insert id) of a statement. */
+  async run(sql: string, params: readonly unknown[] = [], tx?: Knex.Transaction): Promise<RunResult> {
+    if (tx === undefined && this.#prologue) return this.transaction((own) => this.run(sql, params, own));
+    const { affectedRows, insertId } = this.#read(await this.#raw(sql, params, tx));
+    return { affectedRows, insertId };
+  }
+
+  /** Runs `work` in a Knex transaction of its own: committed when it resolves, rolled back when it throws. */
+  transaction<T>(work: (tx: Knex.Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+    const config: Knex.TransactionConfig = options.readCommitted && this.#dialect === 'mysql' ? { isolationLevel: 'read committed' } : {};
+    return this.#knex.transaction(async (tx) => {
+      await this.prologue(tx, options);
+      return work(tx);
+    }, config);
+  }
+
+  /** Runs a statement on the pool, outside any transaction and without the prologue. */
+  async untransacted(sql: string): Promise<SqlRow[]> {
+    return this.#read(await this.#knex.raw(sql)).rows;
+  }
+
+  /** Runs the prologue inside `tx` (a transaction the application opened); `writeLock: false` runs only the session part. */
+  async prologue(tx: Knex.Transaction, options: { writeLock?: boolean } = {}): Promise<void> {
+    if (!this.#prologue) return;
+    for (const statement of this.#prologue.session) await tx.raw(statement);
+    if (options.writeLock === false) return;
+    for (const statement of this.#prologue.writeLock) {
+      try {
+        await tx.raw(statement);
+      } catch (error) {
+        // A missing table is reported by the statement that needs it, with the remedy,
+        // not by the lock statement before it (which writes to the meta table).
+        if (classifyDriverError(error) !== 'schema') throw error;
+        return;
+      }
+    }
+  }
+
+  /**
+   * Makes every connection the knex pool opens from now on run the prologue's session
+   * settings (SQLite's busy timeout) before anything else uses it, and runs them on one now.
+   * Idempotent. Why: the settings are per connection, and the application's own
+   * transactions never pass through this executor; knex's pool may replace a connection.
+   */
+  async configureEveryConnection(): Promise<void> {
+    if (!this.#prologue || this.#prologue.session.length === 0) return;
+    const client = this.#knex.client as KnexClient;
+    let statements = SESSION_STATEMENTS.get(client);
+    if (statements === undefined) {
+      const known = new Set<string>();
+      statements = known;
+      SESSION_STATEMENTS.set(client, known);
+      const acquire = client.acquireRawConnection.bind(client);
+      client.acquireRawConnection = async () => {
+        const raw = await acquire();
+        for (const sql of known) await client._query(raw, { sql, bindings: [], method: 'raw' });
+        return raw;
+      };
+    }
+    for (const statement of this.#prologue.session) statements.add(statement);
+    for (const statement of this.#prologue.session) await this.untransacted(statement);
+  }
+
+  /** Errors of knex's drivers (pg, mysql2, better-sqlite3/sqlite3) are what {@link classifyDriverError} knows. */
+  classifyError(error: unknown): DriverErrorKind {
+    return classifyDriverError(error);
+  }
+
+  #raw(sql: string, params: readonly unknown[], tx: Knex.Transaction | undefined): Promise<unknown> {
+    const bindings = params as readonly Knex.RawBinding[];
+    return (tx ?? this.#knex).raw(sql, [...bindings]).then((result: unknown) => result);
+  }
+
+  /** What `knex.raw` resolves with differs by driver: pg's result, mysql2's `[rows, fields]`, SQLite's rows or run info. */
+  #read(result: unknown): { rows: SqlRow[]; affectedRows: number; insertId: unknown } {
+    switch (this.#dialect) {
+      case 'postgresql': {
+        const r = result as { rows?: SqlRow[]; rowCount?: number | null };
+        const rows = r.rows ?? [];
+        return { rows, affectedRows: r.rowCount ?? rows.length, insertId: undefined };
+      }
+      case 'mysql': {
+        const first = (result as unknown[])[0];
+        if (Array.isArray(first)) return { rows: first as SqlRow[], affectedRows: first.length, insertId: undefined };
+        const header = first as { affectedRows?: number; insertId?: unknown } | undefined;
+        return { rows: [], affectedRows: Number(header?.affectedRows ?? 0), insertId: header?.insertId };
+      }
+      case 'sqlite': {
+        if (Array.isArray(result)) return { rows: result as SqlRow[], affectedRows: result.length, insertId: undefined };
+        const info = result as { changes?: number; lastInsertRowid?: unknown; lastID?: unknown } | undefined;
+        return { rows: [], affectedRows: Number(info?.changes ?? 0), insertId: info?.lastInsertRowid ?? info?.lastID };
+      }
+    }
+  }
+}
+
+/** The part of a knex client {@link KnexExecutor.configureEveryConnection} uses. */
+interface KnexClient {
+  acquireRawConnection(): Promise<unknown>;
+  _query(connection: unknown, query: { sql: string; bindings: unknown[]; method: string }): Promise<unknown>;
+}
+
+// Session statements per knex client, shared by every executor on it, so its raw
+// connections are wrapped once.
+const SESSION_STATEMENTS = new WeakMap<KnexClient, Set<string>>();

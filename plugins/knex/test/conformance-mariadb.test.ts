@@ -1,0 +1,4 @@
+import { describeInboxStore } from '@courier/conformance';
+import { createKnexFixture } from './support/fixture.js';
+
+describeInboxStore('knex:mariadb', (context) => createKnexFixture('mariadb', context));

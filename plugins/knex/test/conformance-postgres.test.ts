@@ -1,0 +1,4 @@
+import { describeInboxStore } from '@courier/conformance';
+import { createKnexFixture } from './support/fixture.js';
+
+describeInboxStore('knex:postgresql', (context) => createKnexFixture('postgresql', context));
