@@ -149,6 +149,8 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
   #confirmedLsn = 0n;
   #lastStatusAt = 0;
   #wake: (() => void) | undefined;
+  #logged = 0;
+  #swept = 0;
 
   constructor(config: PgLogicalOutboxStoreConfig<Tx>) {
     const problems: string[] = [];
@@ -190,6 +192,15 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
     this.#tokenSequence = qualify(names.tokenSequence);
   }
 
+  /**
+   * Rows this store has claimed so far: `logged` by sequence from the slot's announcements,
+   * `swept` through the wrapped store's own claim. A steady `swept` share under live traffic
+   * means the log path is not keeping up (or the slot is not streamed here).
+   */
+  get claimed(): { readonly logged: number; readonly swept: number } {
+    return { logged: this.#logged, swept: this.#swept };
+  }
+
   /** Whether the slot is being streamed by this store now (false while another relay holds it, or while reconnecting). */
   get streaming(): boolean {
     return this.#streaming;
@@ -226,6 +237,7 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
     }
     this.#lastSweepAt = now;
     const batch = await this.#store.claim(options);
+    this.#swept += batch.records.length;
     for (const record of batch.records) this.#hold(record.sequence, keyHash(record.envelope.topic, record.envelope.key), undefined);
     return batch;
   }
@@ -372,6 +384,7 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
       if (row['seq'] === null || row['seq'] === undefined) continue;
       records.push(toRecord(row));
     }
+    this.#logged += records.length;
     const taken = new Set(records.map((record) => record.sequence));
     const retry: LoggedRow[] = [];
     const left: bigint[] = [];
@@ -469,8 +482,8 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
     while (!this.#stopped) {
       const startedAt = Date.now();
       try {
-        await ensureReplicationSlot(this.#pool, { slot: this.slot, publication: this.publication, table: this.#outbox });
-        await this.#stream();
+        const { createdSlot } = await ensureReplicationSlot(this.#pool, { slot: this.slot, publication: this.publication, table: this.#outbox });
+        await this.#stream(createdSlot);
       } catch (error) {
         if (this.#stopped) break;
         if (error instanceof ConfigError) this.#logger.error('log-tail relay cannot read its slot; claiming as a polling relay', { slot: this.slot, error: error.message });
@@ -494,7 +507,7 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
   }
 
   /** Streams the slot until the connection ends (resolves) or fails (rejects). */
-  async #stream(): Promise<void> {
+  async #stream(createdSlot: boolean): Promise<void> {
     const service = new LogicalReplicationService(this.#connection, { acknowledge: { auto: false, timeoutSeconds: 0 } });
     this.#service = service;
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [this.publication] });
@@ -503,8 +516,9 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
       service.on('start', () => {
         this.#streaming = true;
         this.#confirmedLsn = 0n;
-        // Rows committed while the slot was not streamed (or before it existed) are the sweep's.
-        this.#lastSweepAt = Number.NEGATIVE_INFINITY;
+        // Rows committed while the slot was not streamed are in the log still, from the
+        // confirmed position on; rows committed before it existed are not: a new slot sweeps at once.
+        this.#lastSweepAt = createdSlot ? Number.NEGATIVE_INFINITY : Date.now();
         this.#logger.info('log-tail relay reads its slot', { slot: this.slot });
         this.#notify();
       });
