@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the local services Courier's tests and examples use, idempotently:
-#   PostgreSQL  role courier/courier (LOGIN CREATEDB), database courier_test owned by it;
+#   PostgreSQL  role courier/courier (LOGIN CREATEDB REPLICATION), database courier_test owned by it;
 #               role courier_noperm/courier_noperm (LOGIN, no privilege: the CLI's
 #               permission-denied test)
 #   MariaDB     user courier/courier at 127.0.0.1 and localhost, database courier_test,
@@ -141,6 +141,9 @@ BEGIN
   ELSE
     ALTER ROLE courier LOGIN CREATEDB PASSWORD 'courier';
   END IF;
+  -- The log-tailing relay (@courier/pg-logical) opens a replication connection and creates
+  -- its slot as this role: REPLICATION, granted every run (idempotent, restarts nothing).
+  ALTER ROLE courier REPLICATION;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'courier_noperm') THEN
     CREATE ROLE courier_noperm LOGIN PASSWORD 'courier_noperm';
   END IF;
