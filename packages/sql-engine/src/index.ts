@@ -9,9 +9,9 @@ export type { CourierTableNames, CourierTablesConfig } from './courier-tables.js
 export { resolveTableNames } from './courier-tables.js';
 export type { FollowerClaim } from './claim-followers.js';
 export { claimFollowers, contiguousRuns } from './claim-followers.js';
-export type { PostgresWakeupConfig } from './outbox-wakeups.js';
-export { OutboxWakeups } from './outbox-wakeups.js';
-export { createDialect, detectDialect } from './dialects/create-dialect.js';
+export type { ListenHandle, ListenHandlers, ListenSource, PgListenClient, PostgresWakeupConfig } from './outbox-wakeups.js';
+export { OutboxWakeups, pgClientListenSource } from './outbox-wakeups.js';
+export { createDialect } from './dialects/create-dialect.js';
 export type { HaltSql } from './dialects/inbox-halts-sql.js';
 export { haltId, haltSql } from './dialects/inbox-halts-sql.js';
 export { KEY_LOCK_BUCKETS, MySqlDialect, NOT_PUBLISHED_AT } from './dialects/mysql-dialect.js';

@@ -23,18 +23,80 @@ export interface PostgresWakeupConfig {
   readonly notifyIntervalMs?: number;
 }
 
-/** The part of a raw `pg.Client` used for LISTEN. */
-interface ListenConnection {
+/**
+ * Where an outbox's LISTEN connection comes from: the small port an adapter implements for
+ * {@link OutboxWakeups} (over knex's raw connections for MikroORM, a `pg.Client` of its own
+ * for node-postgres; {@link pgClientListenSource} builds one from any pg-like client).
+ */
+export interface ListenSource {
+  /**
+   * Opens a dedicated connection (never one of the application's pool: it is held for as
+   * long as anyone watches), runs `LISTEN` on `channel` and resolves once it is in effect.
+   * Then calls `onNotify` for each notification on `channel`, and `onLost` once when the
+   * connection fails or ends (the caller reconnects). Rejects, leaving nothing open, when
+   * it cannot listen.
+   */
+  listen(channel: string, handlers: ListenHandlers): Promise<ListenHandle>;
+}
+
+/** What {@link ListenSource.listen} calls. */
+export interface ListenHandlers {
+  onNotify(): void;
+  onLost(error?: unknown): void;
+}
+
+/** An open LISTEN connection. */
+export interface ListenHandle {
+  /** Stops listening and closes the connection; calls no handler afterwards. Never rejects. */
+  close(): Promise<void>;
+}
+
+/** The part of a node-postgres `Client` (what knex's pg client hands out too) used for LISTEN. */
+export interface PgListenClient {
   query(sql: string): Promise<unknown>;
   on(event: 'notification', listener: (message: { channel: string }) => void): unknown;
   on(event: 'error' | 'end', listener: (error?: unknown) => void): unknown;
   removeAllListeners(event?: string): unknown;
 }
 
-/** The part of knex's client used to open a connection outside the pool. */
-interface RawConnectionSource {
-  acquireRawConnection(): Promise<unknown>;
-  destroyRawConnection(connection: unknown): Promise<void>;
+/**
+ * A {@link ListenSource} over pg-like clients: `open` makes a connected client of its own,
+ * `close` ends it. Used by the MikroORM adapter (knex's raw connections) and by `@courier/pg`.
+ */
+export function pgClientListenSource(connections: { open(): Promise<PgListenClient>; close(client: PgListenClient): Promise<void> }): ListenSource {
+  return {
+    async listen(channel, handlers) {
+      const client = await connections.open();
+      let open = true;
+      const release = async (): Promise<void> => {
+        open = false;
+        client.removeAllListeners('notification');
+        client.removeAllListeners('error');
+        client.removeAllListeners('end');
+        // Keep a no-op error handler: a late socket error must not crash the process.
+        client.on('error', () => undefined);
+        await connections.close(client).catch(() => undefined);
+      };
+      const lost = (error?: unknown): void => {
+        if (!open) return;
+        void release();
+        handlers.onLost(error);
+      };
+      client.on('notification', (message) => {
+        if (open && message.channel === channel) handlers.onNotify();
+      });
+      client.on('error', lost);
+      client.on('end', lost);
+      try {
+        await client.query(`LISTEN "${channel}"`);
+      } catch (error) {
+        // Not ours to keep: close it here, or every failed attempt would leave a connection open.
+        await release();
+        throw error;
+      }
+      return { close: release };
+    },
+  };
 }
 
 const RECONNECT_MIN_MS = 100;
@@ -56,14 +118,14 @@ export class OutboxWakeups {
   readonly #notify: boolean;
   readonly #intervalMs: number;
   readonly #logger: Logger;
-  readonly #source: RawConnectionSource | undefined;
+  readonly #source: ListenSource | undefined;
   readonly #listeners = new Set<() => void>();
   #closed = false;
   #lastNotifyAt = 0;
   #notifyTimer: NodeJS.Timeout | undefined;
   #notifying: Promise<void> | undefined;
   #notifyAgain = false;
-  #connection: ListenConnection | undefined;
+  #connection: ListenHandle | undefined;
   #connecting: Promise<void> | undefined;
   #reconnectTimer: NodeJS.Timeout | undefined;
   #reconnectDelay = RECONNECT_MIN_MS;
@@ -74,17 +136,17 @@ export class OutboxWakeups {
     channel: string | undefined;
     config: PostgresWakeupConfig | false | undefined;
     logger: Logger;
-    /** Where LISTEN connections come from (knex's client), if available. */
-    source: unknown;
+    /** Where LISTEN connections come from, if the adapter has one (without it, in-process signals and polling only). */
+    source: ListenSource | undefined;
   }) {
     this.#runner = options.runner;
     this.#channel = options.channel;
     const config = options.config === false ? { listen: false, notify: false } : (options.config ?? {});
-    this.#listen = options.channel !== undefined && config.listen !== false && isRawConnectionSource(options.source);
+    this.#listen = options.channel !== undefined && config.listen !== false && options.source !== undefined;
     this.#notify = options.channel !== undefined && config.notify !== false;
     this.#intervalMs = config.notifyIntervalMs ?? 50;
     this.#logger = options.logger;
-    this.#source = isRawConnectionSource(options.source) ? options.source : undefined;
+    this.#source = options.source;
   }
 
   /** Rows became claimable through this process: wake local watchers, and other processes (coalesced). */
@@ -173,33 +235,23 @@ export class OutboxWakeups {
       const source = this.#source;
       const channel = this.#channel;
       if (!source || channel === undefined) return;
-      const connection = (await source.acquireRawConnection()) as ListenConnection;
+      // Filled once listen resolves: a loss reported before that is the failed attempt's (listen rejects).
+      const opened: { handle?: ListenHandle } = {};
+      const handle = await source.listen(channel, {
+        onNotify: () => this.#fire(),
+        onLost: (error) => {
+          if (opened.handle === undefined || this.#connection !== opened.handle) return;
+          this.#connection = undefined;
+          this.#logger.warn('courier outbox: LISTEN connection lost, reconnecting', { error: error === undefined ? 'ended' : String(error) });
+          this.#scheduleReconnect();
+        },
+      });
+      opened.handle = handle;
       if (this.#closed || this.#listeners.size === 0) {
-        await source.destroyRawConnection(connection).catch(() => undefined);
+        await handle.close();
         return;
       }
-      const lost = (error?: unknown): void => {
-        if (this.#connection !== connection) return;
-        this.#connection = undefined;
-        connection.removeAllListeners('notification');
-        this.#logger.warn('courier outbox: LISTEN connection lost, reconnecting', { error: error === undefined ? 'ended' : String(error) });
-        void source.destroyRawConnection(connection).catch(() => undefined);
-        this.#scheduleReconnect();
-      };
-      connection.on('notification', (message) => {
-        if (message.channel === channel) this.#fire();
-      });
-      connection.on('error', lost);
-      connection.on('end', lost);
-      try {
-        await connection.query(`LISTEN "${channel}"`);
-      } catch (error) {
-        // The connection is not ours to keep yet (`lost` ignores it): close it here, or
-        // every failed attempt and its retries would leave a server connection open.
-        await this.#release(source, connection);
-        throw error;
-      }
-      this.#connection = connection;
+      this.#connection = handle;
       this.#reconnectDelay = RECONNECT_MIN_MS;
     })().finally(() => {
       this.#connecting = undefined;
@@ -227,25 +279,6 @@ export class OutboxWakeups {
     await this.#connecting?.catch(() => undefined);
     const connection = this.#connection;
     this.#connection = undefined;
-    if (connection && this.#source) await this.#release(this.#source, connection);
+    await connection?.close();
   }
-
-  /** Detaches every listener of ours from `connection` and closes it. Never rejects. */
-  async #release(source: RawConnectionSource, connection: ListenConnection): Promise<void> {
-    connection.removeAllListeners('notification');
-    connection.removeAllListeners('error');
-    connection.removeAllListeners('end');
-    // Keep a no-op error handler: a late socket error must not crash the process.
-    connection.on('error', () => undefined);
-    await source.destroyRawConnection(connection).catch(() => undefined);
-  }
-}
-
-function isRawConnectionSource(value: unknown): value is RawConnectionSource {
-  return (
-    value !== null &&
-    typeof value === 'object' &&
-    typeof (value as Partial<RawConnectionSource>).acquireRawConnection === 'function' &&
-    typeof (value as Partial<RawConnectionSource>).destroyRawConnection === 'function'
-  );
 }

@@ -30,7 +30,7 @@ import {
 import { claimFollowers } from './claim-followers.js';
 import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows } from './dialects/sql-dialect.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './executor.js';
-import { OutboxWakeups, type PostgresWakeupConfig } from './outbox-wakeups.js';
+import { OutboxWakeups, type ListenSource, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { pruneInBatches, throwIfAborted, type SqlStoreCore } from './sql-store-core.js';
 import { driverMessage, toStorageError } from './storage-errors.js';
 
@@ -113,8 +113,8 @@ export interface SqlOutboxStoreConfig<Unit, Tx, Target, A extends AppendResult =
   readonly core: SqlStoreCore<Tx>;
   /** Builds the adapter's join over the engine's writer. */
   readonly join: (writer: OutboxWriter<Tx>) => OutboxJoin<Unit, Target, A>;
-  /** Where PostgreSQL LISTEN connections come from (knex's client), if the data layer offers one. */
-  readonly listenSource?: unknown;
+  /** Where PostgreSQL LISTEN connections come from, if the adapter has one (without it relays in other processes poll). */
+  readonly listenSource?: ListenSource | undefined;
 }
 
 /** A validated row `append` hands to the join, written in the caller's transaction. */
@@ -749,6 +749,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
     const { dialect, runner } = this.#core;
     const params: unknown[] = [];
     const tuples: string[] = [];
+    const version = dialect.integerParam ?? '?';
     for (const row of rows) {
       const e = row.envelope;
       params.push(
@@ -775,7 +776,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
         available = `${dialect.greatest}(${available}, ${dialect.fromEpochMs})`;
         params.push(row.notBeforeMs);
       }
-      tuples.push(`?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${dialect.insertNow}`);
+      tuples.push(`?, ?, ${version}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${dialect.insertNow}`);
     }
     const outbox = dialect.table('outbox');
     if (locks === undefined) {

@@ -1,6 +1,7 @@
 import { StorageError } from '@courier/core';
 import { Migration } from '@mikro-orm/migrations';
 import { type CourierTablesConfig, createDialect, type DialectName, resolveTableNames, sqlSchemaAdmin, toNumber, toStorageError, upgradeSql } from '@courier/sql-engine';
+import { dialectOf } from './detect-dialect.js';
 import { StoreCore, type MikroOrmStoreConfig } from './store-core.js';
 
 /** One entry of MikroORM's `migrations.migrationsList`. */
@@ -35,7 +36,7 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
 export function courierMigrations(config: CourierMigrationsConfig = {}): CourierMigration[] {
   const names = resolveTableNames(config);
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
-    createDialect((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), names, config.dialect);
+    createDialect(dialectOf((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), config.dialect), names);
   // Every upgrade migration brings the tables from the version they record to the latest,
   // so v2, v3 and v4 are no-ops once an earlier one ran.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {

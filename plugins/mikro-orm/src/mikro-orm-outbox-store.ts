@@ -1,6 +1,7 @@
 import { ConfigError } from '@courier/core';
 import { SqlOutboxStore, type OutboxPendingRow, type SqlOutboxStoreOptions } from '@courier/sql-engine';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
+import { knexListenSource } from './knex-listen-source.js';
 import { OutboxUnitOfWork } from './outbox-unit-of-work.js';
 import { StoreCore, type MikroOrmStoreConfig } from './store-core.js';
 
@@ -52,11 +53,10 @@ export class MikroOrmOutboxStore<EM extends EntityManager = EntityManager> exten
       throw new ConfigError(`'orm' is required: pass the application's initialised MikroORM instance`);
     }
     const core = new StoreCore(config, 'MikroOrmOutboxStore');
-    const connection = config.orm.em.getConnection('write') as unknown as { getKnex?: () => { client?: unknown } };
     super({
       ...config,
       core,
-      listenSource: core.dialect.name === 'postgresql' ? connection.getKnex?.().client : undefined,
+      listenSource: core.dialect.name === 'postgresql' ? knexListenSource(config.orm.em.getConnection('write')) : undefined,
       join: (writer) => new OutboxUnitOfWork<OutboxPendingRow>({ orm: config.orm, ...writer }),
     });
   }

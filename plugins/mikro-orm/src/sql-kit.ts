@@ -5,4 +5,6 @@
 export type { RunResult, SqlRow, TransactionPrologue } from './sql-runner.js';
 export { READ_COMMITTED, SqlRunner, toBigInt, toNullableString, toNumber } from './sql-runner.js';
 export type { DialectName, DriverErrorKind, PostgresWakeupConfig } from '@courier/sql-engine';
-export { classifyDriverError, detectDialect, driverMessage, isLockConflict, OutboxWakeups, toStorageError } from '@courier/sql-engine';
+export { classifyDriverError, driverMessage, isLockConflict, OutboxWakeups, toStorageError } from '@courier/sql-engine';
+export { detectDialect } from './detect-dialect.js';
+export { knexListenSource } from './knex-listen-source.js';

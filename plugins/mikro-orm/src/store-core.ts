@@ -1,4 +1,5 @@
 import { createDialect, resolveTableNames, SqlStoreCore, type CourierTablesConfig, type DialectName } from '@courier/sql-engine';
+import { dialectOf } from './detect-dialect.js';
 import type { EntityManager, Transaction } from '@mikro-orm/core';
 import { SqlRunner } from './sql-runner.js';
 
@@ -28,7 +29,7 @@ export class StoreCore extends SqlStoreCore<Transaction, SqlRunner> {
 
   constructor(config: MikroOrmStoreConfig, what: string) {
     const names = resolveTableNames(config);
-    const dialect = createDialect(config.orm.em.getPlatform(), names, config.dialect);
+    const dialect = createDialect(dialectOf(config.orm.em.getPlatform(), config.dialect), names);
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);

@@ -25,11 +25,10 @@ import {
   type TransportDeadLetters,
 } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
-import { SqlRunner } from '@courier/mikro-orm/sql-kit';
+import { detectDialect, knexListenSource, SqlRunner } from '@courier/mikro-orm/sql-kit';
 import {
   OutboxWakeups,
   classifyDriverError,
-  detectDialect,
   driverMessage,
   toNullableString,
   toNumber,
@@ -160,13 +159,12 @@ export class SqlTransport implements Transport {
     this.#logger = config.logger ?? noopLogger;
     const connection = config.orm.em.getConnection('write');
     this.#runner = new BusyRetryRunner(connection, this.#dialect.transactionPrologue, LOCK_PATIENCE_MS);
-    const knex = (connection as unknown as { getKnex?: () => { client?: unknown } }).getKnex?.();
     this.#wakeups = new OutboxWakeups({
       runner: this.#runner,
       channel: dialectName === 'postgresql' ? names.channel : undefined,
       config: config.wakeups,
       logger: this.#logger,
-      source: dialectName === 'postgresql' ? knex?.client : undefined,
+      source: dialectName === 'postgresql' ? knexListenSource(connection) : undefined,
     });
     this.capabilities = { orderingByKey: true, orderedPipelining: false, nativeDelay: true, nativeDeadLetter: true, maxMessageBytes };
     this.deadLetters = {

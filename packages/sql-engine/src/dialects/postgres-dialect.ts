@@ -33,6 +33,7 @@ export class PostgresDialect implements SqlDialect {
   readonly insertNow = 'clock_timestamp()';
   readonly fromEpochMs = 'to_timestamp(?::float8 / 1000)';
   readonly greatest = 'GREATEST';
+  readonly integerParam = '?::int4';
   readonly lockSkipLocked = ' FOR UPDATE OF o SKIP LOCKED';
   readonly lockForUpdate = ' FOR UPDATE';
   readonly readCommitted = false;

@@ -90,6 +90,13 @@ export interface SqlDialect {
   plusMs(expression: string): string;
   /** Name of the two-argument maximum function (`GREATEST`, SQLite's scalar `MAX`). */
   readonly greatest: string;
+  /**
+   * Optional: the placeholder of an integer value in a SELECT list (the outbox insert's
+   * `INSERT … SELECT ?, …`), where a driver that binds parameters (node-postgres) leaves
+   * their type to the server, which takes an untyped parameter there as text
+   * (PostgreSQL: `?::int4`). Default `?`.
+   */
+  readonly integerParam?: string;
   /** A timestamp from `?` milliseconds since the epoch (one placeholder). */
   readonly fromEpochMs: string;
   /** `expression` (a timestamp column or expression) as milliseconds since the epoch. */
