@@ -4,7 +4,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
-import { actOnParked, failureFacts, findParked, listParked, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, failureFacts, findParked, listParked, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -789,6 +789,7 @@ async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
       ? Promise.all(
           (setup.consumers ?? []).map((consumer) =>
             read(`transport dead letters of '${consumer}'`, async () => {
+              await requireDeadLetterPlaces(deadLetters, [consumer]);
               if (deadLetters.count) return { consumer, deadLetters: await deadLetters.count(consumer), atLeast: false };
               const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
               return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };

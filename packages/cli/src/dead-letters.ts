@@ -127,6 +127,7 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
   }
   if ((source === 'all' || source === 'transport') && places.deadLetters) {
     const consumers = filter.consumer !== undefined ? [filter.consumer] : places.consumers;
+    await requireDeadLetterPlaces(places.deadLetters, consumers);
     for (const consumer of consumers) {
       for (const letter of await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT })) {
         const item: ParkedMessage = {
@@ -271,6 +272,21 @@ export async function findParked(places: ParkingPlaces, refs: readonly string[])
   const missing = refs.filter((ref) => !byRef.has(ref));
   if (missing.length > 0) throw new NotFoundError(`no dead letter ${missing.map((ref) => `'${ref}'`).join(', ')} (list them with \`courier dead list\`)`);
   return refs.map((ref) => byRef.get(ref)!);
+}
+
+/**
+ * Fails (exit 1) naming every consumer whose dead-letter place the broker does not have,
+ * when the transport can tell (`TransportDeadLetters.exists`): a mistyped prefix or consumer
+ * name otherwise reads as "no dead letters", exit 0, and an operator concludes all is well.
+ */
+export async function requireDeadLetterPlaces(deadLetters: Pick<TransportDeadLetters, 'exists'>, consumers: readonly string[]): Promise<void> {
+  if (!deadLetters.exists) return;
+  const missing: string[] = [];
+  for (const consumer of consumers) if (!(await deadLetters.exists(consumer))) missing.push(consumer);
+  if (missing.length === 0) return;
+  throw new NotFoundError(
+    `no such dead-letter queue on the broker for consumer ${missing.map((name) => `'${name}'`).join(', ')} (nothing was created): check the prefix of the config's transport and the consumer names (\`consumers\` in the config, --consumer); a consumer that never subscribed has none yet`,
+  );
 }
 
 /** A referenced dead letter or halted key does not exist (exit code 1). */
