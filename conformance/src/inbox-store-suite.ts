@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ENVELOPE_LIMITS, hasInboxHalts, type InboxHalts, type InboxStats, type InboxStore, type OutboxStore } from '@courier/core';
+import { ENVELOPE_LIMITS, hasInboxHalts, type Envelope, type InboxHalts, type InboxStats, type InboxStore, type OutboxStore } from '@courier/core';
 import { expect } from 'vitest';
 import type { StoreFixture, StoreFixtureFactory } from './fixtures.js';
 import { atLimit } from './support/at-limit.js';
@@ -439,6 +439,54 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
   {
+    name: 'halts: replayParked makes a parked head the head of a halt resumed with retry, exactly once (also when two replay it at once); purgeParked deletes one, once',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.replay-parked`;
+      const parked = await parkHeads(halts, env.consumer, topic, [
+        ['k1', 'E: one'],
+        ['k2', 'E: two'],
+        ['k3', 'E: three'],
+      ]);
+      const [first, second, third] = parked as [Envelope, Envelope, Envelope];
+      expect(await halts.replayParked(env.consumer, first.messageId)).toBe('resumed');
+      expect(await halts.replayParked(env.consumer, first.messageId)).toBe(false);
+      expect(await halts.replayParked(`${env.consumer}-other`, second.messageId)).toBe(false);
+      expect(await halts.listHalted({ consumer: env.consumer })).toMatchObject([{ topic, key: 'k1', head: { envelope: first, error: 'E: one' }, held: 0, resumed: 'retry' }]);
+      // A consumer instance drains it as any resumed halt: the head runs again.
+      expect(await halts.claimResumed(env.consumer, 'drainer', 60_000)).toEqual({ consumer: env.consumer, topic, key: 'k1', action: 'retry', head: { envelope: first, error: 'E: one' } });
+      expect(await halts.settleHead(env.consumer, topic, 'k1', 'drainer', { parked: false })).toBe(true);
+      expect(await halts.lift(env.consumer, topic, 'k1', 'drainer')).toBe(true);
+
+      // Two operators replay the same head at once: one of them does.
+      const outcomes = await Promise.all([halts.replayParked(env.consumer, second.messageId), halts.replayParked(env.consumer, second.messageId)]);
+      expect(outcomes.filter((outcome) => outcome !== false)).toEqual(['resumed']);
+      expect((await halts.listHalted({ consumer: env.consumer })).map((halt) => [halt.key, halt.resumed])).toEqual([['k2', 'retry']]);
+
+      expect(await halts.purgeParked(env.consumer, third.messageId)).toBe(true);
+      expect(await halts.purgeParked(env.consumer, third.messageId)).toBe(false);
+      expect(await halts.replayParked(env.consumer, third.messageId)).toBe(false);
+      expect(await halts.purgeParked(env.consumer, first.messageId)).toBe(false);
+      expect(await halts.listParked({ consumer: env.consumer })).toEqual([]);
+    },
+  },
+  {
+    name: 'halts: replayParked holds the head behind its key when the key is halted now',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.replay-held`;
+      const [head] = (await parkHeads(halts, env.consumer, topic, [['k', 'E: parked']])) as [Envelope];
+      const blocker = makeEnvelope({ topic, key: 'k' });
+      expect(await halts.halt(env.consumer, topic, 'k', blocker, 'E: halted now')).toBe('halted');
+      expect(await halts.replayParked(env.consumer, head.messageId)).toBe('held');
+      expect(await halts.listHalted({ consumer: env.consumer })).toMatchObject([{ key: 'k', head: { envelope: blocker }, held: 1, resumed: null }]);
+      expect(await halts.listParked({ consumer: env.consumer })).toEqual([]);
+      await halts.resumeHalted(env.consumer, topic, 'k', 'retry');
+      await halts.claimResumed(env.consumer, 'drainer', 60_000);
+      expect(await halts.listHeld(env.consumer, topic, 'k', 'drainer', 10)).toEqual([head]);
+    },
+  },
+  {
     name: 'halts: a drain settles the head (parked is listed), reads held messages in arrival order, and lifts only when none is held',
     async run(env) {
       const halts = haltsOf(env);
@@ -527,6 +575,21 @@ function statsOf<Tx>(env: InboxCaseEnv<Tx>): () => Promise<InboxStats> {
 }
 
 /** The store's halts, or a skip stating why the halt cases do not apply. */
+/** Halts each (key, error) of `topic` with a new head, resumes it with `park` and drains it as a consumer would: the heads end up parked, in order. */
+async function parkHeads(halts: InboxHalts, consumer: string, topic: string, heads: readonly (readonly [string, string])[]): Promise<Envelope[]> {
+  const parked: Envelope[] = [];
+  for (const [key, error] of heads) {
+    const head = makeEnvelope({ topic, key });
+    await halts.halt(consumer, topic, key, head, error);
+    await halts.resumeHalted(consumer, topic, key, 'park');
+    expect(await halts.claimResumed(consumer, 'parker', 60_000)).toMatchObject({ key, action: 'park' });
+    expect(await halts.settleHead(consumer, topic, key, 'parker', { parked: true })).toBe(true);
+    expect(await halts.lift(consumer, topic, key, 'parker')).toBe(true);
+    parked.push(head);
+  }
+  return parked;
+}
+
 function haltsOf<Tx>(env: InboxCaseEnv<Tx>): InboxHalts {
   if (!hasInboxHalts(env.inbox)) {
     return env.skip("the inbox store has no halts (InboxHalts): they are optional, and only ordered subscriptions with poison 'halt' need them");

@@ -4,7 +4,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
-import { actOnParked, failureFacts, findParked, listParked, splitParkedHeads, unreadParkedHeads, unreadTransportLetters, NotFoundError, PARKED_HEAD_UNSUPPORTED, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, failureFacts, findParked, listParked, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -282,8 +282,8 @@ Examples:
           .command(action)
           .description(
             action === 'replay'
-              ? "Publish parked messages again with their original messageId: outbox rows become pending, transport dead letters are redelivered to their consumer. Consumers' parked heads (parked:…) cannot be replayed: the inbox store offers no way to; bulk replays skip them and say so."
-              : "Delete parked messages for good (dead outbox rows, transport dead letters; halted rows must be resumed first). Consumers' parked heads (parked:…) cannot be purged: the inbox store offers no way to; bulk purges skip them and say so.",
+              ? "Publish parked messages again with their original messageId: outbox rows become pending, transport dead letters are redelivered to their consumer, a consumer's parked head (parked:…) becomes the head of a resumed halt of its key, which a running instance of the consumer drains (it runs once; behind the key's halt when the key is halted again)."
+              : 'Delete parked messages for good (dead outbox rows, consumers\' parked heads, transport dead letters; halted rows must be resumed first).',
           )
           .argument('[ref...]', 'references as `dead list` prints them; or use --all with filters'),
       )
@@ -298,10 +298,7 @@ Examples:
           if (refs.length > 0 && bulk) throw new UsageError('give references, or --all/--group with filters, not both');
           const places = placesOf(await open(`dead ${action}`, configOf()));
           const found = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
-          const { actionable: items, parkedHeads } = splitParkedHeads(found);
-          // Named by reference: refuse before changing anything, so no half of a list is done.
-          if (!bulk && parkedHeads.length > 0) throw new UsageError(`cannot ${action} ${parkedHeads.map((item) => `'${item.ref}'`).join(', ')}: ${PARKED_HEAD_UNSUPPORTED}`);
-          if (parkedHeads.length > 0) io.err(`courier: skipped ${parkedHeads.length} parked consumer head(s) (parked:…): ${PARKED_HEAD_UNSUPPORTED}`);
+          const items = found;
           if (items.length === 0) {
             io.out(`nothing to ${action}`);
             return;
@@ -317,9 +314,16 @@ Examples:
             return;
           }
           const done = await actOnParked(places, items, action);
-          io.out(`${action === 'replay' ? 'replayed' : 'purged'} ${done.outbox} outbox row(s) and ${done.transport} transport dead letter(s)`);
-          if (done.outbox + done.transport < items.length) {
-            io.err(`courier: ${items.length - done.outbox - done.transport} of ${items.length} had already changed (another operator, or a relay)`);
+          io.out(`${action === 'replay' ? 'replayed' : 'purged'} ${done.outbox} outbox row(s), ${done.inbox} parked consumer head(s) and ${done.transport} transport dead letter(s)`);
+          if (action === 'replay' && done.inbox > done.heldBehind.length) {
+            io.out('replayed parked consumer heads run once a running instance of their consumer drains them (`courier halted list` shows them resumed until then)');
+          }
+          for (const item of done.heldBehind) {
+            io.out(`${item.ref}: its key is halted now; it waits behind that halt (\`courier halted list --consumer ${item.consumer ?? ''}\`)`);
+          }
+          const changed = done.outbox + done.inbox + done.transport;
+          if (changed < items.length) {
+            io.err(`courier: ${items.length - changed} of ${items.length} had already changed (another operator, or a relay)`);
           }
         }),
       action === 'replay'
@@ -379,7 +383,7 @@ Examples:
         .argument('[key]', 'the halted key'),
     )
       .option('--all', 'every halted key matching --topic, --consumer and --source')
-      .option('--park', "park the head instead of retrying it: the outbox's becomes a dead outbox row (outbox:<sequence>); a consumer's is kept by the inbox store as a parked head (parked:<consumer>:<messageId>), which `courier dead list/show/groups` show but cannot replay or purge")
+      .option('--park', "park the head instead of retrying it: the outbox's becomes a dead outbox row (outbox:<sequence>); a consumer's is kept by the inbox store as a parked head (parked:<consumer>:<messageId>), which `courier dead list/show/groups/replay/purge` take like every dead letter")
       .option('--dry-run', 'show what would be resumed, change nothing')
       .option('-y, --yes', 'do not ask for confirmation')
       .action(async (topic: string | undefined, key: string | undefined, options: HaltedScopeOptions & { all?: boolean; park?: boolean; dryRun?: boolean; yes?: boolean }) => {
@@ -848,6 +852,7 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
       ? Promise.all(
           (setup.consumers ?? []).map((consumer) =>
             read(`transport dead letters of '${consumer}'`, async () => {
+              await requireDeadLetterPlaces(deadLetters, [consumer]);
               if (deadLetters.count) return { consumer, deadLetters: await deadLetters.count(consumer), atLeast: false };
               const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
               return { consumer, deadLetters: count, atLeast: count >= DEPTH_LIMIT };

@@ -10,8 +10,7 @@ import { UsageError } from './format.js';
 export interface ParkedMessage {
   /**
    * What `show`, `replay` and `purge` take: `outbox:<sequence>`, `parked:<consumer>:<messageId>`
-   * or `dlq:<consumer>:<id>`. Only `show` takes a `parked:` one: the inbox store offers no way
-   * to replay or delete a parked head ({@link PARKED_HEAD_UNSUPPORTED}).
+   * or `dlq:<consumer>:<id>`.
    */
   readonly ref: string;
   readonly source: 'outbox' | 'inbox' | 'transport';
@@ -49,7 +48,7 @@ export interface ParkedFilter {
 export interface ParkingPlaces {
   readonly outbox?: OutboxOperations;
   /** The inbox store's parked heads (every consumer's: the store lists them without being told the consumers). */
-  readonly inbox?: Pick<InboxHalts, 'listParked'>;
+  readonly inbox?: Pick<InboxHalts, 'listParked' | 'replayParked' | 'purgeParked'>;
   readonly deadLetters?: TransportDeadLetters;
   readonly consumers: readonly string[];
 }
@@ -59,14 +58,6 @@ const PAGE = 500;
 const TRANSPORT_READ_LIMIT = 10_000;
 /** Most parked heads read in one command (`listParked` has no paging; a bound on one command's work). */
 const PARKED_READ_LIMIT = 10_000;
-
-/**
- * Why a parked consumer head cannot be replayed or purged, and what to do instead: the
- * inbox store's port (`InboxHalts`) lists parked heads but has no method to publish or
- * delete one, and the CLI changes nothing behind a store's back.
- */
-export const PARKED_HEAD_UNSUPPORTED =
-  'the inbox store can list parked consumer heads but offers no way to replay or delete them (InboxHalts has listParked only); see one in full with `courier dead show parked:<consumer>:<messageId>` and, to run it again, publish its envelope anew from the application';
 
 /**
  * A note when more parked heads exist than one command reads ({@link PARKED_READ_LIMIT}):
@@ -136,6 +127,7 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
   }
   if ((source === 'all' || source === 'transport') && places.deadLetters) {
     const consumers = filter.consumer !== undefined ? [filter.consumer] : places.consumers;
+    await requireDeadLetterPlaces(places.deadLetters, consumers);
     for (const consumer of consumers) {
       for (const letter of await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT })) {
         const item: ParkedMessage = {
@@ -212,32 +204,48 @@ export function parseRef(ref: string): ParkedRef {
 }
 
 /**
- * Splits what `replay`/`purge` was given into what it can change and the parked consumer
- * heads it cannot ({@link PARKED_HEAD_UNSUPPORTED}): a bulk command skips those with a note,
- * a command naming one by reference refuses.
+ * What {@link actOnParked} changed, per place (a place reports fewer than it was given when
+ * some were already gone: another operator, a relay). `heldBehind` lists the replayed
+ * parked heads whose key was halted again meanwhile: they wait behind that halt.
  */
-export function splitParkedHeads(items: readonly ParkedMessage[]): { actionable: ParkedMessage[]; parkedHeads: ParkedMessage[] } {
-  return { actionable: items.filter((item) => item.source !== 'inbox'), parkedHeads: items.filter((item) => item.source === 'inbox') };
+export interface ParkedActionResult {
+  readonly outbox: number;
+  readonly transport: number;
+  readonly inbox: number;
+  readonly heldBehind: readonly ParkedMessage[];
 }
 
 /**
  * Replays (`action` replay) or purges parked messages: outbox rows through the outbox's
- * `replay`/`purge`, transport dead letters through `deadLetters` per consumer. Returns
- * how many each place changed (a place reports fewer when some were already gone). Throws a
- * `UsageError` before changing anything when given a parked consumer head
- * ({@link PARKED_HEAD_UNSUPPORTED}); leave those out with {@link splitParkedHeads}.
+ * `replay`/`purge`, consumers' parked heads through the inbox store's `replayParked` /
+ * `purgeParked` (a replayed head becomes the head of a resumed halt of its key, which a
+ * running instance of its consumer drains: it runs once), transport dead letters through
+ * `deadLetters` per consumer.
  */
-export async function actOnParked(places: ParkingPlaces, items: readonly ParkedMessage[], action: 'replay' | 'purge'): Promise<{ outbox: number; transport: number }> {
+export async function actOnParked(places: ParkingPlaces, items: readonly ParkedMessage[], action: 'replay' | 'purge'): Promise<ParkedActionResult> {
   const sequences: bigint[] = [];
   const byConsumer = new Map<string, string[]>();
+  const heads: { item: ParkedMessage; consumer: string; messageId: string }[] = [];
   for (const item of items) {
     const ref = parseRef(item.ref);
-    if (ref.source === 'inbox') throw new UsageError(`cannot change '${item.ref}': ${PARKED_HEAD_UNSUPPORTED}`);
     if (ref.source === 'outbox') sequences.push(ref.sequence);
+    else if (ref.source === 'inbox') heads.push({ item, consumer: ref.consumer, messageId: ref.messageId });
     else byConsumer.set(ref.consumer, [...(byConsumer.get(ref.consumer) ?? []), ref.id]);
   }
+  if (heads.length > 0 && !places.inbox) throw new UsageError('the config has no inbox store with halts, so parked consumer heads cannot be changed');
   let outbox = 0;
   let transport = 0;
+  let inbox = 0;
+  const heldBehind: ParkedMessage[] = [];
+  for (const { item, consumer, messageId } of heads) {
+    if (action === 'purge') {
+      if (await places.inbox!.purgeParked(consumer, messageId)) inbox += 1;
+      continue;
+    }
+    const outcome = await places.inbox!.replayParked(consumer, messageId);
+    if (outcome !== false) inbox += 1;
+    if (outcome === 'held') heldBehind.push(item);
+  }
   if (sequences.length > 0) {
     if (!places.outbox) throw new UsageError('the config has no outbox, so outbox dead rows cannot be changed');
     outbox = action === 'replay' ? await places.outbox.replay(sequences) : await places.outbox.purge(sequences);
@@ -246,7 +254,7 @@ export async function actOnParked(places: ParkingPlaces, items: readonly ParkedM
     if (!places.deadLetters) throw new UsageError('the config has no transport with dead letters (`transport.deadLetters`)');
     transport += action === 'replay' ? await places.deadLetters.replay(consumer, ids) : await places.deadLetters.purge(consumer, ids);
   }
-  return { outbox, transport };
+  return { outbox, transport, inbox, heldBehind };
 }
 
 /** Finds the parked messages named by `refs` (each must exist), for show, replay and purge by reference. */
@@ -264,6 +272,21 @@ export async function findParked(places: ParkingPlaces, refs: readonly string[])
   const missing = refs.filter((ref) => !byRef.has(ref));
   if (missing.length > 0) throw new NotFoundError(`no dead letter ${missing.map((ref) => `'${ref}'`).join(', ')} (list them with \`courier dead list\`)`);
   return refs.map((ref) => byRef.get(ref)!);
+}
+
+/**
+ * Fails (exit 1) naming every consumer whose dead-letter place the broker does not have,
+ * when the transport can tell (`TransportDeadLetters.exists`): a mistyped prefix or consumer
+ * name otherwise reads as "no dead letters", exit 0, and an operator concludes all is well.
+ */
+export async function requireDeadLetterPlaces(deadLetters: Pick<TransportDeadLetters, 'exists'>, consumers: readonly string[]): Promise<void> {
+  if (!deadLetters.exists) return;
+  const missing: string[] = [];
+  for (const consumer of consumers) if (!(await deadLetters.exists(consumer))) missing.push(consumer);
+  if (missing.length === 0) return;
+  throw new NotFoundError(
+    `no such dead-letter queue on the broker for consumer ${missing.map((name) => `'${name}'`).join(', ')} (nothing was created): check the prefix of the config's transport and the consumer names (\`consumers\` in the config, --consumer); a consumer that never subscribed has none yet`,
+  );
 }
 
 /** A referenced dead letter or halted key does not exist (exit code 1). */

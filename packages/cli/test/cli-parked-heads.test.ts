@@ -1,10 +1,11 @@
 // A consumer's head parked by `courier halted resume --consumer … --park` is a dead letter for
-// the CLI: `dead list`, `show` and `groups` show it (consumer, error, parkedAt); `replay` and
-// `purge` refuse it by reference (exit 2, saying why and what to do) and skip it in bulk, since
-// the inbox store's port (InboxHalts) can list parked heads but not replay or delete them.
+// the CLI: `dead list`, `show` and `groups` show it (consumer, error, parkedAt); `replay` makes
+// it the head of a resumed halt of its key, which a running consumer instance drains (it runs
+// once, also when two operators replay it at once); `purge` deletes it (issue 35: both were
+// refused with exit 2 while the inbox store could only list parked heads).
 import { randomBytes } from 'node:crypto';
-import { makeEnvelope } from '@courier/conformance';
-import type { Envelope } from '@courier/core';
+import { eventually, makeEnvelope } from '@courier/conformance';
+import { createBus, defineMessage, InMemoryBroker, type Envelope } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from './support/run-cli.js';
@@ -84,28 +85,66 @@ describe('courier dead: parked consumer heads against postgresql', () => {
     expect(JSON.parse(members.stdout)).toMatchObject([{ ref }]);
   });
 
-  it('replay and purge refuse a parked head by reference (exit 2, why and what to do) and change nothing', { timeout: 300_000 }, async () => {
-    for (const action of ['replay', 'purge']) {
-      const refused = await runCli(['dead', action, ref, '--yes'], env);
-      expect(refused.code, `${action}: ${refused.stdout}`).toBe(2);
-      expect(refused.stderr).toContain(`cannot ${action} '${ref}'`);
-      expect(refused.stderr).toContain('offers no way to replay or delete them');
-      expect(refused.stderr).toContain('courier dead show');
+  /** Parks a new head of `key` as the beforeAll does: halt, resume --park through the binary, drain as a consumer instance. */
+  async function parkHead(key: string): Promise<Envelope> {
+    const parked = makeEnvelope({ topic, key, type: `${prefix}.Charge` });
+    await stores.inbox.halt('billing', topic, key, parked, 'HANDLER_FAILED: card declined');
+    const resumed = await runCli(['halted', 'resume', topic, key, '--consumer', 'billing', '--park', '--yes'], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await stores.inbox.claimResumed('billing', 'test-drainer', 30_000)).toMatchObject({ key, action: 'park' });
+    expect(await stores.inbox.settleHead('billing', topic, key, 'test-drainer', { parked: true })).toBe(true);
+    expect(await stores.inbox.lift('billing', topic, key, 'test-drainer')).toBe(true);
+    return parked;
+  }
+
+  it('replay of a parked head: two operators at once replay it once; a running consumer runs it once and lifts the halt', { timeout: 300_000 }, async () => {
+    const parked = await parkHead('k-replay');
+    const replayRef = `parked:billing:${parked.messageId}`;
+    const dryRun = await runCli(['dead', 'replay', replayRef, '--dry-run'], env);
+    expect(dryRun.code, dryRun.stderr).toBe(0);
+    expect(dryRun.stdout).toContain('dry run: would replay 1 message(s); nothing changed');
+    expect((await stores.inbox.listParked({ consumer: 'billing' })).map((entry) => entry.envelope.messageId)).toContain(parked.messageId);
+
+    const both = await Promise.all([runCli(['dead', 'replay', replayRef, '--yes'], env), runCli(['dead', 'replay', replayRef, '--yes'], env)]);
+    const replayed = both.filter((result) => result.code === 0 && result.stdout.includes('replayed 0 outbox row(s), 1 parked consumer head(s) and 0 transport dead letter(s)'));
+    expect(replayed, JSON.stringify(both)).toHaveLength(1);
+    // The other found it gone: not found (exit 1), or gone between its read and its change.
+    const other = both.find((result) => result !== replayed[0])!;
+    expect(other.code === 1 || other.stderr.includes('1 of 1 had already changed'), JSON.stringify(other)).toBe(true);
+    expect(replayed[0]!.stdout).toContain('run once a running instance of their consumer drains them');
+    expect((await stores.inbox.listParked({ consumer: 'billing' })).map((entry) => entry.envelope.messageId)).not.toContain(parked.messageId);
+    expect((await stores.inbox.listHalted({ consumer: 'billing' })).filter((halt) => halt.key === 'k-replay')).toMatchObject([
+      { resumed: 'retry', head: { envelope: { messageId: parked.messageId } } },
+    ]);
+
+    // A consumer instance of 'billing' (ordered, poison 'halt') drains the resumed key.
+    const Charge = defineMessage(`${prefix}.Charge`, { version: 1, topic });
+    const broker = new InMemoryBroker();
+    const bus = createBus({ outbox: stores.outbox, inbox: stores.inbox, transport: broker.connect() });
+    const runs: string[] = [];
+    bus.subscribe('billing', Charge, async (message) => void runs.push(message.messageId), { ordered: true, poison: 'halt' });
+    await bus.start({ relay: false });
+    try {
+      await eventually(async () => expect((await stores.inbox.listHalted({ consumer: 'billing' })).filter((halt) => halt.key === 'k-replay')).toEqual([]), { timeoutMs: 60_000 });
+      expect(runs).toEqual([parked.messageId]);
+    } finally {
+      await bus.stop();
+      await broker.close();
     }
-    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
   });
 
-  it('bulk replay and purge skip parked heads and say so (exit 0)', { timeout: 300_000 }, async () => {
-    for (const action of ['replay', 'purge']) {
-      const bulk = await runCli(['dead', action, '--all', '--yes'], env);
-      expect(bulk.code, `${action}: ${bulk.stderr}`).toBe(0);
-      expect(bulk.stdout).toContain(`nothing to ${action}`);
-      expect(bulk.stderr).toContain('skipped 1 parked consumer head(s)');
-    }
-    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+  it('purge of a parked head by reference deletes it; the same reference again is not found (exit 1)', { timeout: 300_000 }, async () => {
+    const parked = await parkHead('k-purge');
+    const purgeRef = `parked:billing:${parked.messageId}`;
+    const purged = await runCli(['dead', 'purge', purgeRef, '--yes'], env);
+    expect(purged.code, purged.stderr).toBe(0);
+    expect(purged.stdout).toContain('purged 0 outbox row(s), 1 parked consumer head(s) and 0 transport dead letter(s)');
+    expect((await stores.inbox.listParked({ consumer: 'billing' })).map((entry) => entry.envelope.messageId)).not.toContain(parked.messageId);
+    const again = await runCli(['dead', 'purge', purgeRef, '--yes'], env);
+    expect(again.code, again.stdout).toBe(1);
   });
 
-  it('with an outbox dead row beside it: a mixed list of references is refused whole; a bulk purge purges the row and skips the head', { timeout: 300_000 }, async () => {
+  it('with an outbox dead row beside it: a bulk purge purges the row and the head', { timeout: 300_000 }, async () => {
     const row = makeEnvelope({ topic, key: null, type: `${prefix}.Placed` });
     await stores.orm.em.fork().transactional(async (em: EntityManager) => {
       stores.outbox.append(em, [{ envelope: row }]);
@@ -117,18 +156,11 @@ describe('courier dead: parked consumer heads against postgresql', () => {
     const listed = JSON.parse((await runCli(['dead', 'list', '--json'], env)).stdout) as { ref: string }[];
     expect(listed.map((item) => item.ref)).toEqual([`outbox:${sequence}`, ref]);
 
-    // Refused before anything changes: the outbox row named with it stays dead.
-    const mixed = await runCli(['dead', 'replay', `outbox:${sequence}`, ref, '--yes'], env);
-    expect(mixed.code, mixed.stdout).toBe(2);
-    expect(mixed.stderr).toContain(`cannot replay '${ref}'`);
-    expect((await stores.outbox.stats()).dead).toBe(1);
-
     const purged = await runCli(['dead', 'purge', '--all', '--yes'], env);
     expect(purged.code, purged.stderr).toBe(0);
-    expect(purged.stdout).toContain('purged 1 outbox row(s) and 0 transport dead letter(s)');
-    expect(purged.stderr).toContain('skipped 1 parked consumer head(s)');
+    expect(purged.stdout).toContain('purged 1 outbox row(s), 1 parked consumer head(s) and 0 transport dead letter(s)');
     expect((await stores.outbox.stats()).dead).toBe(0);
-    expect(await stores.inbox.listParked({ consumer: 'billing' })).toHaveLength(1);
+    expect(await stores.inbox.listParked({ consumer: 'billing' })).toEqual([]);
   });
 
   it('--help of halted resume says where a parked consumer head goes', { timeout: 300_000 }, async () => {

@@ -74,13 +74,22 @@ describe('courier dead: concurrent reads of RabbitMQ dead letters', () => {
     expect(await transport.deadLetters!.count!(consumer)).toBe(DEAD);
   });
 
-  it('a mistyped broker prefix creates nothing: no exchange, no queue (dead list, stats and a purge dry run)', async () => {
+  // Issue 35: a mistyped prefix answered "no dead letters", exit 0 — an operator concluded all was well.
+  it('a mistyped broker prefix says "no such dead-letter queue" (exit 1) and creates nothing: no exchange, no queue (dead list, stats, a purge dry run)', async () => {
     const typo = `${prefix}typo`;
     const wrong = { ...env, CLI_TEST_BROKER_PREFIX: typo, CLI_TEST_CONSUMERS: `${typo}payments` };
-    for (const args of [['dead', 'list', '--source', 'transport'], ['stats'], ['dead', 'purge', '--all', '--source', 'transport', '--dry-run']]) {
+    for (const args of [['dead', 'list', '--source', 'transport'], ['stats'], ['dead', 'purge', '--all', '--source', 'transport', '--dry-run'], ['dead', 'groups', '--source', 'transport']]) {
       const result = await runCli(args, wrong);
-      expect(result.code, result.stderr).toBe(0);
+      expect(result.code, `${args.join(' ')}: ${result.stdout} ${result.stderr}`).toBe(1);
+      // `stats` prints what it read, with this under "could not read" (stdout); the others on stderr.
+      expect(result.stdout + result.stderr, args.join(' ')).toContain(`no such dead-letter queue on the broker for consumer '${typo}payments'`);
+      expect(result.stdout + result.stderr, args.join(' ')).toContain('check the prefix');
+      expect(result.stdout, args.join(' ')).not.toMatch(/no dead letters|nothing to purge/);
     }
+    // The right prefix with a consumer that never subscribed is told apart the same way.
+    const unknown = await runCli(['dead', 'list', '--source', 'transport', '--consumer', `${prefix}nobody`], env);
+    expect(unknown.code, unknown.stderr).toBe(1);
+    expect(unknown.stderr).toContain(`'${prefix}nobody'`);
     const { connect } = await import('amqplib');
     const connection = await connect(AMQP_URL);
     try {

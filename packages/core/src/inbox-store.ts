@@ -162,9 +162,23 @@ export interface InboxHalts {
   rehalt(consumer: string, topic: string, key: string, envelope: Envelope, error: string, owner: string): Promise<boolean>;
   lift(consumer: string, topic: string, key: string, owner: string): Promise<boolean>;
   listParked(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxParkedMessage[]>;
+  /**
+   * An operator's replay of a parked head (`courier dead replay parked:<consumer>:<id>`), in
+   * one transaction: the head leaves the parked heads and becomes the head of a halt of its
+   * key already resumed with `retry` (`'resumed'`), which a consumer instance of `consumer`
+   * drains as any resumed halt — the head runs through the inbox under its own messageId
+   * (its failed run committed nothing), so it commits its effects at most once, then the
+   * halt is lifted; if it fails again the key is halted again at it. When the key is halted
+   * now, the head is held behind that halt instead (`'held'`), in key order with the rest.
+   * `false` when `consumer` has no such parked head (replayed or purged already, maybe by a
+   * concurrent call: of two replays of one head exactly one returns non-false).
+   */
+  replayParked(consumer: string, messageId: string): Promise<'resumed' | 'held' | false>;
+  /** Deletes a parked head for good; false when there is none (purged or replayed already). */
+  purgeParked(consumer: string, messageId: string): Promise<boolean>;
 }
 
-const HALT_MEMBERS = ['halt', 'listHalted', 'resumeHalted', 'claimResumed', 'renewDrain', 'settleHead', 'listHeld', 'drop', 'rehalt', 'lift', 'listParked'] as const;
+const HALT_MEMBERS = ['halt', 'listHalted', 'resumeHalted', 'claimResumed', 'renewDrain', 'settleHead', 'listHeld', 'drop', 'rehalt', 'lift', 'listParked', 'replayParked', 'purgeParked'] as const;
 
 /** Whether `store` has the {@link InboxHalts} capability (every member is a function). */
 export function hasInboxHalts<S extends object>(store: S): store is S & InboxHalts {

@@ -221,6 +221,15 @@ export interface TransportDeadLetters {
    */
   count?(consumer: string): Promise<number>;
   /**
+   * Optional: whether the broker has the consumer's dead-letter place (its dead-letter
+   * queue, stream or subscription), asked passively: nothing created, nothing taken, no lock.
+   * `list` answers a consumer that has none with nothing, like one with an empty queue; this
+   * tells the two apart, so an operator's mistyped prefix or consumer name is reported as
+   * such ("no such queue") instead of "no dead letters". A transport implements it only where
+   * the broker can tell without creating anything.
+   */
+  exists?(consumer: string): Promise<boolean>;
+  /**
    * Re-delivers to the consumer with the original messageId and attempt 1, marked
    * `replayed`. The replayed copy's run is recorded in the consumer's inbox under a key of
    * the dead letter's own, so it commits its effects at most once: a replay the broker

@@ -14,6 +14,7 @@ import {
   type InboxStore,
   inboxStatsFromCounts,
   type PortLimits,
+  StorageError,
 } from '@courier/core';
 import { haltId, haltSql, type HaltSql } from './dialects/inbox-halts-sql.js';
 import type { DialectName } from './dialects/sql-dialect.js';
@@ -349,6 +350,45 @@ export class SqlInboxStore<Unit, Tx> implements InboxStore<Unit>, InboxHalts {
   }
 
   /** In the halt's transaction: holds `envelope` when (its) halt row exists, locking it for share; whether it did. */
+/**
+   * Makes a parked head the head of a halt of its key resumed with `retry`, or holds it
+   * behind the key's halt, in one transaction ({@link InboxHalts.replayParked}). The DELETE
+   * decides between two concurrent replays: the second waits for the first's row lock and
+   * then deletes nothing.
+   */
+  async replayParked(consumer: string, messageId: string): Promise<'resumed' | 'held' | false> {
+    return this.#inTransaction('replayParked', async (trx) => {
+      const { dialect, runner } = this.#core;
+      const parked = this.#table('inboxParked');
+      const [row] = await runner.all(`SELECT envelope, error FROM ${parked} WHERE consumer = ? AND message_id = ? ORDER BY seq LIMIT 1`, [consumer, messageId], trx);
+      if (!row) return false;
+      const removed = await runner.run(`DELETE FROM ${parked} WHERE consumer = ? AND message_id = ?`, [consumer, messageId], trx);
+      if (removed.affectedRows === 0) return false;
+      const envelope = JSON.parse(text(row['envelope'])) as Envelope;
+      if (envelope.key === null) throw new StorageError(`parked head '${messageId}' has no key; only a keyed message halts and is parked`);
+      const id = haltId(consumer, envelope.topic, envelope.key);
+      for (;;) {
+        if (await this.#holdIfHalted(trx, id, consumer, envelope)) return 'held';
+        const { prefix, suffix } = this.#halt.insertIgnore;
+        const inserted = await runner.run(
+          `${prefix} ${this.#table('inboxHalts')} (halt_id, consumer, topic, msg_key, head_id, head_envelope, head_error, halted_at, resumed) VALUES (?, ?, ?, ?, ?, ?, ?, ${dialect.now}, 'retry')${suffix}`,
+          [id, consumer, envelope.topic, envelope.key, envelope.messageId, JSON.stringify(envelope), text(row['error'])],
+          trx,
+        );
+        if (inserted.affectedRows > 0) return 'resumed';
+        // A halt of the key committed in between: hold behind it (next round).
+      }
+    });
+  }
+
+  /** Deletes a parked head for good ({@link InboxHalts.purgeParked}). */
+  async purgeParked(consumer: string, messageId: string): Promise<boolean> {
+    return this.#core.operation('purgeParked', undefined, async () => {
+      const removed = await this.#core.runner.run(`DELETE FROM ${this.#table('inboxParked')} WHERE consumer = ? AND message_id = ?`, [consumer, messageId]);
+      return removed.affectedRows > 0;
+    });
+  }
+
   async #holdIfHalted(trx: Tx, id: string, consumer: string, envelope: Envelope): Promise<boolean> {
     const { dialect, runner } = this.#core;
     const rows = await runner.all(`SELECT head_id FROM ${this.#table('inboxHalts')} WHERE halt_id = ?${this.#halt.forShare}`, [id], trx);

@@ -84,6 +84,12 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
     return depth;
   }
 
+  /** Whether the consumer's dead-letter queue exists: a passive declare on a channel of its own, without the read lock (nothing created, nothing taken). */
+  async exists(consumer: string): Promise<boolean> {
+    const connection = await this.#link.requireConnection();
+    return (await depthOf(connection, this.#link.names(consumer).deadLetterQueue)) !== undefined;
+  }
+
   async replay(consumer: string, ids: readonly string[]): Promise<number> {
     const wanted = new Set(ids);
     const names = this.#link.names(consumer);

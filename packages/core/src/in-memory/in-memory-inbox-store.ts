@@ -1,4 +1,4 @@
-import { ClosedError } from '../errors.js';
+import { ClosedError, StorageError } from '../errors.js';
 import { inboxStatsFromCounts, type InboxStats } from '../inbox-operations.js';
 import type { Envelope } from '../envelope.js';
 import type {
@@ -257,6 +257,42 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
     return parked.slice(0, options.limit ?? parked.length);
   }
 
+  /** Makes a parked head the head of a halt of its key resumed with `retry`, or holds it behind the key's halt ({@link InboxHalts.replayParked}). */
+  async replayParked(consumer: string, messageId: string): Promise<'resumed' | 'held' | false> {
+    this.#ready('replayParked');
+    const index = this.#parked.findIndex((entry) => entry.consumer === consumer && entry.envelope.messageId === messageId);
+    if (index < 0) return false;
+    const [parked] = this.#parked.splice(index, 1);
+    const { envelope, error } = parked!;
+    const key = parkedKey(envelope);
+    const existing = this.#halts.get(haltOf(consumer, envelope.topic, key));
+    if (existing) {
+      this.#hold(existing, envelope);
+      return 'held';
+    }
+    this.#halts.set(haltOf(consumer, envelope.topic, key), {
+      consumer,
+      topic: envelope.topic,
+      key,
+      head: { envelope, error },
+      haltedAt: this.#db.now(),
+      held: new Map(),
+      resumed: 'retry',
+      owner: null,
+      until: 0,
+    });
+    return 'resumed';
+  }
+
+  /** Deletes a parked head ({@link InboxHalts.purgeParked}). */
+  async purgeParked(consumer: string, messageId: string): Promise<boolean> {
+    this.#ready('purgeParked');
+    const index = this.#parked.findIndex((entry) => entry.consumer === consumer && entry.envelope.messageId === messageId);
+    if (index < 0) return false;
+    this.#parked.splice(index, 1);
+    return true;
+  }
+
   /** The halt when `owner` still holds its drain lease, which this renews. */
   #owned(consumer: string, topic: string, key: string, owner: string): Halt | undefined {
     const halt = this.#halts.get(haltOf(consumer, topic, key));
@@ -303,6 +339,12 @@ interface Halt {
   owner: string | null;
   until: number;
   leaseMs?: number;
+}
+
+/** The key of a parked head: only keyed messages halt, so only they are ever parked. */
+function parkedKey(envelope: Envelope): string {
+  if (envelope.key === null) throw new StorageError(`parked head '${envelope.messageId}' has no key; only a keyed message halts and is parked`);
+  return envelope.key;
 }
 
 function haltOf(consumer: string, topic: string, key: string): string {
