@@ -17,10 +17,10 @@
 // trip through @courier/core, @courier/mikro-orm (outbox, inbox, migration classes run by
 // MikroORM's migrator) and @courier/sql-transport on one SQLite file.
 //
-// `--mikro-orm 7` is a probe, not a support claim: it installs MikroORM 7 (MIKRO_ORM_7
-// below; it needs Node 22.17+) instead of the MikroORM 6 the workspace tests with, ignoring
-// the plugins' peer range (`<7`: README "Supported platforms" lists what 7 still breaks), so
-// that the round trip keeps working there while the rest is made to.
+// `--mikro-orm 7` installs MikroORM 7 (MIKRO_ORM_7 below; it needs Node 22.17+) instead of
+// the MikroORM 6 the workspace tests with, inside the plugins' peer range (`>=6.6.16 <8`):
+// npm refuses the install if a packed package's range leaves 7 out. The plugins' own tests
+// run on 7 from plugins/mikro-orm-7 (README "Supported platforms").
 // Exits non-zero and says what failed. COURIER_SMOKE_KEEP=1 keeps the scratch folder.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -153,9 +153,7 @@ try {
     `${JSON.stringify({ name: 'courier-pack-smoke', private: true, type: 'module', dependencies }, null, 2)}\n`,
   );
   console.log(`npm install in the scratch project: ${Object.keys(dependencies).join(', ')}`);
-  // The MikroORM 7 probe is outside the plugins' peer range on purpose (see the top).
-  const peerFlags = mikroOrmMajor === '7' ? ['--legacy-peer-deps'] : [];
-  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline', ...peerFlags], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
 
   // ---------------------------------------------------------------- run-time checks
   const checked = packages.filter((pkg) => pkg.tarball);

@@ -26,28 +26,38 @@ const mikroOrm7: Plugin = {
 };
 
 /**
- * The plugin's test files that CI runs on MikroORM 7: the conformance kit on PostgreSQL,
- * MariaDB (both drivers) and SQLite, and the unit-of-work tests (nested transactions,
- * savepoints, the misuse checks) on all four; the other files run with `-- <file>` too.
+ * The test files that CI runs on MikroORM 7: @courier/mikro-orm's conformance kit on
+ * PostgreSQL, MariaDB (both drivers) and SQLite and its unit-of-work tests (nested
+ * transactions, savepoints, the misuse checks) on all four; @courier/sql-transport's
+ * conformance on the three databases. `COURIER_MIKRO_ORM_7_ALL=1` runs every test file of both.
  */
-export const ESSENTIAL = [
-  'test/conformance-postgres.test.ts',
-  'test/conformance-mariadb.test.ts',
-  'test/conformance-mysql-driver.test.ts',
-  'test/conformance-sqlite.test.ts',
-  'test/unit-of-work.test.ts',
-];
+const ESSENTIAL: Record<'mikro-orm' | 'sql-transport', string[]> = {
+  'mikro-orm': [
+    'test/conformance-postgres.test.ts',
+    'test/conformance-mariadb.test.ts',
+    'test/conformance-mysql-driver.test.ts',
+    'test/conformance-sqlite.test.ts',
+    'test/unit-of-work.test.ts',
+  ],
+  'sql-transport': ['test/conformance-postgresql.test.ts', 'test/conformance-mariadb.test.ts', 'test/conformance-sqlite.test.ts'],
+};
+
+function project(plugin: keyof typeof ESSENTIAL) {
+  return {
+    root: fileURLToPath(new URL(`../${plugin}/`, import.meta.url)),
+    plugins: [mikroOrm7],
+    resolve: { conditions: sourceConditions },
+    ssr: { resolve: { conditions: sourceConditions } },
+    test: {
+      name: `${plugin} on MikroORM 7`,
+      include: process.env['COURIER_MIKRO_ORM_7_ALL'] === '1' ? ['test/**/*.test.ts'] : ESSENTIAL[plugin],
+      exclude: ['test/restart/**', '**/node_modules/**'],
+      testTimeout: 30_000,
+      hookTimeout: 60_000,
+    },
+  };
+}
 
 export default defineConfig({
-  root: fileURLToPath(new URL('../mikro-orm/', import.meta.url)),
-  plugins: [mikroOrm7],
-  resolve: { conditions: sourceConditions },
-  ssr: { resolve: { conditions: sourceConditions } },
-  test: {
-    name: 'mikro-orm-7',
-    include: process.env['COURIER_MIKRO_ORM_7_ALL'] === '1' ? ['test/**/*.test.ts'] : ESSENTIAL,
-    exclude: ['test/restart/**', '**/node_modules/**'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
-  },
+  test: { projects: [project('mikro-orm'), project('sql-transport')] },
 });

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { ConfigError } from '@courier/core';
 import type { EntityManager, EventManager, EventSubscriber, FlushEventArgs, Transaction, TransactionContext as TransactionContextClass, TransactionEventArgs } from '@mikro-orm/core';
+import { TransactionLinks } from './mikro-orm-compat.js';
 
 /**
  * MikroORM's `TransactionContext`, loaded on first use with `require`: a value `import` would
@@ -68,6 +69,8 @@ export class OutboxUnitOfWork<Row> {
   /** Savepoints rolled back, and those whose rollback is watched. */
   readonly #rolledBack = new WeakSet<object>();
   readonly #watchedSavepoints = new WeakSet<object>();
+  /** Savepoint links and ended transactions, on MikroORM 6 and 7 alike (mikro-orm-compat.ts). */
+  readonly #links = new TransactionLinks((savepoint) => this.#rolledBack.add(savepoint));
   /** Units of work whose clear() discards their EntityManager's rows. */
   readonly #watchedClears = new WeakSet<object>();
   readonly #registered = new WeakSet<EventManager>();
@@ -93,7 +96,9 @@ export class OutboxUnitOfWork<Row> {
     this.#committed = options.committed;
     this.#subscriber = {
       afterFlush: (args: FlushEventArgs) => this.#afterFlush(args.em),
+      beforeTransactionStart: (args: TransactionEventArgs) => this.#links.beforeStart(args.em, args.transaction),
       afterTransactionStart: (args: TransactionEventArgs) => {
+        this.#links.afterStart(args.em, args.transaction);
         if (args.transaction !== undefined) this.#announced.add(args.transaction);
       },
       beforeTransactionCommit: (args: TransactionEventArgs) => this.#beforeCommit(args.em, args.transaction),
@@ -147,7 +152,7 @@ export class OutboxUnitOfWork<Row> {
       );
     }
     const trx = target.getTransactionContext();
-    if (trx !== undefined && isCompleted(trx)) {
+    if (trx !== undefined && this.#links.isCompleted(trx)) {
       throw new ConfigError(
         `'append' got an EntityManager whose transaction has already ended (committed or rolled back): publish inside the transactional callback before it returns, or on a fresh fork`,
         { code: 'UNIT_OF_WORK_ENDED' },
@@ -164,13 +169,29 @@ export class OutboxUnitOfWork<Row> {
     // and it is never flushed, published if that rolls back and it is).
     const active = activeEntityManager(target.name);
     const activeTrx = active !== undefined && active !== target && active.getDriver() === target.getDriver() ? active.getTransactionContext() : undefined;
-    if (activeTrx !== undefined && !isCompleted(activeTrx) && (trx === undefined || rootOf(trx) === rootOf(activeTrx))) {
+    if (activeTrx !== undefined && !this.#links.isCompleted(activeTrx) && (trx === undefined || this.#rootOf(trx) === this.#rootOf(activeTrx))) {
       throw new ConfigError(
         `'append' got an EntityManager whose em.transactional() fork is active here: publish on the 'em' the transactional callback received, so the message commits or rolls back with that transaction`,
         { code: 'UNIT_OF_WORK_REQUIRED' },
       );
     }
     return target;
+  }
+
+  // The chain helpers walk savepoint links without building an array: every producing
+  // transaction passes through them at its flush and at its commit.
+
+  /** The top-level transaction of a (possibly nested, savepoint) transaction. */
+  #rootOf(trx: Transaction): object {
+    let current: object = trx;
+    for (let parent = this.#links.parentOf(current); parent !== undefined; parent = this.#links.parentOf(current)) current = parent;
+    return current;
+  }
+
+  /** True when `trx` or a transaction enclosing it is in `set`. */
+  #chainHas(trx: Transaction, set: WeakSet<object>): boolean {
+    for (let link: object | undefined = trx; link !== undefined; link = this.#links.parentOf(link)) if (set.has(link)) return true;
+    return false;
   }
 
   #register(events: EventManager): void {
@@ -234,14 +255,14 @@ export class OutboxUnitOfWork<Row> {
     const rows = this.#take(em, trx);
     if (!rows) return;
     if (trx !== undefined) {
-      if (isCompleted(trx)) {
+      if (this.#links.isCompleted(trx)) {
         throw new ConfigError(`the EntityManager's transaction ended before its outbox rows were written: flush inside the transaction`, {
           code: 'UNIT_OF_WORK_ENDED',
         });
       }
-      const root = rootOf(trx);
+      const root = this.#rootOf(trx);
       if (this.#announced.has(root)) {
-        for (let link: object | undefined = trx; link !== root && link !== undefined; link = parentOf(link)) this.#watchSavepoint(link as Transaction);
+        for (let link: object | undefined = trx; link !== root && link !== undefined; link = this.#links.parentOf(link)) this.#watchSavepoint(link as Transaction);
         const deferred = this.#deferred.get(root);
         if (deferred) deferred.push({ trx, rows });
         else this.#deferred.set(root, [{ trx, rows }]);
@@ -257,7 +278,10 @@ export class OutboxUnitOfWork<Row> {
 
   async #beforeCommit(em: EntityManager, trx: Transaction | undefined): Promise<void> {
     if (trx === undefined) throw new Error('beforeTransactionCommit without a transaction');
-    const root = rootOf(trx);
+    // MikroORM 7 announces a savepoint's release too (not on MySQL/MariaDB): its rows wait
+    // for the root's commit, as on 6, where only root transactions are announced.
+    if (this.#links.parentOf(trx) !== undefined) return;
+    const root = this.#rootOf(trx);
     // The implicit transaction of a flush carries the EntityManager's rows itself; rows
     // appended after em.commit()'s flush still belong to this transaction.
     const own = this.#take(em, trx);
@@ -265,7 +289,7 @@ export class OutboxUnitOfWork<Row> {
     if (own) batches = batches === undefined ? [{ trx, rows: own }] : [...batches, { trx, rows: own }];
     if (batches === undefined) return;
     const rows: Row[] = [];
-    for (const batch of batches) if (!chainHas(batch.trx, this.#rolledBack)) rows.push(...batch.rows);
+    for (const batch of batches) if (!this.#chainHas(batch.trx, this.#rolledBack)) rows.push(...batch.rows);
     if (rows.length === 0) {
       this.#deferred.delete(root);
       return;
@@ -280,8 +304,8 @@ export class OutboxUnitOfWork<Row> {
   }
 
   #afterCommit(trx: Transaction | undefined): void {
-    if (trx === undefined) return;
-    const root = rootOf(trx);
+    if (trx === undefined || this.#links.parentOf(trx) !== undefined) return;
+    const root = this.#rootOf(trx);
     this.#deferred.delete(root);
     if (!this.#written.has(root)) return;
     this.#written.delete(root);
@@ -289,9 +313,21 @@ export class OutboxUnitOfWork<Row> {
   }
 
   #afterRollback(em: EntityManager, trx: Transaction | undefined): void {
+    if (trx !== undefined && this.#links.parentOf(trx) !== undefined) {
+      // A savepoint's rollback (announced by MikroORM 7): what was flushed inside it is
+      // marked rolled back (TransactionLinks), and what was appended inside it and not
+      // flushed goes with it; the enclosing transactions' rows stay.
+      const batches = this.#pending.get(em);
+      if (batches) {
+        const kept = batches.filter((batch) => batch.trx === undefined || !this.#chainHas(batch.trx, this.#rolledBack));
+        if (kept.length === 0) this.#pending.delete(em);
+        else this.#pending.set(em, kept);
+      }
+      return;
+    }
     this.#pending.delete(em);
     if (trx === undefined) return;
-    const root = rootOf(trx);
+    const root = this.#rootOf(trx);
     this.#deferred.delete(root);
     this.#written.delete(root);
   }
@@ -308,35 +344,8 @@ function isEntityManager(value: unknown): value is EntityManager {
   );
 }
 
-function isCompleted(trx: Transaction): boolean {
-  const knexTrx = trx as { isCompleted?: () => boolean };
-  return typeof knexTrx.isCompleted === 'function' && knexTrx.isCompleted();
-}
-
 function disablesTransactions(em: EntityManager): boolean {
   return (em as unknown as { disableTransactions?: boolean }).disableTransactions === true;
-}
-
-// The chain helpers walk `parentTransaction` links without building an array: every
-// producing transaction passes through them at its flush and at its commit.
-
-/** The enclosing transaction of a savepoint, or undefined for a top-level transaction. */
-function parentOf(trx: object): object | undefined {
-  const parent = (trx as { parentTransaction?: unknown }).parentTransaction;
-  return parent === undefined || parent === null ? undefined : (parent as object);
-}
-
-/** The top-level transaction of a (possibly nested, savepoint) knex transaction. */
-function rootOf(trx: Transaction): object {
-  let current: object = trx;
-  for (let parent = parentOf(current); parent !== undefined; parent = parentOf(current)) current = parent;
-  return current;
-}
-
-/** True when `trx` or a transaction enclosing it is in `set`. */
-function chainHas(trx: Transaction, set: WeakSet<object>): boolean {
-  for (let link: object | undefined = trx; link !== undefined; link = parentOf(link)) if (set.has(link)) return true;
-  return false;
 }
 
 function describe(value: unknown): string {

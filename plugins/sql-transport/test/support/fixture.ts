@@ -69,6 +69,17 @@ export async function openOrm(dialect: QueueDialectName, testId: string, proxy?:
   } catch (error) {
     throw new Error(`the ${dialect} test database cannot be opened: ${String(error)}; ${HOW_TO_START[dialect]}`, { cause: error });
   }
+  // MikroORM 7's init no longer connects (the first query does), and its checkConnection()
+  // reports "Connection not established" until then: connect first, so an unreachable
+  // server fails here, with how to start it. On 6, init has connected already.
+  if (!(await orm.isConnected())) {
+    try {
+      await orm.connect();
+    } catch (error) {
+      await orm.close(true).catch(() => undefined);
+      throw new Error(`the ${dialect} test database cannot be opened: ${String(error)}; ${HOW_TO_START[dialect]}`, { cause: error });
+    }
+  }
   const check = await orm.em.getConnection().checkConnection();
   if (!check.ok) {
     await orm.close(true).catch(() => undefined);
