@@ -262,6 +262,22 @@ if (problems.length > 0) {
     }
   }
 
+  // ---------------------------------------------------------------- the packed CLI serves the console
+  // The front end is bundled into the tarball at build time: `courier console` from the
+  // installed package must serve the page, its assets and the API with nothing built here.
+  if (checked.some((pkg) => pkg.manifest.name === '@courier/cli')) {
+    writeFileSync(
+      join(app, 'courier.config.mjs'),
+      `import { InMemoryDatabase, InMemoryOutboxStore } from '@courier/core';\nexport default () => ({ outbox: new InMemoryOutboxStore({ database: new InMemoryDatabase() }) });\n`,
+    );
+    try {
+      await checkConsole(app);
+      console.log('ok console: the packed `courier console` serves its page, assets and API');
+    } catch (error) {
+      fail(`the packed CLI does not serve the console: ${error.message}`);
+    }
+  }
+
   // ---------------------------------------------------------------- the kit outside the workspace
   // A plugin author's project: the kit installed from its tarball, a TypeScript fixture module,
   // no vitest setting of ours. One SIGKILL scenario must run there as it does here (it failed
@@ -316,6 +332,35 @@ describeBus('outside', { store: async (context) => (await createFixture(context)
 } finally {
   if (process.env.COURIER_SMOKE_KEEP === '1') console.log(`kept ${scratch}`);
   else rmSync(scratch, { recursive: true, force: true });
+}
+
+/** Starts the installed `courier console` in `app`, fetches the page, one asset and the stats, and stops it. */
+async function checkConsole(app) {
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, [join(app, 'node_modules', '@courier', 'cli', 'dist', 'bin.js'), 'console', '--port', '0', '--config', 'courier.config.mjs'], { cwd: app, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  try {
+    const url = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`not serving after 60 s: ${stderr}`)), 60_000);
+      child.stderr.on('data', (chunk) => {
+        stderr += chunk;
+        const match = /serving (http:\/\/\S+?\/)/.exec(stderr);
+        if (match) {
+          clearTimeout(timer);
+          resolve(match[1]);
+        }
+      });
+      child.once('exit', (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+    });
+    const page = await (await fetch(url)).text();
+    if (!page.includes('<div id="app">')) throw new Error(`the page is not the console's: ${page.slice(0, 200)}`);
+    const asset = /src="\.\/(assets\/[^"]+\.js)"/.exec(page)?.[1];
+    if (!asset || (await fetch(new URL(asset, url))).status !== 200) throw new Error(`its script ${asset ?? '(none named)'} is not served`);
+    const stats = await fetch(new URL('api/stats', url));
+    if (stats.status !== 200 || !('stats' in (await stats.json()))) throw new Error(`/api/stats answered ${stats.status}`);
+  } finally {
+    child.kill('SIGTERM');
+  }
 }
 
 if (failures.length > 0) {

@@ -14,6 +14,8 @@
 #               into ~/.cache/courier/elasticmq, then started in the background)
 #   Redis       7.x on 127.0.0.1:6379 (Debian's redis-server; started keeping nothing on
 #               disk, as on the project's machines)
+#   Chromium    Debian's chromium package at /usr/bin/chromium (installed with apt-get when
+#               missing), for the operator console's browser tests (playwright-core)
 # Each service that does not answer is started (Debian packages' commands, as on the
 # project's machines), then waited for with a bounded loop; one that never answers fails
 # the script with what failed and how to start it by hand.
@@ -352,6 +354,20 @@ _cs_redis_prepare() {
 }
 
 # ---------------------------------------------------------------- main
+# The browser the console tests drive: Debian's package, never a download of playwright's own.
+_cs_chromium_prepare() {
+  local chromium="${COURIER_CHROMIUM:-/usr/bin/chromium}"
+  if [ ! -x "$chromium" ]; then
+    _cs_log "installing Debian's chromium for the console's browser tests"
+    { _cs_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 ||
+      { _cs_root apt-get update -q >/dev/null 2>&1 && _cs_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; } ||
+      { _cs_fail "Chromium is not installed and apt-get could not install it; install it (Debian: apt-get install chromium) or point COURIER_CHROMIUM at a Chromium binary"; return 1; }
+  fi
+  [ -x "$chromium" ] || { _cs_fail "no Chromium at $chromium after installing; point COURIER_CHROMIUM at one"; return 1; }
+  COURIER_CHROMIUM="$chromium"
+  export COURIER_CHROMIUM
+}
+
 courier_services_prepare() {
   : "${COURIER_PG_URL:=postgres://courier:courier@127.0.0.1:5432/courier_test}"
   : "${COURIER_MARIADB_URL:=mysql://courier:courier@127.0.0.1:3306/courier_test}"
@@ -373,6 +389,7 @@ courier_services_prepare() {
   _cs_kafka_prepare || failed="$failed Kafka"
   _cs_sqs_prepare || failed="$failed SQS"
   _cs_redis_prepare || failed="$failed Redis"
+  _cs_chromium_prepare || failed="$failed Chromium"
   if [ -n "$failed" ]; then
     _cs_fail "not ready:$failed (see the messages above)"
     return 1
@@ -392,4 +409,5 @@ else
   printf 'export COURIER_KAFKA_BROKERS=%q\n' "$COURIER_KAFKA_BROKERS"
   printf 'export COURIER_SQS_ENDPOINT=%q\n' "$COURIER_SQS_ENDPOINT"
   printf 'export COURIER_REDIS_URL=%q\n' "$COURIER_REDIS_URL"
+  if [ -n "${COURIER_CHROMIUM:-}" ]; then printf 'export COURIER_CHROMIUM=%q\n' "$COURIER_CHROMIUM"; fi
 fi

@@ -108,7 +108,12 @@ function sampleOf(at: number, stats: CliStats): ConsoleSample {
  */
 export async function serveConsole(options: ConsoleOptions): Promise<CourierConsole> {
   const { setup } = options;
-  const staticDir = options.staticDir ?? fileURLToPath(new URL('./console/', import.meta.url));
+  // Installed: dist/console beside dist/console-server.js. Run from the sources (tsx, the
+  // example's `pnpm courier`): the page a `pnpm build` left in dist/console.
+  const staticDir =
+    options.staticDir ??
+    [new URL('./console/', import.meta.url), new URL('../dist/console/', import.meta.url)].map((url) => fileURLToPath(url)).find((dir) => existsSync(join(dir, 'index.html'))) ??
+    fileURLToPath(new URL('./console/', import.meta.url));
   const expected = options.token !== undefined ? digest(`Bearer ${options.token}`) : undefined;
   const canAct = expected !== undefined && options.readOnly !== true;
   const history: ConsoleSample[] = [];
