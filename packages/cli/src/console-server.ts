@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describeError, groupFailures, hasInboxHalts } from '@courier/core';
 import { collectStats, listHaltedEverywhere, parkingPlacesOf, resumeHaltedEntry, type CliStats, type HaltedEntry } from './cli.js';
 import type { CourierCliSetup } from './config.js';
-import { actOnParked, failureFacts, listParked, PARKED_HEAD_UNSUPPORTED, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
+import { actOnParked, failureFacts, listParked, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
 import { diagnose } from './diagnose.js';
 import { toJson, UsageError } from './format.js';
 
@@ -198,10 +198,17 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
       // the page was shown is counted as already changed, never replayed a second time here.
       const current = new Map((await listParked(places, {}, Number.MAX_SAFE_INTEGER)).map((item) => [item.ref, item]));
       const present = refs.map((ref) => current.get(ref)).filter((item): item is ParkedMessage => item !== undefined);
-      const items = present.filter((item) => item.source !== 'inbox');
-      const skippedParkedHeads = present.length - items.length;
-      const done = items.length > 0 ? await actOnParked(places, items, action) : { outbox: 0, transport: 0 };
-      const outcome = { requested: refs.length, outbox: done.outbox, transport: done.transport, alreadyChanged: refs.length - present.length + (items.length - done.outbox - done.transport), skippedParkedHeads, ...(skippedParkedHeads > 0 ? { note: PARKED_HEAD_UNSUPPORTED } : {}) };
+      // Parked consumer heads are acted on too (the inbox store's replayParked/purgeParked);
+      // a replayed head whose key was halted again meanwhile waits behind that halt.
+      const done = present.length > 0 ? await actOnParked(places, present, action) : { outbox: 0, transport: 0, inbox: 0, heldBehind: [] };
+      const outcome = {
+        requested: refs.length,
+        outbox: done.outbox,
+        transport: done.transport,
+        inbox: done.inbox,
+        alreadyChanged: refs.length - present.length + (present.length - done.outbox - done.transport - done.inbox),
+        heldBehind: done.heldBehind.map((item) => item.ref),
+      };
       statsCache.invalidate();
       audit(request, action, { refs, group: typeof body['group'] === 'string' ? body['group'] : null }, outcome);
       return outcome;

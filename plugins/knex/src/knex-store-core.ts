@@ -47,7 +47,7 @@ export class KnexStoreCore extends SqlStoreCore<Knex.Transaction, KnexExecutor> 
       throw new ConfigError(`the knex client '${client}' is not one Courier knows: use pg, mysql2 or better-sqlite3, or set 'dialect' to 'postgresql', 'mysql' or 'sqlite'`);
     }
     const names = resolveTableNames(config);
-    const dialect = createDialect({}, names, dialectName);
+    const dialect = createDialect(dialectName, names);
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);

@@ -53,7 +53,7 @@ export class KyselyStoreCore<DB> extends SqlStoreCore<Transaction<DB>, KyselyExe
       throw new ConfigError(`the Kysely adapter '${adapter}' is not one Courier knows: use Kysely's PostgresDialect, MysqlDialect or SqliteDialect, or set 'dialect' to 'postgresql', 'mysql' or 'sqlite'`);
     }
     const names = resolveTableNames(config);
-    const dialect = createDialect({}, names, dialectName);
+    const dialect = createDialect(dialectName, names);
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);

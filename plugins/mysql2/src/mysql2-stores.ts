@@ -37,7 +37,7 @@ class Mysql2StoreCore extends SqlStoreCore<PoolConnection, Mysql2Executor> {
       throw new ConfigError(`'pool' is required: pass a mysql2 promise pool (\`createPool\` from 'mysql2/promise', or \`pool.promise()\` of a callback pool)`);
     }
     const names = resolveTableNames(config);
-    const dialect = createDialect({}, names, 'mysql');
+    const dialect = createDialect('mysql', names);
     super({
       executor: new Mysql2Executor(config.pool),
       dialect,

@@ -1,4 +1,6 @@
 import {
+  type AppendResult,
+  type AsyncAppendFlag,
   ConfigError,
   decodeEnvelope,
   describeError,
@@ -24,13 +26,13 @@ import { LogicalReplicationService, PgoutputPlugin, type Pgoutput } from 'pg-log
 import { assertSlotName, ensureReplicationSlot, readSlotStats, type ReplicationSlotStats } from './replication-slot.js';
 
 /** Configuration of {@link PgLogicalOutboxStore}. */
-export interface PgLogicalOutboxStoreConfig<Tx> {
+export interface PgLogicalOutboxStoreConfig<Tx, A extends AppendResult = void> {
   /**
    * The PostgreSQL outbox store the bus would otherwise use (`MikroOrmOutboxStore`, …), on
    * the database `connection` points at. Appends, completions, failures, releases, renewals,
    * operator commands and the sweep's claims go to it unchanged.
    */
-  readonly store: OutboxStore<Tx>;
+  readonly store: OutboxStore<Tx, A>;
   /** How to reach the same database (a `pg` client config): one replication connection and a small pool for the claims by sequence. */
   readonly connection: pg.ClientConfig;
   /** The logical replication slot (lower-case letters, digits, `_`); created if missing. One reader at a time. */
@@ -129,13 +131,13 @@ const STATUS_INTERVAL_MS = 10_000;
  *   reconnect delay once the reader's connection is gone.
  * - `close()` stops the stream, ends the pool and closes the wrapped store; idempotent.
  */
-export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
+export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements OutboxStore<Tx, A> {
   readonly slot: string;
   readonly publication: string;
   readonly limits?: PortLimits;
   /** The wrapped store's lease renewal, when it has one (the relay then keeps short leases while a batch is in hand). */
   readonly renew?: (lease: OutboxLease, sequences: readonly bigint[], leaseMs: number, options?: { signal?: AbortSignal }) => Promise<number>;
-  readonly #store: OutboxStore<Tx>;
+  readonly #store: OutboxStore<Tx, A>;
   readonly #connection: pg.ClientConfig;
   readonly #pool: pg.Pool;
   readonly #logger: Logger;
@@ -168,7 +170,7 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
   #logged = 0;
   #swept = 0;
 
-  constructor(config: PgLogicalOutboxStoreConfig<Tx>) {
+  constructor(config: PgLogicalOutboxStoreConfig<Tx, A>) {
     const problems: string[] = [];
     const check = (what: string, fn: () => void) => {
       try {
@@ -234,8 +236,14 @@ export class PgLogicalOutboxStore<Tx> implements OutboxStore<Tx> {
     return { ...stats, unacknowledgedAgeMs: oldest ? Math.max(0, Date.now() - oldest.receivedAt) : 0 };
   }
 
-  append(tx: Tx, messages: readonly OutboxAppend[]): void {
-    this.#store.append(tx, messages);
+  /** Whether `append` returns a promise: the wrapped store's answer (this store appends through it). */
+  get asyncAppend(): AsyncAppendFlag<A> {
+    return (this.#store.asyncAppend === true) as AsyncAppendFlag<A>;
+  }
+
+  /** Appends through the wrapped store, returning what it returns (a promise for a store that writes at once). */
+  append(tx: Tx, messages: readonly OutboxAppend[]): A {
+    return this.#store.append(tx, messages);
   }
 
   /**

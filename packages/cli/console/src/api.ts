@@ -76,9 +76,11 @@ export interface ActionOutcome {
   readonly requested: number;
   readonly outbox: number;
   readonly transport: number;
+  /** Parked consumer heads replayed or purged. */
+  readonly inbox: number;
   readonly alreadyChanged: number;
-  readonly skippedParkedHeads: number;
-  readonly note?: string;
+  /** Replayed heads whose key was halted again meanwhile: they wait behind that halt. */
+  readonly heldBehind: readonly string[];
 }
 
 /** Who acts, and with which token: kept in this browser (the token for the tab only). */

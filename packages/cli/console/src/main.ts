@@ -201,10 +201,10 @@ function Confirm({ pending, close, done }: { pending: Pending; close: () => void
 }
 
 function outcomeText(action: 'replay' | 'purge', outcome: ActionOutcome): string {
-  const changed = outcome.outbox + outcome.transport;
+  const changed = outcome.outbox + outcome.transport + outcome.inbox;
   const parts = [`${action === 'replay' ? 'replayed' : 'purged'} ${changed} of ${outcome.requested}`];
   if (outcome.alreadyChanged > 0) parts.push(`${outcome.alreadyChanged} had already changed (another operator, or a relay)`);
-  if (outcome.skippedParkedHeads > 0) parts.push(`${outcome.skippedParkedHeads} parked consumer head(s) skipped: ${outcome.note ?? ''}`);
+  if (outcome.heldBehind.length > 0) parts.push(`${outcome.heldBehind.length} replayed head(s) wait behind a new halt of their key`);
   return parts.join('; ');
 }
 
