@@ -118,7 +118,8 @@ Examples:
   courier stats                       backlog, oldest pending age, dead letters, halted keys
   courier dead list --topic orders    dead outbox rows and transport dead letters of topic 'orders'
   courier migrate --check             exit 1 when the schema is behind (for deploy pipelines)
-  courier relay --port 9464           run the relay alone, /health and /metrics on port 9464`);
+  courier relay --port 9464           run the relay alone, /health and /metrics on port 9464
+  courier console                     the operator console in the browser (read-only without a token)`);
   const configOf = (): string | undefined => program.opts<{ config?: string }>().config;
   const examples = (command: Command, text: string): Command => command.addHelpText('after', `\nExamples:\n${text}\n${EXIT_HELP}`);
 
@@ -197,17 +198,7 @@ Examples:
     ...(options.olderThan !== undefined ? { olderThanMs: parseDuration(options.olderThan, '--older-than') } : {}),
     ...(options.group !== undefined ? { group: parseGroupId(options.group) } : {}),
   });
-  const placesOf = (setup: CourierCliSetup): ParkingPlaces => {
-    // An inbox store with halts keeps consumers' parked heads; one without has none to show.
-    const inbox = setup.inbox && hasInboxHalts(setup.inbox as object) ? (setup.inbox as unknown as InboxHalts) : undefined;
-    if (!setup.outbox && !inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox, nor an inbox store with halts, nor a transport with dead letters');
-    return {
-      ...(setup.outbox ? { outbox: setup.outbox } : {}),
-      ...(inbox ? { inbox } : {}),
-      ...(setup.transport?.deadLetters ? { deadLetters: setup.transport.deadLetters } : {}),
-      consumers: setup.consumers ?? [],
-    };
-  };
+  const placesOf = parkingPlacesOf;
 
   examples(
     filterOptions(dead.command('list').description("List parked messages: outbox rows first, then consumers' parked heads, then transport dead letters."))
@@ -434,13 +425,11 @@ Examples:
         }
         let resumed = 0;
         for (const entry of targets) {
+          const changed = await resumeHaltedEntry(setup, entry, action);
+          if (changed > 0) resumed += 1;
           if (entry.consumer === null) {
-            const changed = await need(setup.outbox, 'outbox').resume(entry.topic, entry.key, action);
-            if (changed > 0) resumed += 1;
             io.out(`outbox '${entry.topic}'/'${entry.key}' (${action}): ${changed} row(s) changed`);
           } else {
-            const changed = await inboxHalts(setup.inbox).resumeHalted(entry.consumer, entry.topic, entry.key, action);
-            if (changed > 0) resumed += 1;
             io.out(
               changed === 0
                 ? `consumer '${entry.consumer}' '${entry.topic}'/'${entry.key}' was already resumed; nothing changed`
@@ -455,6 +444,46 @@ Examples:
   courier halted resume orders order-42 --consumer billing --yes
   courier halted resume --all --consumer billing --dry-run
   courier halted resume --all --topic orders --yes`,
+  );
+
+  // ── console ─────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('console')
+      .description(
+        'Serve the operator console, a web page over the same operations as these commands: the backlog with live charts, dead letters grouped by error (replay or purge a group), halted keys (resume). Actions need an operator token; without one it is read-only. Every action is logged to stdout as a JSON line.',
+      )
+      .option('--port <port>', 'port to listen on (0: any free one)', '9470')
+      .option('--host <host>', 'address to listen on (0.0.0.0: every interface; the token then guards actions, not reads)', '127.0.0.1')
+      .option('--token <token>', 'operator token required for every action (prefer the COURIER_CONSOLE_TOKEN environment variable: arguments show in ps)')
+      .option('--read-only', 'refuse every action, even with a token')
+      .option('--interval <duration>', 'how often the overview samples the stats for its charts', '5s')
+      .action(async (options: { port: string; host: string; token?: string; readOnly?: boolean; interval: string }) => {
+        const port = parsePort(options.port);
+        const sampleIntervalMs = parseDuration(options.interval, '--interval');
+        const token = options.token ?? (process.env['COURIER_CONSOLE_TOKEN'] || undefined);
+        if (token !== undefined && token.trim() === '') throw new UsageError('--token must not be empty');
+        const setup = await open('console', configOf());
+        // Loaded here only: no other command needs the server.
+        const { serveConsole } = await import('./console-server.js');
+        const running = await serveConsole({ setup, port, host: options.host, token, readOnly: options.readOnly === true, sampleIntervalMs, audit: (line) => io.out(line) });
+        const mode = options.readOnly ? 'read-only (--read-only)' : token === undefined ? 'read-only (no operator token: give --token or COURIER_CONSOLE_TOKEN to allow actions)' : 'actions need the operator token';
+        io.err(`courier console: serving ${running.url} — ${mode}; Ctrl-C to stop`);
+        let stop = (): void => undefined;
+        const stopped = new Promise<void>((resolve) => (stop = resolve));
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+        try {
+          await stopped;
+        } finally {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+          await running.close();
+        }
+      }),
+    `  courier console                     read-only at http://127.0.0.1:9470/
+  COURIER_CONSOLE_TOKEN=… courier console --port 8080
+  courier console --read-only --host 0.0.0.0`,
   );
 
   // ── prune ───────────────────────────────────────────────────────────────────────────
@@ -574,6 +603,23 @@ Examples:
   return program;
 }
 
+/**
+ * Where the config's parked messages live, for the `courier dead` commands and the console:
+ * the outbox, the inbox store's parked heads (when it has halts) and the transport's dead
+ * letters. Throws a `UsageError` when the config provides none of them.
+ */
+export function parkingPlacesOf(setup: CourierCliSetup): ParkingPlaces {
+  // An inbox store with halts keeps consumers' parked heads; one without has none to show.
+  const inbox = setup.inbox && hasInboxHalts(setup.inbox as object) ? (setup.inbox as unknown as InboxHalts) : undefined;
+  if (!setup.outbox && !inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides neither an outbox, nor an inbox store with halts, nor a transport with dead letters');
+  return {
+    ...(setup.outbox ? { outbox: setup.outbox } : {}),
+    ...(inbox ? { inbox } : {}),
+    ...(setup.transport?.deadLetters ? { deadLetters: setup.transport.deadLetters } : {}),
+    consumers: setup.consumers ?? [],
+  };
+}
+
 interface RawFilter {
   source: 'outbox' | 'inbox' | 'transport' | 'all';
   topic?: string;
@@ -607,14 +653,15 @@ async function confirm(io: CliIo, yes: boolean, question: string): Promise<boole
   }
 }
 
-interface HaltedScopeOptions {
+/** Which halted keys `courier halted` (and the console) look at. */
+export interface HaltedScopeOptions {
   topic?: string;
   consumer?: string;
   source: 'outbox' | 'consumers' | 'all';
 }
 
 /** One halted key, the outbox's (`consumer` null) or a consumer's, as `courier halted` lists it. */
-interface HaltedEntry {
+export interface HaltedEntry {
   readonly consumer: string | null;
   readonly topic: string;
   readonly key: string;
@@ -632,7 +679,7 @@ interface HaltedEntry {
  * know which consumers exist to see that one is stuck. A config without an outbox or an inbox
  * with halts skips that half with a note on stderr, unless the scope names it.
  */
-async function listHaltedEverywhere(setup: CourierCliSetup, scope: HaltedScopeOptions, io: CliIo): Promise<HaltedEntry[]> {
+export async function listHaltedEverywhere(setup: CourierCliSetup, scope: HaltedScopeOptions, io: Pick<CliIo, 'err'>): Promise<HaltedEntry[]> {
   const entries: HaltedEntry[] = [];
   const wantOutbox = scope.consumer === undefined && scope.source !== 'consumers';
   const wantConsumers = scope.source !== 'outbox';
@@ -658,6 +705,17 @@ async function listHaltedEverywhere(setup: CourierCliSetup, scope: HaltedScopeOp
     }
   }
   return entries;
+}
+
+/**
+ * Resumes one halted key as `courier halted resume` and the console do: the outbox's through
+ * `OutboxOperations.resume`, a consumer's through `InboxHalts.resumeHalted` (a running
+ * instance of the consumer then drains it). Resolves with how many rows or keys changed: 0
+ * when the key had already been resumed (by another operator), so resuming twice is harmless.
+ */
+export async function resumeHaltedEntry(setup: CourierCliSetup, entry: Pick<HaltedEntry, 'consumer' | 'topic' | 'key'>, action: 'retry' | 'park'): Promise<number> {
+  if (entry.consumer === null) return need(setup.outbox, 'outbox').resume(entry.topic, entry.key, action);
+  return inboxHalts(setup.inbox).resumeHalted(entry.consumer, entry.topic, entry.key, action);
 }
 
 /** The inbox store's halts, or a usage error saying what the config lacks. */
@@ -734,7 +792,12 @@ const DEPTH_LIMIT = 10_000;
  */
 const SAFE_PRUNE_MS = 86_400_000;
 
-async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
+/**
+ * Reads what `courier stats` prints (and the console's overview shows): each part on its
+ * own, so one that cannot be read is listed under `unavailable` and the rest still reported.
+ * Changes nothing.
+ */
+export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   if (!setup.outbox && !setup.inbox && !setup.transport?.deadLetters) throw new UsageError('the courier config provides no outbox, inbox or transport dead letters to report on');
   const unavailable: { what: string; error: string; remedy?: string }[] = [];
   // Each part is read on its own: one failing (the broker down) must not hide the others.

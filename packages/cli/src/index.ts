@@ -8,3 +8,5 @@ export type { RunRelayOptions } from './relay-process.js';
 export { runRelay } from './relay-process.js';
 export type { CourierMetricsOptions, CourierMetricsServer, CourierMetricsSources } from './metrics-server.js';
 export { serveCourierMetrics } from './metrics-server.js';
+export type { ConsoleOptions, ConsoleSample, CourierConsole } from './console-server.js';
+export { serveConsole } from './console-server.js';

@@ -1,0 +1,387 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { extname, join, normalize, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describeError, groupFailures, hasInboxHalts } from '@courier/core';
+import { collectStats, listHaltedEverywhere, parkingPlacesOf, resumeHaltedEntry, type CliStats, type HaltedEntry } from './cli.js';
+import type { CourierCliSetup } from './config.js';
+import { actOnParked, failureFacts, listParked, PARKED_HEAD_UNSUPPORTED, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
+import { diagnose } from './diagnose.js';
+import { toJson, UsageError } from './format.js';
+
+/** Arguments of {@link serveConsole}. */
+export interface ConsoleOptions {
+  /** The objects of the user's `courier.config.ts`, as every CLI command gets them. */
+  readonly setup: CourierCliSetup;
+  readonly port: number;
+  /** Address to listen on; `courier console` defaults to loopback (`127.0.0.1`). */
+  readonly host: string;
+  /**
+   * The operator token every changing request must carry (`Authorization: Bearer <token>`).
+   * Absent: the console is read-only (every changing request is answered 403).
+   */
+  readonly token?: string | undefined;
+  /** Refuse every changing request even with a token (403). */
+  readonly readOnly?: boolean;
+  /** How often the overview's history is sampled (milliseconds). Default 5,000. */
+  readonly sampleIntervalMs?: number;
+  /** Where each action (and each refused one) is logged as one JSON line: who, from where, what, and the outcome. */
+  readonly audit: (line: string) => void;
+  /** The built front end (index.html and its assets); defaults to `console/` beside this module in `dist/`. */
+  readonly staticDir?: string;
+}
+
+/** A running console; `close()` stops sampling and the server (idempotent). */
+export interface CourierConsole {
+  readonly url: string;
+  readonly address: AddressInfo;
+  close(): Promise<void>;
+}
+
+/** One point of the overview's charts. */
+export interface ConsoleSample {
+  readonly at: number;
+  readonly pending: number | null;
+  readonly inFlight: number | null;
+  readonly oldestPendingAgeMs: number | null;
+  /** Dead outbox rows plus transport dead letters plus parked consumer heads that the stats count. */
+  readonly dead: number | null;
+  /** The outbox's halted keys plus every consumer's. */
+  readonly halted: number | null;
+}
+
+/** An hour of samples at the default interval. */
+const HISTORY = 720;
+const MAX_BODY = 1_000_000;
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.json': 'application/json',
+};
+
+const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
+
+class HttpError extends Error {
+  override readonly name = 'HttpError';
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Overview numbers of one stats read, summed over consumers. */
+function sampleOf(at: number, stats: CliStats): ConsoleSample {
+  const transportDead = stats.transport?.reduce((sum, row) => sum + row.deadLetters, 0) ?? 0;
+  const consumerHalted = stats.consumerHalts?.reduce((sum, row) => sum + row.haltedKeys, 0) ?? 0;
+  const known = stats.outbox !== null || stats.transport !== null || stats.consumerHalts !== null;
+  return {
+    at,
+    pending: stats.outbox?.pending ?? null,
+    inFlight: stats.outbox?.inFlight ?? null,
+    oldestPendingAgeMs: stats.outbox?.oldestPendingAgeMs ?? null,
+    dead: known ? (stats.outbox?.dead ?? 0) + transportDead : null,
+    halted: known ? (stats.outbox?.haltedKeys ?? 0) + consumerHalted : null,
+  };
+}
+
+/**
+ * Serves the operator console: the built front end and a JSON API over the same functions
+ * the `courier` commands call (stats, dead letters and their failure groups, halted keys,
+ * replay, purge, resume), so the console has no query of its own.
+ *
+ * Guarantees: reads change nothing; a changing request (POST) is refused 403 in read-only
+ * mode or without a configured token, 401 without the matching bearer token (compared in
+ * constant time), before anything is read; each one, done or refused, writes one audit line.
+ * A replay or purge acts only on the references the operator was shown and that still are
+ * parked when it runs (those already changed are counted, not acted on), and replays go
+ * through the stores' and transports' own replay, so a replayed dead letter keeps its
+ * messageId and replay id and its effects apply once. Requests whose Host is not the
+ * address bound (a DNS-rebinding page) are refused 421 when bound to loopback.
+ */
+export async function serveConsole(options: ConsoleOptions): Promise<CourierConsole> {
+  const { setup } = options;
+  const staticDir = options.staticDir ?? fileURLToPath(new URL('./console/', import.meta.url));
+  const expected = options.token !== undefined ? digest(`Bearer ${options.token}`) : undefined;
+  const canAct = expected !== undefined && options.readOnly !== true;
+  const history: ConsoleSample[] = [];
+  const statsCache = sharedRead(async () => {
+    const read = await collectStats(setup);
+    history.push(sampleOf(Date.now(), read));
+    if (history.length > HISTORY) history.splice(0, history.length - HISTORY);
+    return read;
+  }, 1_000);
+  const stats = statsCache.get;
+  const notes: string[] = [];
+  const halts = setup.inbox !== undefined && hasInboxHalts(setup.inbox as object);
+  if (!setup.outbox) notes.push("the config has no 'outbox': no outbox backlog, dead rows or halted outbox keys");
+  if (!setup.inbox) notes.push("the config has no 'inbox': no consumers' records or halted keys");
+  else if (!halts) notes.push("the inbox store has no halts: consumers' halted keys and parked heads cannot be shown");
+  if (!setup.transport?.deadLetters) notes.push('the transport offers no dead-letter operations (or the config has none): transport dead letters are not shown');
+  else if ((setup.consumers ?? []).length === 0) notes.push("the config lists no 'consumers': a transport keeps dead letters per consumer and cannot list its consumers, so none are shown");
+
+  const authorise = (request: IncomingMessage): void => {
+    if (options.readOnly) throw new HttpError(403, 'the console runs read-only (--read-only)');
+    if (expected === undefined) throw new HttpError(403, 'the console runs read-only: start it with --token or COURIER_CONSOLE_TOKEN to allow actions');
+    const given = digest(request.headers.authorization ?? '');
+    if (!timingSafeEqual(given, expected)) throw new HttpError(401, 'a valid operator token is required (Authorization: Bearer <token>)');
+  };
+  const audit = (request: IncomingMessage, action: string, what: unknown, outcome: unknown): void => {
+    options.audit(
+      JSON.stringify({
+        at: new Date().toISOString(),
+        msg: 'console action',
+        operator: operatorOf(request),
+        from: request.socket.remoteAddress ?? null,
+        action,
+        what,
+        outcome,
+      }),
+    );
+  };
+
+  const routes = async (request: IncomingMessage, url: URL): Promise<unknown> => {
+    const path = url.pathname;
+    if (request.method === 'GET') {
+      if (path === '/api/info') {
+        return { readOnly: !canAct, readOnlyReason: canAct ? null : options.readOnly ? '--read-only' : 'no operator token configured', consumers: setup.consumers ?? [], notes };
+      }
+      if (path === '/api/stats') {
+        const read = await stats();
+        return { stats: read, history };
+      }
+      if (path === '/api/groups') {
+        const places = parkingPlacesOf(setup);
+        const found = await listParked(places, {}, Number.MAX_SAFE_INTEGER);
+        const groups = groupFailures(found, failureFacts).map(({ members, ...group }) => ({ ...group, members: members.map(summary) }));
+        return { groups, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, {}, found))] };
+      }
+      if (path.startsWith('/api/dead/')) {
+        const ref = decodeURIComponent(path.slice('/api/dead/'.length));
+        const item = (await listParked(parkingPlacesOf(setup), {}, Number.MAX_SAFE_INTEGER)).find((candidate) => candidate.ref === ref);
+        if (!item) throw new HttpError(404, `no dead letter '${ref}' (it may have been replayed or purged)`);
+        return item;
+      }
+      if (path === '/api/halted') {
+        const skipped: string[] = [];
+        const keys = await listHaltedEverywhere(setup, { source: 'all' }, { err: (text) => skipped.push(text.replace(/^courier: note: /, '')) });
+        return { keys, notes: skipped };
+      }
+      throw new HttpError(404, `no such page '${path}'`);
+    }
+    if (request.method !== 'POST') throw new HttpError(405, `method ${request.method ?? ''} not allowed`);
+    const dead = /^\/api\/dead\/(replay|purge)$/.exec(path);
+    if (dead) {
+      const action = dead[1] as 'replay' | 'purge';
+      const body = await jsonBody(request);
+      try {
+        authorise(request);
+      } catch (error) {
+        audit(request, action, { refs: body['refs'] ?? null }, { refused: (error as Error).message });
+        throw error;
+      }
+      const refs = stringArray(body['refs'], 'refs');
+      const places = parkingPlacesOf(setup);
+      // Only what is still parked is acted on: a member replayed by another operator since
+      // the page was shown is counted as already changed, never replayed a second time here.
+      const current = new Map((await listParked(places, {}, Number.MAX_SAFE_INTEGER)).map((item) => [item.ref, item]));
+      const present = refs.map((ref) => current.get(ref)).filter((item): item is ParkedMessage => item !== undefined);
+      const items = present.filter((item) => item.source !== 'inbox');
+      const skippedParkedHeads = present.length - items.length;
+      const done = items.length > 0 ? await actOnParked(places, items, action) : { outbox: 0, transport: 0 };
+      const outcome = { requested: refs.length, outbox: done.outbox, transport: done.transport, alreadyChanged: refs.length - present.length + (items.length - done.outbox - done.transport), skippedParkedHeads, ...(skippedParkedHeads > 0 ? { note: PARKED_HEAD_UNSUPPORTED } : {}) };
+      statsCache.invalidate();
+      audit(request, action, { refs, group: typeof body['group'] === 'string' ? body['group'] : null }, outcome);
+      return outcome;
+    }
+    if (path === '/api/halted/resume') {
+      const body = await jsonBody(request);
+      const what = { consumer: body['consumer'] ?? null, topic: body['topic'] ?? null, key: body['key'] ?? null, resume: body['action'] ?? null };
+      try {
+        authorise(request);
+      } catch (error) {
+        audit(request, 'resume', what, { refused: (error as Error).message });
+        throw error;
+      }
+      const action = body['action'];
+      if (action !== 'retry' && action !== 'park') throw new HttpError(400, "'action' must be 'retry' or 'park'");
+      const consumer = body['consumer'] === null || body['consumer'] === undefined ? null : text(body['consumer'], 'consumer');
+      const entry: Pick<HaltedEntry, 'consumer' | 'topic' | 'key'> = { consumer, topic: text(body['topic'], 'topic'), key: text(body['key'], 'key') };
+      const changed = await resumeHaltedEntry(setup, entry, action);
+      statsCache.invalidate();
+      audit(request, 'resume', what, { changed });
+      return { changed };
+    }
+    throw new HttpError(404, `no such action '${path}'`);
+  };
+
+  const serveStatic = async (path: string, response: ServerResponse): Promise<void> => {
+    const index = join(staticDir, 'index.html');
+    if (!existsSync(index)) {
+      response.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
+      response.end(`the console's front end is not built (no ${index}); in a source checkout run \`pnpm --filter @courier/cli build\``);
+      return;
+    }
+    const file = normalize(join(staticDir, path === '/' ? 'index.html' : decodeURIComponent(path)));
+    // Unknown paths are the single-page app's own routes: they get index.html.
+    const target = file.startsWith(staticDir.endsWith(sep) ? staticDir : `${staticDir}${sep}`) && existsSync(file) && extname(file) !== '' ? file : index;
+    const body = await readFile(target);
+    response.writeHead(200, {
+      'content-type': TYPES[extname(target)] ?? 'application/octet-stream',
+      'cache-control': target === index ? 'no-store' : 'public, max-age=31536000, immutable',
+      'x-content-type-options': 'nosniff',
+      'x-frame-options': 'DENY',
+      'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+    });
+    response.end(body);
+  };
+
+  const loopback = /^(127\.|::1$|localhost$)/.test(options.host);
+  const server: Server = createServer((request, response) => {
+    const url = new URL(request.url ?? '/', 'http://console.invalid');
+    // Bound to loopback, the console trusts the machine: a page from elsewhere that rebinds
+    // its own name to 127.0.0.1 would otherwise read it, so only loopback names are served.
+    const hostname = (request.headers.host ?? '').replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+    if (loopback && !/^(localhost|127\.\d+\.\d+\.\d+|::1)$/.test(hostname)) {
+      response.writeHead(421, { 'content-type': 'text/plain; charset=utf-8' }).end(`host '${hostname}' is not served: open the console at its loopback address`);
+      return;
+    }
+    if (!url.pathname.startsWith('/api/')) {
+      serveStatic(url.pathname, response).catch((error: unknown) => {
+        if (!response.headersSent) response.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
+        response.end(describeError(error));
+      });
+      return;
+    }
+    routes(request, url).then(
+      (value) => {
+        response.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }).end(toJson(value));
+      },
+      (error: unknown) => {
+        const status = error instanceof HttpError ? error.status : error instanceof UsageError ? 400 : error instanceof Error && error.name === 'NotFoundError' ? 404 : 500;
+        const remedy = diagnose(error)?.remedy;
+        response
+          .writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' })
+          .end(toJson({ error: error instanceof Error ? error.message : String(error), ...(remedy !== undefined ? { remedy } : {}) }));
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  // Sample in the background too, so the charts have a history when the page is first opened.
+  const sampleEvery = options.sampleIntervalMs ?? 5_000;
+  const sampler = setInterval(() => {
+    stats().catch(() => undefined);
+  }, sampleEvery);
+  sampler.unref();
+  stats().catch(() => undefined);
+  const address = server.address() as AddressInfo;
+  const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${shownHost}:${address.port}/`,
+    address,
+    close: () =>
+      (closing ??= new Promise<void>((resolve) => {
+        clearInterval(sampler);
+        server.close(() => resolve());
+        server.closeAllConnections();
+      })),
+  };
+}
+
+/**
+ * One read shared by concurrent callers and reused for `maxAgeMs`; `invalidate()` (after an
+ * action) makes the next caller read anew, and a read already in flight then is not kept,
+ * so a page never shows the state from before its own action as current.
+ */
+function sharedRead<T>(read: () => Promise<T>, maxAgeMs: number): { get: () => Promise<T>; invalidate: () => void } {
+  let last: { readonly value: T; readonly at: number } | undefined;
+  let reading: Promise<T> | undefined;
+  let generation = 0;
+  return {
+    get: async () => {
+      if (last && performance.now() - last.at < maxAgeMs) return last.value;
+      if (reading) return reading;
+      const started = generation;
+      const current = read()
+        .then((value) => {
+          if (started === generation) last = { value, at: performance.now() };
+          return value;
+        })
+        .finally(() => {
+          if (reading === current) reading = undefined;
+        });
+      reading = current;
+      return current;
+    },
+    invalidate: () => {
+      generation += 1;
+      last = undefined;
+      reading = undefined;
+    },
+  };
+}
+
+/** What a failure group's member list shows of each member. */
+function summary(item: ParkedMessage) {
+  return {
+    ref: item.ref,
+    state: item.state,
+    source: item.source,
+    consumer: item.consumer,
+    topic: item.envelope.topic,
+    key: item.envelope.key ?? null,
+    messageId: item.envelope.messageId,
+    attempts: item.attempts,
+    parkedAt: item.parkedAt,
+    actionable: item.source !== 'inbox',
+  };
+}
+
+/** Who did it, as the page says (an operator name it keeps per browser); the audit line adds the address. */
+function operatorOf(request: IncomingMessage): string {
+  const name = request.headers['x-courier-operator'];
+  return typeof name === 'string' && name.trim() !== '' ? name.trim().slice(0, 100) : 'anonymous';
+}
+
+async function jsonBody(request: IncomingMessage): Promise<Record<string, unknown>> {
+  // A form post from another page cannot set this type without a CORS preflight, which is never granted.
+  if (!(request.headers['content-type'] ?? '').startsWith('application/json')) throw new HttpError(415, 'send the body as application/json');
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of request as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY) throw new HttpError(413, 'request body too large');
+    chunks.push(chunk);
+  }
+  try {
+    const value: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('not an object');
+    return value as Record<string, unknown>;
+  } catch {
+    throw new HttpError(400, 'the body is not a JSON object');
+  }
+}
+
+function stringArray(value: unknown, what: string): string[] {
+  if (!Array.isArray(value) || value.length === 0 || !value.every((item) => typeof item === 'string')) throw new HttpError(400, `'${what}' must be a non-empty array of references`);
+  return value as string[];
+}
+
+function text(value: unknown, what: string): string {
+  if (typeof value !== 'string' || value === '') throw new HttpError(400, `'${what}' must be a non-empty string`);
+  return value;
+}
