@@ -270,11 +270,11 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
       const kept = makeEnvelope({ topic, key: 'k' });
       const lost = makeEnvelope({ topic, key: 'k' });
       await env.inbox.run(uniqueId(), env.consumer, async (tx) => {
-        env.outbox.append(tx, [{ envelope: kept }]);
+        await env.outbox.append(tx, [{ envelope: kept }]);
       });
       await expect(
         env.inbox.run(uniqueId(), env.consumer, async (tx) => {
-          env.outbox.append(tx, [{ envelope: lost }]);
+          await env.outbox.append(tx, [{ envelope: lost }]);
           throw new Error('handler failed after publishing');
         }),
       ).rejects.toThrow('handler failed after publishing');

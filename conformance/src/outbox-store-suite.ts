@@ -95,7 +95,7 @@ function message<Tx>(env: OutboxCaseEnv<Tx>, key: string | null, overrides: Part
 
 async function commit<Tx>(env: OutboxCaseEnv<Tx>, messages: readonly (Envelope | OutboxAppend)[]): Promise<void> {
   await env.fixture.transaction(async (tx) => {
-    env.outbox.append(
+    await env.outbox.append(
       tx,
       messages.map((item) => ('envelope' in item ? item : { envelope: item })),
     );
@@ -106,14 +106,22 @@ function claim<Tx>(env: OutboxCaseEnv<Tx>, owner: string, overrides: { limit?: n
   return env.outbox.claim({ owner, limit: overrides.limit ?? 1_000, leaseMs: overrides.leaseMs ?? LONG_LEASE_MS, perKey: overrides.perKey ?? 1 });
 }
 
-/** Expects `publish` to throw a `ConfigError` whose message names `field` and no other error. */
-function expectConfigError(publish: () => unknown, field: string): void {
-  let thrown: unknown;
+/**
+ * What `run` threw, or what the promise it returned rejected with (a store that writes at
+ * once reports through its promise); undefined when it did neither.
+ */
+async function failureOf(run: () => unknown): Promise<unknown> {
   try {
-    publish();
+    await run();
   } catch (error) {
-    thrown = error;
+    return error;
   }
+  return undefined;
+}
+
+/** Expects `publish` to throw a `ConfigError` whose message names `field` and no other error. */
+async function expectConfigError(publish: () => unknown, field: string): Promise<void> {
+  const thrown = await failureOf(publish);
   expect(thrown, `publish with an unstorable ${field} is refused`).toBeInstanceOf(ConfigError);
   expect((thrown as Error).message, `the error names the ${field}`).toContain(field);
 }
@@ -173,13 +181,8 @@ function sorted(values: readonly string[]): string[] {
   return [...values].sort();
 }
 
-function expectCourierError(run: () => unknown, codes: readonly string[]): void {
-  let thrown: unknown;
-  try {
-    run();
-  } catch (error) {
-    thrown = error;
-  }
+async function expectCourierError(run: () => unknown, codes: readonly string[]): Promise<void> {
+  const thrown = await failureOf(run);
   expect(thrown, 'expected a CourierError to be thrown').toBeInstanceOf(CourierError);
   expect(codes).toContain((thrown as CourierError).code);
 }
@@ -275,17 +278,60 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       await env.fixture.transaction(async (tx) => {
         const outbox = bus.outbox(tx);
         for (const [field, options] of badOptions) {
-          expectConfigError(() => outbox.publish(definition, {}, options), field);
+          await expectConfigError(() => outbox.publish(definition, {}, options), field);
         }
         for (const [field, bad] of badDefinitions) {
-          expectConfigError(() => outbox.publish(bad, {}, {}), field);
+          await expectConfigError(() => outbox.publish(bad, {}, {}), field);
         }
         // Still usable: what follows in the same unit of work commits.
-        outbox.publish(definition, { ok: true }, { key: 'k', messageId: good });
+        await outbox.publish(definition, { ok: true }, { key: 'k', messageId: good });
         await env.fixture.recordEffect(tx, 'after-refusals');
       });
       expect(ids(await claim(env, 'relay-a')), 'only the good message was written').toEqual([good]);
       expect(await env.fixture.readEffects()).toEqual(['after-refusals']);
+    },
+  },
+  {
+    name: 'an append that fails (a duplicate messageId) never lets its unit of work commit the business change without the message',
+    async run(env) {
+      // A store that writes at once must have its append awaited before the commit: a failed
+      // INSERT left behind turns a PostgreSQL COMMIT into a silent ROLLBACK and, on MySQL or
+      // SQLite, would commit the business change without the message. The caller here does
+      // what the API asks (awaits, lets a failure end the unit of work); a store that queues
+      // rows reports the duplicate at append or at commit instead. Either way the unit of
+      // work must not commit: no effect, no other message of it.
+      const first = message(env, 'k');
+      await commit(env, [first]);
+      const { outbox } = env;
+      const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
+      const definition = defineMessage('conformance.Duplicated', { version: 1, topic: env.topic });
+      const sibling = uniqueId();
+      const failure = await failureOf(() =>
+        env.fixture.transaction(async (tx) => {
+          await env.fixture.recordEffect(tx, 'effect-before-duplicate');
+          await bus.outbox(tx).publish(definition, {}, { key: 'j', messageId: sibling });
+          await bus.outbox(tx).publish(definition, {}, { key: 'k', messageId: first.messageId });
+          await env.fixture.recordEffect(tx, 'effect-after-duplicate');
+        }),
+      );
+      expect(failure, 'the unit of work with a duplicate messageId failed').toBeInstanceOf(CourierError);
+      expect((failure as CourierError).code).toBe('DUPLICATE_MESSAGE_ID');
+      // The same through the port, without the bus.
+      const lone = message(env, null);
+      const direct = await failureOf(() =>
+        env.fixture.transaction(async (tx) => {
+          await env.fixture.recordEffect(tx, 'effect-before-direct-duplicate');
+          await env.outbox.append(tx, [{ envelope: lone }]);
+          await env.outbox.append(tx, [{ envelope: message(env, 'k', { messageId: first.messageId }) }]);
+        }),
+      );
+      expect((direct as CourierError | undefined)?.code, 'the append of a duplicate failed the unit of work').toBe('DUPLICATE_MESSAGE_ID');
+      expect(await env.fixture.readEffects(), 'no business change committed').toEqual([]);
+      expect(await drain(env, 'relay-a'), 'only the first message exists').toEqual([first.messageId]);
+      // The store is still usable for the next unit of work.
+      const next = message(env, 'k');
+      await commit(env, [next]);
+      expect(await drain(env, 'relay-a')).toEqual([next.messageId]);
     },
   },
   {
@@ -294,7 +340,7 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const lost = message(env, 'k');
       await expect(
         env.fixture.transaction(async (tx) => {
-          env.outbox.append(tx, [{ envelope: lost }]);
+          await env.outbox.append(tx, [{ envelope: lost }]);
           await env.fixture.recordEffect(tx, 'rolled-back-effect');
           throw new Error('rollback probe');
         }),
@@ -317,9 +363,9 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       // The unit of work writes something first (a flush, where the store has one), then
       // the message is appended and the transaction rolls back.
       await env.fixture.recordEffect(first, 'rolled-back-effect');
-      env.outbox.append(first, lost.map((envelope) => ({ envelope })));
+      await env.outbox.append(first, lost.map((envelope) => ({ envelope })));
       const again = await unitOfWork.rollback(first);
-      env.outbox.append(again, [{ envelope: kept }]);
+      await env.outbox.append(again, [{ envelope: kept }]);
       // A write of the reused object (its next flush) must not carry the rolled-back rows.
       await env.fixture.recordEffect(again, 'committed-effect');
       await unitOfWork.commit(again);
@@ -334,15 +380,15 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const committed = message(env, 'k');
       let ended: unknown;
       await env.fixture.transaction(async (tx) => {
-        env.outbox.append(tx, [{ envelope: committed }]);
+        await env.outbox.append(tx, [{ envelope: committed }]);
         ended = tx;
       });
       const late = message(env, 'k');
-      expectCourierError(() => env.outbox.append(ended as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), [
+      await expectCourierError(() => env.outbox.append(ended as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), [
         'UNIT_OF_WORK_ENDED',
         'UNIT_OF_WORK_REQUIRED',
       ]);
-      expectCourierError(() => env.outbox.append({} as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), ['UNIT_OF_WORK_REQUIRED']);
+      await expectCourierError(() => env.outbox.append({} as Parameters<typeof env.outbox.append>[0], [{ envelope: late }]), ['UNIT_OF_WORK_REQUIRED']);
       expect(ids(await claim(env, 'relay-a'))).toEqual([committed.messageId]);
     },
   },
@@ -465,7 +511,7 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const commits: string[] = [];
       const txA = env.fixture
         .transaction(async (tx) => {
-          env.outbox.append(tx, [{ envelope: a1 }, { envelope: a2 }]);
+          await env.outbox.append(tx, [{ envelope: a1 }, { envelope: a2 }]);
           appended.resolve();
           await gate.promise;
         })
@@ -503,7 +549,7 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       const txA = env.fixture
         .transactionHeldBeforeCommit(
           async (tx) => {
-            env.outbox.append(tx, [{ envelope: a }]);
+            await env.outbox.append(tx, [{ envelope: a }]);
           },
           async () => {
             held.resolve();

@@ -54,7 +54,7 @@ export async function runHaltScenario<Tx>(factories: BusFactories<Tx>, action: I
       // One transaction per message, a's and b's interleaved: commit order is publish order per key.
       for (const [key, id] of [['a', a[0]], ['b', b[0]], ['a', a[1]], ['a', a[2]], ['b', b[1]]] as const) {
         await store.transaction(async (tx) => {
-          bus.outbox(tx).publish(Work, {}, { key, messageId: id! });
+          await bus.outbox(tx).publish(Work, {}, { key, messageId: id! });
         });
       }
       bus.wake();
@@ -143,7 +143,7 @@ export async function runHaltReplayCase<Tx>(factories: BusFactories<Tx>, testId:
     let letterId: string;
     try {
       await store.transaction(async (tx) => {
-        parking.outbox(tx).publish(Work, {}, { key: 'a', messageId: replayed });
+        await parking.outbox(tx).publish(Work, {}, { key: 'a', messageId: replayed });
       });
       parking.wake();
       letterId = await eventually(
@@ -165,7 +165,7 @@ export async function runHaltReplayCase<Tx>(factories: BusFactories<Tx>, testId:
       expect(await deadLetters.replay(consumer, [letterId])).toBe(1);
       await eventually(async () => expect((await ofKey())[0]?.head?.envelope.messageId, 'the replay halted its key').toBe(replayed), { timeoutMs: 30_000 });
       await store.transaction(async (tx) => {
-        halting.outbox(tx).publish(Work, {}, { key: 'a', messageId: later });
+        await halting.outbox(tx).publish(Work, {}, { key: 'a', messageId: later });
       });
       halting.wake();
       await eventually(async () => expect((await ofKey())[0]?.held, 'the later message is held').toBe(1), { timeoutMs: 30_000 });

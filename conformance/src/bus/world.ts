@@ -196,7 +196,7 @@ export async function produce<Tx>(
         const current = seq + index;
         const key = current % 4 === 3 ? null : `k${Math.floor(random() * plan.keys)}`;
         const payload: WorkPayload = { key, seq: current, ...(plan.poison?.has(current) ? { poison: true } : {}) };
-        const id = publisher.outbox(tx).publish(world.work, payload, key === null ? {} : { key });
+        const id = await publisher.outbox(tx).publish(world.work, payload, key === null ? {} : { key });
         staged.push({ id, key, seq: current });
       }
     });
@@ -210,7 +210,7 @@ export async function produce<Tx>(
       const doomed: string[] = [];
       await store
         .transaction(async (tx) => {
-          doomed.push(publisher.outbox(tx).publish(world.work, { key: 'k0', seq: -1 }, { key: 'k0' }));
+          doomed.push(await publisher.outbox(tx).publish(world.work, { key: 'k0', seq: -1 }, { key: 'k0' }));
           throw new RolledBack();
         })
         .catch((error: unknown) => {

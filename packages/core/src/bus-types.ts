@@ -3,7 +3,7 @@ import type { FaultHook } from './fault-points.js';
 import type { InboxStore } from './inbox-store.js';
 import type { Logger } from './logger.js';
 import type { DecodedOf, MessageDefinition, PayloadOf } from './message-definition.js';
-import type { OutboxStore } from './outbox-store.js';
+import type { AppendResult, OutboxStore, PublishedId } from './outbox-store.js';
 import type { RetryPolicy } from './retry.js';
 import type { Transport } from './transport.js';
 
@@ -36,19 +36,28 @@ export interface PublishOptions {
   readonly priority?: number;
 }
 
-/** Writes messages into one unit of work. Obtained from {@link Bus.outbox}. */
-export interface OutboxPublisher {
+/**
+ * Writes messages into one unit of work. Obtained from {@link Bus.outbox}. `A` is what the
+ * outbox store's `append` returns: `void` (MikroORM, in-memory) makes `publish` return the
+ * messageId, `Promise<void>` (a store that writes at once, such as node-postgres) makes it
+ * return a promise of it.
+ */
+export interface OutboxPublisher<A extends AppendResult = void> {
   /**
-   * Validates and appends one message to the unit of work; returns its messageId.
+   * Validates and appends one message to the unit of work; returns its messageId (a promise
+   * of it when the store writes at once).
    *
    * Guarantees: the message is published if and only if the unit of work commits; on
    * bad input it throws (`SerializationError`, `ConfigError`) and appends nothing, leaving
-   * the unit of work usable. A text field no database can store — U+0000 or a lone UTF-16
+   * the unit of work usable. On a store that writes at once the promise must be awaited
+   * before the unit of work commits: it settles when the row is written in it; bad input
+   * rejects it (nothing written, the unit of work usable), and any other rejection (a
+   * duplicate messageId, a lost connection) means the unit of work must not commit. A text field no database can store — U+0000 or a lone UTF-16
    * surrogate in the key, an id, a header name or value (type and topic are ASCII by their
    * patterns) — is a `ConfigError` naming the field, never a failed commit. The payload
    * needs no such check: it is JSON text, which escapes both.
    */
-  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): PublishedId<A>;
 }
 
 /** A decoded message as a handler sees it. */
@@ -66,8 +75,8 @@ export interface ReceivedMessage<TPayload> {
   readonly payload: TPayload;
 }
 
-/** What a handler gets besides the message. */
-export interface HandlerContext<Tx> {
+/** What a handler gets besides the message. `A` is what the outbox store's `append` returns (see {@link OutboxPublisher}). */
+export interface HandlerContext<Tx, A extends AppendResult = void> {
   /** The unit of work the inbox record commits in; write effects through it. */
   readonly tx: Tx;
   /** The consumer (group) name. */
@@ -79,12 +88,17 @@ export interface HandlerContext<Tx> {
   readonly logger: Logger;
   /** The raw envelope. */
   readonly envelope: Envelope;
-  /** Publishes through the outbox in `tx`, inheriting correlationId and setting causationId. */
-  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): string;
+  /**
+   * Publishes through the outbox in `tx`, inheriting correlationId and setting causationId.
+   * On a store that writes at once it returns a promise; the consumer awaits every such
+   * append of the handler before it commits `tx`, and one that rejects fails the delivery
+   * (retried by the retry policy) even when the handler did not await it.
+   */
+  publish<D extends MessageDefinition<unknown, unknown>>(definition: D, payload: PayloadOf<D>, options?: PublishOptions): PublishedId<A>;
 }
 
 /** A message handler. Throw to retry; throw `UnrecoverableError` to dead-letter at once. */
-export type Handler<D, Tx> = (message: ReceivedMessage<DecodedOf<D>>, context: HandlerContext<Tx>) => Promise<void>;
+export type Handler<D, Tx, A extends AppendResult = void> = (message: ReceivedMessage<DecodedOf<D>>, context: HandlerContext<Tx, A>) => Promise<void>;
 
 /** Per-subscription options. */
 export interface SubscribeOptions {
@@ -174,9 +188,13 @@ export interface RelayConfig {
   readonly owner?: string;
 }
 
-/** Arguments of {@link createBus}. Both stores share one unit-of-work type. */
-export interface BusConfig<Tx> {
-  readonly outbox: OutboxStore<Tx>;
+/**
+ * Arguments of {@link createBus}. Both stores share one unit-of-work type. `A` is what the
+ * outbox store's `append` returns, inferred from the store: it decides whether `publish`
+ * returns a `string` or a `Promise<string>`.
+ */
+export interface BusConfig<Tx, A extends AppendResult = AppendResult> {
+  readonly outbox: OutboxStore<Tx, A>;
   /** Required when the bus has subscriptions. */
   readonly inbox?: InboxStore<Tx>;
   readonly transport: Transport;

@@ -14,6 +14,7 @@ import type { MessageDefinition } from './message-definition.js';
 import type { Transport, TransportCapabilities } from './transport.js';
 import { Consumer, INBOX_NAME_SUFFIXES, type ConsumerSettings, type Registration } from './consumer.js';
 import { createOutboxPublisher, newMessageId, type PublisherSettings } from './outbox-publisher.js';
+import type { AppendResult } from './outbox-store.js';
 import { aborted, Gate } from './internal/async.js';
 import { Relay, faultCaller, relaySettings, type RelaySettings } from './relay.js';
 import { retryPolicy } from './retry.js';
@@ -42,16 +43,22 @@ export interface StopOptions {
  * — what cannot be delivered or handled is dead-lettered with its error. `start` and
  * `stop` are idempotent; `stop` never closes the stores or transport it was given.
  */
-export interface Bus<Tx> extends AsyncDisposable {
-  /** A publisher that appends to the unit of work `tx`. */
-  outbox(tx: Tx): OutboxPublisher;
+export interface Bus<Tx, A extends AppendResult = void> extends AsyncDisposable {
+  /**
+   * A publisher that appends to the unit of work `tx`. Its `publish` returns the messageId
+   * when the outbox store queues rows in the unit of work (`A` is `void`: MikroORM,
+   * in-memory) and a promise of it when the store writes at once (`A` is `Promise<void>`:
+   * node-postgres and the other driver adapters), which the caller must await before
+   * committing `tx`.
+   */
+  outbox(tx: Tx): OutboxPublisher<A>;
   /**
    * Registers a handler of `definition` for the consumer (group) `consumer`. Call before
    * `start`. On a transport declaring `fanOut: false`, a second consumer group on a topic
    * this bus already consumes is refused (`ConfigError`): it would take part of the first
    * group's messages instead of getting its own copy.
    */
-  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options?: SubscribeOptions): void;
+  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx, A>, options?: SubscribeOptions): void;
   /**
    * Starts the relay and/or the consumers, and resolves once each part has made its first
    * try: every consumer its subscription, then the relay its first claim. The relay starts
@@ -86,9 +93,11 @@ interface ConsumerPlan<Tx> {
 }
 
 /**
- * Creates a bus. Throws `ConfigError` listing every problem with `config`.
+ * Creates a bus. Throws `ConfigError` listing every problem with `config`. `A` is inferred
+ * from the outbox store's `append`: it decides whether `bus.outbox(tx).publish()` returns a
+ * `string` or a `Promise<string>`.
  */
-export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
+export function createBus<Tx, A extends AppendResult = void>(config: BusConfig<Tx, A>): Bus<Tx, A> {
   const problems: string[] = [];
   if (!config || typeof config !== 'object') throw new ConfigError('createBus needs a config object');
   if (!config.outbox || typeof config.outbox.append !== 'function') problems.push(`'outbox' must be an OutboxStore`);
@@ -113,7 +122,7 @@ export function createBus<Tx>(config: BusConfig<Tx>): Bus<Tx> {
   if (consumerRetry) problems.push(...retryDelayProblems(consumerRetry.maxDelayMs, 'retry.maxDelayMs', limit));
   if (relay.settings) problems.push(...retryDelayProblems(relay.settings.pauseMaxMs, 'relay.pause.maxDelayMs', limit));
   if (problems.length > 0 || !relay.settings || !consumerRetry) throw new ConfigError(problems);
-  return new CourierBus(config, relay.settings, consumerRetry, maxPayloadBytes);
+  return new CourierBus<Tx, A>(config, relay.settings, consumerRetry, maxPayloadBytes);
 }
 
 /**
@@ -127,8 +136,8 @@ function retryDelayProblems(delayMs: number, name: string, limit: TransportCapab
   ];
 }
 
-class CourierBus<Tx> implements Bus<Tx> {
-  readonly #config: BusConfig<Tx>;
+class CourierBus<Tx, A extends AppendResult> implements Bus<Tx, A> {
+  readonly #config: BusConfig<Tx, A>;
   readonly #relaySettings: RelaySettings;
   readonly #defaultRetry;
   readonly #logger: Logger;
@@ -152,7 +161,7 @@ class CourierBus<Tx> implements Bus<Tx> {
   /** A relay start deferred until the bus's consumers have subscribed (see #start). */
   #relayDeferred: { readonly waitingFor: readonly string[]; readonly done: Promise<void> } | undefined;
 
-  constructor(config: BusConfig<Tx>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
+  constructor(config: BusConfig<Tx, A>, relay: RelaySettings, retry: ReturnType<typeof retryPolicy>, maxPayloadBytes: number) {
     this.#config = config;
     this.#transport = timedTransport(config.transport, this.#durations);
     this.#relaySettings = relay;
@@ -168,11 +177,11 @@ class CourierBus<Tx> implements Bus<Tx> {
     this.#consumerLimits = consumerLimits(config);
   }
 
-  outbox(tx: Tx): OutboxPublisher {
+  outbox(tx: Tx): OutboxPublisher<A> {
     return createOutboxPublisher(this.#config.outbox, tx, this.#publisher);
   }
 
-  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx>, options: SubscribeOptions = {}): void {
+  subscribe<D extends MessageDefinition<unknown, unknown>>(consumer: string, definition: D, handler: Handler<D, Tx, A>, options: SubscribeOptions = {}): void {
     const problems: string[] = [];
     if (this.#status !== 'stopped') problems.push(`subscribe '${String(consumer)}' before start()`);
     if (typeof consumer !== 'string' || !isValidTopic(consumer)) {
@@ -420,7 +429,7 @@ class CourierBus<Tx> implements Bus<Tx> {
 }
 
 /** The declared limits every published envelope must fit, with the names errors give their ports. */
-function publishLimits<Tx>(config: BusConfig<Tx>): NamedLimits[] {
+function publishLimits<Tx, A extends AppendResult>(config: BusConfig<Tx, A>): NamedLimits[] {
   return [
     { holder: 'the outbox store', limits: config.outbox.limits },
     { holder: 'the transport', limits: config.transport.limits },
@@ -430,7 +439,7 @@ function publishLimits<Tx>(config: BusConfig<Tx>): NamedLimits[] {
 }
 
 /** What a consumer name must fit: the inbox's column less the longest suffix the consumer appends, and the transport's limit. */
-function consumerLimits<Tx>(config: BusConfig<Tx>): { holder: string; limit: LengthLimit | undefined }[] {
+function consumerLimits<Tx, A extends AppendResult>(config: BusConfig<Tx, A>): { holder: string; limit: LengthLimit | undefined }[] {
   const inbox = config.inbox?.limits?.consumer;
   const suffix = INBOX_NAME_SUFFIXES.reduce((longest, next) => (next.length > longest.length ? next : longest), '');
   // The suffixes are ASCII: as long in characters as in bytes.

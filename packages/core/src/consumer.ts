@@ -11,7 +11,7 @@ import { boundReason, boundReasonText } from './reason-text.js';
 import type { Logger } from './logger.js';
 import { decodeForConsume, type MessageDefinition } from './message-definition.js';
 import { createOutboxPublisher, type PublisherSettings } from './outbox-publisher.js';
-import type { OutboxStore } from './outbox-store.js';
+import type { AppendResult, OutboxStore } from './outbox-store.js';
 import { backoffDelay, type RetryPolicy } from './retry.js';
 import { linkSignals } from './signals.js';
 import { extractTrace, inSpan, type Instruments } from './telemetry.js';
@@ -61,7 +61,7 @@ class ReadOnly extends Error {}
 /** One message type a consumer handles. */
 export interface Registration<Tx> {
   readonly definition: MessageDefinition<unknown, unknown>;
-  readonly handler: Handler<MessageDefinition<unknown, unknown>, Tx>;
+  readonly handler: Handler<MessageDefinition<unknown, unknown>, Tx, AppendResult>;
 }
 
 /** A consumer's resolved settings. */
@@ -534,8 +534,25 @@ export class Consumer<Tx> {
       headers: userHeaders(envelope.headers),
       payload,
     });
-    const context = this.#context(tx, envelope, attempt);
-    await inSpan(
+    // Appends the handler made on a store that writes at once: every one is awaited before
+    // the inbox transaction commits, and one that failed fails the delivery, even when the
+    // handler did not await it (its write may be missing from tx, or tx may be aborted).
+    const appends: Promise<string>[] = [];
+    let appendFailure: { readonly error: unknown } | undefined;
+    const track = (pending: Promise<string>): void => {
+      appends.push(
+        pending.then(
+          (id) => id,
+          (error: unknown) => {
+            appendFailure ??= { error };
+            return '';
+          },
+        ),
+      );
+    };
+    const context = this.#context(tx, envelope, attempt, track);
+    try {
+      await inSpan(
       this.#deps.tracer,
       `${envelope.topic} process`,
       {
@@ -551,15 +568,27 @@ export class Consumer<Tx> {
         },
       },
       () => registration.handler(message, context),
-    );
+      );
+    } finally {
+      // Also when the handler threw: its appends settle before tx rolls back and is released.
+      // An append made while an earlier one is awaited here is awaited too.
+      for (let settled = 0; settled < appends.length; settled = appends.length) await Promise.all(appends.slice(settled));
+    }
+    if (appendFailure !== undefined) throw appendFailure.error;
     await this.#deps.fault('before-handler-commit', { messageIds: [envelope.messageId], consumer });
   }
 
-  #context(tx: Tx, envelope: Envelope, attempt: number): HandlerContext<Tx> {
-    const publisher = createOutboxPublisher(this.#deps.outbox, tx, this.#deps.publisher, {
-      correlationId: envelope.correlationId,
-      causationId: envelope.messageId,
-    });
+  #context(tx: Tx, envelope: Envelope, attempt: number, track: (pending: Promise<string>) => void): HandlerContext<Tx, AppendResult> {
+    const publisher = createOutboxPublisher(
+      this.#deps.outbox,
+      tx,
+      this.#deps.publisher,
+      {
+        correlationId: envelope.correlationId,
+        causationId: envelope.messageId,
+      },
+      track,
+    );
     return {
       tx,
       consumer: this.#settings.consumer,

@@ -39,6 +39,7 @@ export { consoleLogger, defaultLogger, noopLogger } from './logger.js';
 export type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 export { FAULT_POINTS } from './fault-points.js';
 export type {
+  AppendResult,
   ClaimOptions,
   ClaimedBatch,
   CompleteAndClaimOptions,
@@ -57,6 +58,7 @@ export type {
   OutboxStats,
   OutboxStore,
   PendingCompletion,
+  PublishedId,
 } from './outbox-store.js';
 export type {
   InboxDrainClaim,

@@ -19,7 +19,7 @@ import { ConfigError, SerializationError } from './errors.js';
 import { serializePayload } from './json.js';
 import { hasUnstorableText } from './reason-text.js';
 import { isPriority, validateForPublish, type MessageDefinition } from './message-definition.js';
-import type { OutboxAppend, OutboxStore } from './outbox-store.js';
+import type { AppendResult, OutboxAppend, OutboxStore, PublishedId } from './outbox-store.js';
 import { captureTrace } from './telemetry.js';
 
 /** What a publisher inherits when it publishes from inside a handler. */
@@ -144,20 +144,57 @@ export function buildAppend(
 
 const NO_LIMITS: readonly NamedLimits[] = Object.freeze([]);
 
-/** Creates the publisher `bus.outbox(tx)` and `ctx.publish` use. */
-export function createOutboxPublisher<Tx>(
-  store: OutboxStore<Tx>,
+/**
+ * Creates the publisher `bus.outbox(tx)` and `ctx.publish` use.
+ *
+ * On a store that declares `asyncAppend`, `publish` always returns a promise: a validation
+ * problem rejects it (nothing written) and so does a failed write. `track`, when given, is
+ * called with every such promise before `publish` returns, with a handler already attached
+ * so a rejection the caller never awaits is not an unhandled rejection; the consumer uses
+ * it to await every append of a handler before it commits.
+ */
+export function createOutboxPublisher<Tx, A extends AppendResult>(
+  store: OutboxStore<Tx, A>,
   tx: Tx,
   settings: PublisherSettings,
   causation?: Causation,
-): OutboxPublisher {
+  track?: (pending: Promise<string>) => void,
+): OutboxPublisher<A> {
+  const tracked = (pending: Promise<string>): Promise<string> => {
+    track?.(pending);
+    return pending;
+  };
+  if (store.asyncAppend === true) {
+    return {
+      publish(definition, payload, options) {
+        let pending: Promise<string>;
+        try {
+          const append = buildAppend(definition, payload, options, settings, causation);
+          // Called now, not in a later microtask: appends of one unit of work reach the
+          // driver in publish order.
+          const written = store.append(tx, [append]);
+          pending = Promise.resolve(written).then(() => append.envelope.messageId);
+        } catch (error) {
+          pending = Promise.reject(error as Error);
+        }
+        return tracked(pending) as PublishedId<A>;
+      },
+    };
+  }
   return {
     publish(definition, payload, options) {
       const append = buildAppend(definition, payload, options, settings, causation);
-      store.append(tx, [append]);
-      return append.envelope.messageId;
+      const written: unknown = store.append(tx, [append]);
+      // A store that returns a promise without declaring asyncAppend still has its write
+      // awaited (validation problems throw, as the flag's absence says).
+      if (isPromiseLike(written)) return tracked(Promise.resolve(written).then(() => append.envelope.messageId)) as PublishedId<A>;
+      return append.envelope.messageId as PublishedId<A>;
     },
   };
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function';
 }
 
 /** The options of one publish call, each read once (a getter answers once). */

@@ -1,6 +1,21 @@
 import type { Envelope, PortLimits } from './envelope.js';
 import type { FaultHook } from './fault-points.js';
 
+/**
+ * What {@link OutboxEngine.append} returns: nothing for a store that queues the rows in the
+ * unit of work, a promise for a store that writes them at once. A store's type carries which
+ * (its `A` parameter), and `bus.outbox(tx).publish()` returns a `string` or a
+ * `Promise<string>` to match (see {@link PublishedId}).
+ */
+export type AppendResult = void | Promise<void>;
+
+/**
+ * The result of `publish()` for a store whose `append` returns `A`: the messageId for a
+ * synchronous store, a promise of it for an asynchronous one, either when the store's kind
+ * is not known statically (`await` works on all three).
+ */
+export type PublishedId<A extends AppendResult> = A extends Promise<unknown> ? Promise<string> : string;
+
 /** Lifecycle state of an outbox row. */
 export type OutboxState = 'pending' | 'published' | 'dead' | 'halted';
 
@@ -169,9 +184,28 @@ export interface CompleteOptions {
  *   `leaseMs` from now (database clock) and touches no other row.
  * - Dead and halted rows are never claimed.
  */
-export interface OutboxEngine<Tx> {
-  /** Appends messages inside the caller's unit of work. Synchronous so it cannot race a flush. */
-  append(tx: Tx, messages: readonly OutboxAppend[]): void;
+export interface OutboxEngine<Tx, A extends AppendResult = AppendResult> {
+  /**
+   * Appends messages inside the caller's unit of work.
+   *
+   * Two kinds of store keep this contract. A store that queues rows in the unit of work
+   * (MikroORM writes them at its flush, the in-memory store at its commit) returns nothing:
+   * synchronous, so the append cannot race a flush, and a failure surfaces at the commit.
+   * A store that writes at once (node-postgres, mysql2, Kysely, Knex…) returns a promise
+   * that settles when the rows are written in `tx`, and declares {@link asyncAppend}. The
+   * caller must await that promise before committing `tx`: a failed INSERT left behind
+   * turns a PostgreSQL COMMIT into a silent ROLLBACK and, on MySQL or SQLite, commits the
+   * business change without the message. A rejection means the unit of work must not commit.
+   */
+  append(tx: Tx, messages: readonly OutboxAppend[]): A;
+  /**
+   * Capability flag: true when `append` writes at once and returns a promise. The bus reads
+   * it at runtime so that `publish()` on such a store returns a promise in every case (a
+   * validation problem rejects instead of throwing), and the consumer awaits every append
+   * a handler made before it commits the inbox transaction. A store whose `append` returns
+   * a promise must set it.
+   */
+  readonly asyncAppend?: boolean;
   /** Claims up to `limit` due rows under a new lease. */
   claim(options: ClaimOptions): Promise<ClaimedBatch>;
   /** Marks rows published. */
@@ -247,4 +281,4 @@ export interface OutboxOperations {
  * `createBus` takes. Code that only inspects or repairs the outbox (the CLI, gauges)
  * depends on `OutboxOperations` alone.
  */
-export interface OutboxStore<Tx> extends OutboxEngine<Tx>, OutboxOperations {}
+export interface OutboxStore<Tx, A extends AppendResult = AppendResult> extends OutboxEngine<Tx, A>, OutboxOperations {}

@@ -7,6 +7,7 @@ import {
   payloadBytes,
   StorageError,
   type ClaimedBatch,
+  type AppendResult,
   type ClaimOptions,
   type CompleteOptions,
   type CompleteAndClaimOptions,
@@ -94,16 +95,23 @@ export interface OutboxWriter<Tx> {
  * and `add` hands it validated rows, which must then be written with the
  * {@link OutboxWriter} in `unit`'s transaction — committed with it or not at all.
  */
-export interface OutboxJoin<Unit, Target> {
+export interface OutboxJoin<Unit, Target, A extends AppendResult = void> {
   resolve(unit: Unit): Target;
-  add(target: Target, rows: OutboxPendingRow[]): void;
+  /**
+   * Hands validated rows to the unit of work. A join that queues them (MikroORM, written at
+   * its flush) returns nothing; a join that writes at once returns the writer's promise,
+   * which the caller must await before committing, and sets {@link asyncAppend}.
+   */
+  add(target: Target, rows: OutboxPendingRow[]): A;
+  /** True when `add` writes at once and returns a promise; the store declares the same (`OutboxEngine.asyncAppend`). */
+  readonly asyncAppend?: boolean;
 }
 
 /** What {@link SqlOutboxStore} is built from: an adapter's core and join, and the user's options. */
-export interface SqlOutboxStoreConfig<Unit, Tx, Target> extends SqlOutboxStoreOptions {
+export interface SqlOutboxStoreConfig<Unit, Tx, Target, A extends AppendResult = void> extends SqlOutboxStoreOptions {
   readonly core: SqlStoreCore<Tx>;
   /** Builds the adapter's join over the engine's writer. */
-  readonly join: (writer: OutboxWriter<Tx>) => OutboxJoin<Unit, Target>;
+  readonly join: (writer: OutboxWriter<Tx>) => OutboxJoin<Unit, Target, A>;
   /** Where PostgreSQL LISTEN connections come from (knex's client), if the data layer offers one. */
   readonly listenSource?: unknown;
 }
@@ -158,7 +166,9 @@ const DEFAULT_PRUNE_BATCH = 1_000;
  *   and statement timeouts, serialization failures); a missing or outdated schema is a
  *   `StorageError` with code `SCHEMA_MISSING` that says how to create it.
  */
-export class SqlOutboxStore<Unit, Tx, Target = unknown> implements OutboxStore<Unit> {
+export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult = void> implements OutboxStore<Unit, A> {
+  /** True when the adapter's join writes at append (its `append` returns a promise to await before committing). */
+  readonly asyncAppend: boolean;
   /** The SQL family in use. */
   readonly dialect: DialectName;
   /** What a completion does with its rows: see {@link SqlOutboxStoreOptions.publishedRows}. */
@@ -166,11 +176,11 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown> implements OutboxStore<U
   /** The column sizes (`varchar(n)` counts characters), the same on every dialect: the bus refuses longer fields at `publish()`. */
   readonly limits: PortLimits = Object.freeze({ id: { chars: 200 }, type: { chars: 200 }, topic: { chars: 249 }, key: { chars: 1024 } });
   readonly #core: SqlStoreCore<Tx>;
-  readonly #join: OutboxJoin<Unit, Target>;
+  readonly #join: OutboxJoin<Unit, Target, A>;
   readonly #wakeups: OutboxWakeups;
   readonly #logger: Logger;
 
-  constructor(config: SqlOutboxStoreConfig<Unit, Tx, Target>) {
+  constructor(config: SqlOutboxStoreConfig<Unit, Tx, Target, A>) {
     const publishedRows = config.publishedRows ?? 'keep';
     if (publishedRows !== 'keep' && publishedRows !== 'delete') {
       throw new ConfigError(`'publishedRows' must be 'keep' or 'delete', got ${JSON.stringify(publishedRows)}`);
@@ -191,6 +201,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown> implements OutboxStore<U
       writeAlone: (rows) => this.#core.runner.transaction((tx) => this.#insert(rows, tx)),
       committed: () => this.#wakeups.signal(),
     });
+    this.asyncAppend = this.#join.asyncAppend === true;
   }
 
   /**
@@ -199,9 +210,19 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown> implements OutboxStore<U
    * (`ConfigError` from the join for a unit that cannot carry the rows, then
    * `SerializationError` for a malformed envelope, `ConfigError` for a bad schedule). A
    * duplicate messageId makes the write fail with a `StorageError` of code
-   * `DUPLICATE_MESSAGE_ID`.
+   * `DUPLICATE_MESSAGE_ID`. With a join that writes at once ({@link asyncAppend}) every
+   * failure, a refusal included, comes as the returned promise's rejection.
    */
-  append(tx: Unit, messages: readonly OutboxAppend[]): void {
+  append(tx: Unit, messages: readonly OutboxAppend[]): A {
+    if (!this.asyncAppend) return this.#append(tx, messages);
+    try {
+      return this.#append(tx, messages);
+    } catch (error) {
+      return Promise.reject(error as Error) as A;
+    }
+  }
+
+  #append(tx: Unit, messages: readonly OutboxAppend[]): A {
     this.#core.assertOpen();
     const target = this.#join.resolve(tx);
     const rows: OutboxPendingRow[] = [];
@@ -223,7 +244,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown> implements OutboxStore<U
       rows.push({ envelope, keyHash: keyHash(envelope.topic, envelope.key), delayMs: Math.round(delayMs), notBeforeMs });
     }
     if (problems.length > 0) throw new ConfigError(problems);
-    this.#join.add(target, rows);
+    return this.#join.add(target, rows);
   }
 
   /**
