@@ -27,3 +27,5 @@ export type { InboxTransactions, SqlInboxStoreConfig } from './sql-inbox-store.j
 export { SqlInboxStore } from './sql-inbox-store.js';
 export type { SqlSchemaAdmin } from './schema-admin.js';
 export { sqlSchemaAdmin } from './schema-admin.js';
+export type { DriverStatement, PlaceholderStyle } from './positional-sql.js';
+export { toDriverStatement } from './positional-sql.js';

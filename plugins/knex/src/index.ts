@@ -8,3 +8,5 @@ export type { KnexStoreConfig } from './knex-store-core.js';
 export { detectKnexDialect, isKnexTransaction, KnexStoreCore } from './knex-store-core.js';
 export type { KnexInboxStoreConfig } from './knex-inbox-store.js';
 export { KnexInboxStore } from './knex-inbox-store.js';
+export type { KnexOutboxStoreConfig } from './knex-outbox-store.js';
+export { KnexOutboxStore } from './knex-outbox-store.js';

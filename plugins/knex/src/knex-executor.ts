@@ -1,11 +1,11 @@
-import { classifyDriverError, type DialectName, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
+import { classifyDriverError, toDriverStatement, type DialectName, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
 import type { Knex } from 'knex';
 
 /**
  * The engine's {@link SqlExecutor} on Knex: every statement is a `knex.raw(sql, bindings)` on
  * the `Knex` instance or on the given `Knex.Transaction`, so it uses the application's pool,
- * its transactions and its query log. The engine's `?` placeholders and list parameters are
- * knex's own raw binding syntax, so values are always bound by the driver.
+ * its transactions and its query log. The engine's `?` placeholders are knex's raw binding
+ * syntax; list parameters are expanded to one `?` per element; values are always bound.
  *
  * Guarantees: the engine's port contract (see `SqlExecutor`). Own transactions use
  * `knex.transaction()` (READ COMMITTED on MySQL/MariaDB when asked). With a prologue (SQLite)
@@ -98,8 +98,11 @@ export class KnexExecutor implements SqlExecutor<Knex.Transaction> {
   }
 
   #raw(sql: string, params: readonly unknown[], tx: Knex.Transaction | undefined): Promise<unknown> {
-    const bindings = params as readonly Knex.RawBinding[];
-    return (tx ?? this.#knex).raw(sql, [...bindings]).then((result: unknown) => result);
+    // knex.raw expands an array only on some clients (pg binds it as one array value): the
+    // engine's list parameters are expanded here, the same on every dialect.
+    const statement = toDriverStatement(sql, params, 'question');
+    const bindings = statement.parameters as readonly Knex.RawBinding[];
+    return (tx ?? this.#knex).raw(statement.sql, [...bindings]).then((result: unknown) => result);
   }
 
   /** What `knex.raw` resolves with differs by driver: pg's result, mysql2's `[rows, fields]`, SQLite's rows or run info. */

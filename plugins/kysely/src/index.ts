@@ -8,3 +8,5 @@ export type { KyselyStoreConfig } from './kysely-store-core.js';
 export { detectKyselyDialect, KyselyStoreCore } from './kysely-store-core.js';
 export type { KyselyInboxStoreConfig } from './kysely-inbox-store.js';
 export { KyselyInboxStore } from './kysely-inbox-store.js';
+export type { KyselyOutboxStoreConfig } from './kysely-outbox-store.js';
+export { KyselyOutboxStore } from './kysely-outbox-store.js';

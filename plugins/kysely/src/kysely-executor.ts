@@ -1,11 +1,21 @@
-import { classifyDriverError, type DialectName, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
+import {
+  classifyDriverError,
+  toDriverStatement,
+  type DialectName,
+  type DriverErrorKind,
+  type PlaceholderStyle,
+  type RunResult,
+  type SqlExecutor,
+  type SqlRow,
+  type TransactionOptions,
+  type TransactionPrologue,
+} from '@courier/sql-engine';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
-import { toDriverStatement, type PlaceholderStyle } from './positional-sql.js';
 
 /**
  * The engine's {@link SqlExecutor} on Kysely: every statement is a `CompiledQuery.raw` run
  * with `executeQuery` on the `Kysely` instance or on the given `Transaction`, so it uses
- * Kysely's own connections, transactions and plugins-free execution path. Values are always
+ * Kysely's own connections and transactions. Values are always
  * bound (PostgreSQL `$n`, MySQL/SQLite `?`), never interpolated.
  *
  * Guarantees: the engine's port contract (see `SqlExecutor`). Own transactions use

@@ -6,10 +6,8 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
-import { ConfigError, type OutboxStore } from '@courier/core';
-import { SqlOutboxStore } from '@courier/sql-engine';
 import knexFactory, { type Knex } from 'knex';
-import { KnexInboxStore, KnexStoreCore } from '../../src/index.js';
+import { KnexInboxStore, KnexOutboxStore } from '../../src/index.js';
 
 /** The databases the fixtures can target. */
 export type KnexFixtureDialect = 'postgresql' | 'mariadb' | 'sqlite';
@@ -29,6 +27,7 @@ export interface KnexFixture extends StoreFixture<Knex.Transaction> {
   readonly dialect: KnexFixtureDialect;
   readonly knex: Knex;
   readonly inbox: KnexInboxStore;
+  readonly outbox: KnexOutboxStore;
   readonly tablePrefix: string;
   /** Quoted name of a Courier table of this fixture, e.g. `table('outbox')`. */
   table(name: string): string;
@@ -58,22 +57,6 @@ export async function openKnex(dialect: KnexFixtureDialect, testId: string): Pro
   return knex;
 }
 
-/**
- * A stand-in outbox until the core lets an append write in the caller's transaction
- * (issue 31, async append): every append is refused, so only the inbox cases run on it.
- */
-function outboxAwaitingAsyncAppend(core: KnexStoreCore): OutboxStore<Knex.Transaction> {
-  return new SqlOutboxStore<Knex.Transaction, Knex.Transaction>({
-    core,
-    join: () => ({
-      resolve: (unit) => unit,
-      add: () => {
-        throw new ConfigError('the Knex outbox needs the async append of the core (not merged yet)');
-      },
-    }),
-  });
-}
-
 /** Creates the fixture of `testId` on `dialect`: schema, effects table, stores. */
 export async function createKnexFixture(dialect: KnexFixtureDialect, context: FixtureContext): Promise<KnexFixture> {
   const { testId } = context;
@@ -91,13 +74,14 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
           : `CREATE TABLE IF NOT EXISTS ${quote(effects)} (seq BIGINT AUTO_INCREMENT PRIMARY KEY, effect_id VARCHAR(200) NOT NULL) ENGINE=InnoDB`;
     await knex.raw(ddl);
     const inbox = new KnexInboxStore({ knex, tablePrefix });
-    const outbox = outboxAwaitingAsyncAppend(new KnexStoreCore({ knex, tablePrefix }, 'KnexOutboxStore'));
-    await inbox.ensureSchema();
+    const outbox = new KnexOutboxStore({ knex, tablePrefix });
+    await outbox.ensureSchema();
     return {
       dialect,
       knex,
       inbox,
       outbox,
+      outboxPublishedRows: outbox.publishedRows,
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       transaction: <T>(work: (tx: Knex.Transaction) => Promise<T>) => knex.transaction(work),
@@ -126,7 +110,7 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
       },
       async close() {
         try {
-          await outbox.close?.();
+          await outbox.close();
           await inbox.close();
         } finally {
           await knex.destroy();

@@ -6,13 +6,11 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
-import { ConfigError, type OutboxStore } from '@courier/core';
-import { SqlOutboxStore } from '@courier/sql-engine';
 import Database from 'better-sqlite3';
 import { Kysely, MysqlDialect, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
 import { createPool } from 'mysql2';
 import pg from 'pg';
-import { KyselyInboxStore, KyselyStoreCore } from '../../src/index.js';
+import { KyselyInboxStore, KyselyOutboxStore } from '../../src/index.js';
 
 /** The databases the fixtures can target. */
 export type KyselyFixtureDialect = 'postgresql' | 'mariadb' | 'sqlite';
@@ -36,6 +34,7 @@ export interface KyselyFixture extends StoreFixture<Trx> {
   readonly dialect: KyselyFixtureDialect;
   readonly db: Kysely<AnyDb>;
   readonly inbox: KyselyInboxStore<AnyDb>;
+  readonly outbox: KyselyOutboxStore<AnyDb>;
   readonly tablePrefix: string;
   /** Quoted name of a Courier table of this fixture, e.g. `table('outbox')`. */
   table(name: string): string;
@@ -65,22 +64,6 @@ export async function openKysely(dialect: KyselyFixtureDialect, testId: string):
   return db;
 }
 
-/**
- * A stand-in outbox until the core lets an append write in the caller's transaction
- * (issue 31, async append): every append is refused, so only the inbox cases run on it.
- */
-function outboxAwaitingAsyncAppend(core: KyselyStoreCore<AnyDb>): OutboxStore<Trx> {
-  return new SqlOutboxStore<Trx, Trx>({
-    core,
-    join: () => ({
-      resolve: (unit) => unit,
-      add: () => {
-        throw new ConfigError('the Kysely outbox needs the async append of the core (not merged yet)');
-      },
-    }),
-  });
-}
-
 /** Creates the fixture of `testId` on `dialect`: schema, effects table, stores. */
 export async function createKyselyFixture(dialect: KyselyFixtureDialect, context: FixtureContext): Promise<KyselyFixture> {
   const { testId } = context;
@@ -98,13 +81,14 @@ export async function createKyselyFixture(dialect: KyselyFixtureDialect, context
           : `CREATE TABLE IF NOT EXISTS ${quote(effects)} (seq BIGINT AUTO_INCREMENT PRIMARY KEY, effect_id VARCHAR(200) NOT NULL) ENGINE=InnoDB`;
     await sql.raw(ddl).execute(db);
     const inbox = new KyselyInboxStore({ db, tablePrefix });
-    const outbox = outboxAwaitingAsyncAppend(new KyselyStoreCore({ db, tablePrefix }, 'KyselyOutboxStore'));
-    await inbox.ensureSchema();
+    const outbox = new KyselyOutboxStore({ db, tablePrefix });
+    await outbox.ensureSchema();
     return {
       dialect,
       db,
       inbox,
       outbox,
+      outboxPublishedRows: outbox.publishedRows,
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       transaction: <T>(work: (tx: Trx) => Promise<T>) => db.transaction().execute(work),
@@ -131,7 +115,7 @@ export async function createKyselyFixture(dialect: KyselyFixtureDialect, context
       },
       async close() {
         try {
-          await outbox.close?.();
+          await outbox.close();
           await inbox.close();
         } finally {
           await db.destroy();
