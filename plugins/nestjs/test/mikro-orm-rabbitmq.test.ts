@@ -173,6 +173,10 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
   });
 
   it('the courier CLI runs on the options the module uses (courier.config.ts through courierCliSetup)', async () => {
+    // A worker has subscribed, as in a deployment: the CLI answers "no such dead-letter queue"
+    // (exit 1) for a consumer the broker does not know, so that a mistyped prefix is not read as
+    // "no dead letters" (issue 35).
+    await app({ start: { relay: false } });
     const api = await app({ start: false });
     await api.get(OrdersService).place('o-cli', 4);
     const out: string[] = [];
@@ -183,7 +187,7 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
     try {
       const config = join(HERE, 'support', 'courier.config.ts');
       const code = await runCli(['stats', '--json', '--config', config], { out: (text) => out.push(text), err: (text) => err.push(text), interactive: false, cwd: process.cwd() });
-      expect(code, err.join('\n')).toBe(0);
+      expect(code, `${err.join('\n')}\n${out.join('\n')}`).toBe(0);
     } finally {
       for (const [key, value] of [['NEST_TEST_SCHEMA', saved.schema], ['NEST_TEST_PREFIX', saved.prefix]] as const) {
         if (value === undefined) delete process.env[key];
@@ -191,6 +195,6 @@ describe('CourierModule on MikroORM (PostgreSQL) and RabbitMQ', () => {
       }
     }
     // The API runs no relay: the CLI sees the order's message pending in the module's outbox.
-    expect(JSON.parse(out.join('\n'))).toMatchObject({ outbox: { pending: 1, dead: 0 } });
+    expect(JSON.parse(out.join('\n'))).toMatchObject({ outbox: { pending: 1, dead: 0 }, transport: [{ consumer: 'payments', deadLetters: 0 }], unavailable: [] });
   });
 });
