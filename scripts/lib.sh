@@ -46,6 +46,15 @@ courier_use_node() {
   export PATH
   hash -r
   export COURIER_NODE="$1"
+  # Native addons (better-sqlite3) build with node-gyp when no prebuilt binary can be fetched
+  # (github.com is not reachable here). node-gyp would download this Node's headers from
+  # nodejs.org (not reachable either) or, given /usr, build against the system Node's headers —
+  # another ABI, which fails to load. The registry's Node package carries its own headers
+  # (include/node), so the addon is built for the Node that runs it.
+  if [ -d "$bin/../include/node" ]; then
+    npm_config_nodedir="$(cd "$bin/.." && pwd)"
+    export npm_config_nodedir
+  fi
 }
 
 # True when `node` on PATH is in the supported range (the `engines` of every package.json:
