@@ -13,7 +13,7 @@
 //                          SNS stand-in (support/sns-standin.ts) in the test process, delivering
 //                          into the SQS server above; SIGKILLed workers reach the parent's
 //                          through COURIER_SNS_STANDIN_PORT.
-import { connect as tcpConnect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DeleteQueueCommand, ListQueuesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { DeleteTopicCommand, ListTopicsCommand, SNSClient } from '@aws-sdk/client-sns';
 import { SnsStandIn } from './sns-standin.js';
@@ -76,20 +76,57 @@ export function snsEndpoint(): Promise<URL> {
 
 let reachable: Promise<void> | undefined;
 
-/** Fails loudly, saying how to start one, when no SQS server answers (never a silent skip). */
+/** How long a test process waits for the SQS server to answer before it fails (a loaded 2-core machine can take a while). */
+export const SQS_PATIENCE_MS = 60_000;
+
+/**
+ * Fails loudly, saying how to start one, when no SQS server answers (never a silent skip).
+ * It waits for the server rather than checking once: a SIGKILLed-worker case starts a fresh
+ * process on a loaded machine, where one connection attempt can time out or be refused while
+ * the server is busy; that must not fail the case. A failure is not remembered, so a later
+ * call asks again.
+ */
 export function assertSqsAnswers(): Promise<void> {
   if (onRealAws) return Promise.resolve();
-  reachable ??= new Promise<void>((resolve, reject) => {
-    const socket = tcpConnect({ host, port }, () => {
-      socket.destroy();
-      resolve();
-    });
-    socket.setTimeout(3_000, () => socket.destroy(new Error('timed out')));
-    socket.on('error', (error) =>
-      reject(new Error(`no SQS server answers on ${sqsEndpoint} (${error.message}): start ElasticMQ with \`bash scripts/elasticmq.sh start\` (Java 17 + Maven), or point COURIER_SQS_ENDPOINT at yours`)),
-    );
+  reachable ??= waitForSqs(sqsEndpoint).catch((error: unknown) => {
+    reachable = undefined;
+    throw error;
   });
   return reachable;
+}
+
+/**
+ * Resolves once the SQS server at `endpoint` answers a `ListQueues` request, asking again every
+ * half second for up to `patienceMs`; then rejects naming the endpoint, the last error and how
+ * to start ElasticMQ.
+ */
+export async function waitForSqs(endpoint: string, patienceMs: number = SQS_PATIENCE_MS): Promise<void> {
+  const deadline = Date.now() + patienceMs;
+  const client = new SQSClient({
+    endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'courier', secretAccessKey: 'courier' },
+    maxAttempts: 1,
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 15_000 },
+  });
+  try {
+    for (;;) {
+      try {
+        await client.send(new ListQueuesCommand({ QueueNamePrefix: 'courier-probe-' }));
+        return;
+      } catch (error) {
+        if (Date.now() + 500 >= deadline) {
+          throw new Error(
+            `no SQS server answers on ${endpoint} within ${Math.round(patienceMs / 1000)}s (${(error as Error).message}): start ElasticMQ with \`bash scripts/elasticmq.sh start\` (Java 17 + Maven), or point COURIER_SQS_ENDPOINT at yours`,
+            { cause: error },
+          );
+        }
+        await sleep(500);
+      }
+    }
+  } finally {
+    client.destroy();
+  }
 }
 
 /**
