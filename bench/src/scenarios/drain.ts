@@ -5,6 +5,7 @@ import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
 import { HAND_RELAY_BATCH, handWrittenRelay, processCost, RAW_CONFIRM_WINDOW, rawClaimLoop, rawPublishLoop } from '../ceilings.js';
 import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay, type BenchDb, type Dialect } from '../setup.js';
 import { URLS } from '../services.js';
+import { TEXTBOOK_BATCHES, TextbookOutbox, textbookRelay } from '../textbook-relay.js';
 import { builtPackages, startWorker, workerConfig } from './startup.js';
 import type { Scenario, ScenarioContext } from './context.js';
 
@@ -118,6 +119,19 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     await seedBacklog(db, count);
     const handSmall = await processCost(() => handWrittenRelay(db, broker, BATCH));
     await truncate(db);
+    // Issue 40's baseline (PostgreSQL only): the textbook relay on its own narrow table.
+    const textbook: { batch: number; cost: Awaited<ReturnType<typeof processCost<number>>> }[] = [];
+    if (dialect === 'postgresql') {
+      const narrow = await TextbookOutbox.open(prefix);
+      try {
+        for (const batch of TEXTBOOK_BATCHES) {
+          await narrow.seed(count);
+          textbook.push({ batch, cost: await processCost(() => textbookRelay(narrow, broker, batch)) });
+        }
+      } finally {
+        await narrow.close();
+      }
+    }
     const drain = await relayDrain(db, broker, count);
     await truncate(db);
     const keyless = await relayDrain(db, broker, count, { keyless: true });
@@ -169,6 +183,24 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
       note: `${drain.cpuSeconds.toFixed(2)} CPU s for ${n}`,
     });
     report.measure(`Courier relay CPU per message, keyless (batch ${BATCH})`, us(keyless.cpuSeconds, count), 'µs', { vs: handCpu, note: `${keyless.cpuSeconds.toFixed(2)} CPU s for ${n}` });
+    // Issue 40: Courier's defaults against the textbook relay (its own narrow table, one `pg` connection).
+    const textbookTargets: { label: string; ratio: number | undefined; ok: (ratio: number) => boolean }[] = [];
+    for (const { batch, cost } of textbook) {
+      const label = `textbook relay, batch ${batch} (narrow table, one pg connection, SKIP LOCKED → confirms → processed_at → commit)`;
+      report.measure(label, cost.result, 'msg/s', { vs: rawLabel });
+      const cpuLabel = `textbook relay CPU per message (batch ${batch})`;
+      report.measure(cpuLabel, us(cost.cpuSeconds, count), 'µs', { note: `${cost.cpuSeconds.toFixed(2)} CPU s for ${n}; peak RSS of the bench process ${cost.peakRssMb.toFixed(0)} MB` });
+      const keyed = report.measure(`${courierLabel}, vs the textbook relay (batch ${batch})`, drain.rate, 'msg/s', { vs: label });
+      const bare = report.measure(`Courier relay drain of ${n}, keyless, vs the textbook relay (batch ${batch})`, keyless.rate, 'msg/s', { vs: label });
+      const cpuRatio = report.measure(`Courier relay CPU per message, distinct keys, vs the textbook relay (batch ${batch})`, us(drain.cpuSeconds, count), 'µs', { vs: cpuLabel });
+      if (batch === TEXTBOOK_BATCHES[0]) {
+        textbookTargets.push(
+          { label: `relay drain ≥ 1.00 × textbook relay (batch ${batch}), distinct keys`, ratio: keyed.ratio, ok: (ratio) => ratio >= 1 },
+          { label: `keyless relay drain ≥ 1.20 × textbook relay (batch ${batch})`, ratio: bare.ratio, ok: (ratio) => ratio >= 1.2 },
+          { label: `relay CPU per message ≤ 1.2 × textbook relay (batch ${batch})`, ratio: cpuRatio.ratio, ok: (ratio) => ratio <= 1.2 },
+        );
+      }
+    }
     // publishedRows 'delete': the same drains with an outbox that deletes rows at completion.
     report.measure(`Courier relay drain of ${n}, distinct keys, publishedRows 'delete'`, drainDeleting.rate, 'msg/s', { vs: rawLabel });
     report.measure(`Courier relay drain of ${n}, keyless, publishedRows 'delete'`, keylessDeleting.rate, 'msg/s', { vs: rawLabel });
@@ -225,6 +257,7 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     report.target('keyless relay drain ≥ 0.80 × raw publish loop', `${keylessLine.ratio?.toFixed(3)}`, (keylessLine.ratio ?? 0) >= 0.8);
     report.target('store claim + complete ≥ 0.95 × raw SQL claim loop', `${store.ratio?.toFixed(3)}`, (store.ratio ?? 0) >= 0.95);
     report.target('relay CPU per message ≤ 1.2 × hand-written relay', `${cpu.ratio?.toFixed(3)}`, (cpu.ratio ?? Infinity) <= 1.2);
+    for (const { label, ratio, ok } of textbookTargets) report.target(label, `${ratio?.toFixed(3)}`, ratio !== undefined && ok(ratio));
     if (processRss !== undefined) report.target(`relay-only process peak RSS draining ${n} ≤ 120 MB`, `${Math.round(processRss)} MB`, processRss <= 120);
     report.note(
       `${n} seeded rows (~190-byte envelopes), relay batch ${BATCH}, one relay, to a durable quorum queue capped at 1,000 (drop-head) ` +
