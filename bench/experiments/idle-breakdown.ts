@@ -4,7 +4,7 @@
 // from the call to its answer) so a transaction's wall time splits into the database's
 // answers and what runs in this process between them.
 //
-//   node --conditions=@courier/source --import tsx src/idle-breakdown.ts [perRound] [rounds] [modes] [paceMs]
+//   node --conditions=@courier/source --import tsx experiments/idle-breakdown.ts [perRound] [rounds] [modes] [paceMs]
 //   modes: comma list of raw,business,hand,courier,relay (default raw,business,courier,relay);
 //   relay is courier with the bus started on RabbitMQ, so each commit wakes the relay in
 //   this process as in scenario 5.
@@ -13,9 +13,9 @@
 import { createBus, InMemoryBroker, type Bus } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import pg from 'pg';
-import { LatencyHistogram } from './histogram.js';
-import { handWrittenInsert, pgPool, rawPgProducerTx } from './ceilings.js';
-import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, outboxValues, runId, sleep, statementShape } from './setup.js';
+import { LatencyHistogram } from '../src/histogram.js';
+import { handWrittenInsert, pgPool, rawPgProducerTx } from '../src/ceilings.js';
+import { BenchBroker, benchBus, openDb, OrderPlaced, orderPayload, outboxValues, runId, sleep, statementShape } from '../src/setup.js';
 
 type Mode = 'raw' | 'business' | 'hand' | 'courier' | 'relay';
 

@@ -4,7 +4,7 @@
 // the statements it sends (every pg.Client query, MikroORM's and Courier's alike, counted by
 // wrapping the driver — no server-side statement logging).
 //
-//   node --conditions=@courier/source --import tsx src/producer-cost.ts [transactions] [rounds] [modes]
+//   node --conditions=@courier/source --import tsx experiments/producer-cost.ts [transactions] [rounds] [modes]
 //   (add --cpu-prof --cpu-prof-dir=<dir> before --import to profile; modes: comma list of
 //   business,hand,courier,keyless,raw; raw is node-postgres BEGIN/INSERT/INSERT/COMMIT)
 //
@@ -14,8 +14,8 @@ import { createBus, InMemoryBroker } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { handWrittenInsert, pgPool, rawPgProducerTx } from './ceilings.js';
-import { openDb, OrderPlaced, orderPayload, outboxValues, runId, statementShape } from './setup.js';
+import { handWrittenInsert, pgPool, rawPgProducerTx } from '../src/ceilings.js';
+import { openDb, OrderPlaced, orderPayload, outboxValues, runId, statementShape } from '../src/setup.js';
 
 type Mode = 'business' | 'hand' | 'courier' | 'keyless' | 'raw';
 

@@ -5,10 +5,10 @@
 // taken while the relay runs (at the given fractions confirmed, rolled back), with the probe as
 // the dialect writes it (FORCE INDEX on key_ix) and as the optimizer would choose it.
 //
-//   node --conditions=@courier/source --import tsx src/keyless-diag.ts [rows] [keyless,keyed,…] [0.5,0.97]
+//   node --conditions=@courier/source --import tsx experiments/keyless-diag.ts [rows] [keyless,keyed,…] [0.5,0.97]
 import { loadavg } from 'node:os';
-import { truncate } from './scenarios/drain.js';
-import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay } from './setup.js';
+import { truncate } from '../src/scenarios/drain.js';
+import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay } from '../src/setup.js';
 
 const count = Number(process.argv[2] ?? 100_000);
 const order = (process.argv[3] ?? 'keyless,keyed').split(',');

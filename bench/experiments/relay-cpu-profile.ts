@@ -9,7 +9,7 @@
 //   frame on the stack (garbage collection and idle are their own lines); the profile is also
 //   written as a `.cpuprofile` file for Chrome DevTools.
 //
-//   node --conditions=@courier/source --import tsx src/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile|-] [keyless|keyed] [keep|delete]
+//   node --conditions=@courier/source --import tsx experiments/relay-cpu-profile.ts <postgresql|mariadb> [cpu|timing] [rows] [out.cpuprofile|-] [keyless|keyed] [keep|delete]
 //
 // `keyless` seeds the measured backlog without keys (scenario 2 / 8's keyless line); `-` for no profile file;
 // `delete` runs the outbox with `publishedRows: 'delete'` (completion deletes the rows).
@@ -22,7 +22,7 @@ import { performance } from 'node:perf_hooks';
 import { createBus, type OutboxStore } from '@courier/core';
 import { SqlRunner } from '@courier/mikro-orm/sql-kit';
 import type { EntityManager } from '@mikro-orm/core';
-import { BenchBroker, openDb, runId, seedBacklog, until, type Dialect } from './setup.js';
+import { BenchBroker, openDb, runId, seedBacklog, until, type Dialect } from '../src/setup.js';
 import { scriptOwner } from './script-owner.js';
 import { serverCpu } from './server-cpu.js';
 

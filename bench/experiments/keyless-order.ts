@@ -3,10 +3,10 @@
 // Each drain starts from an emptied outbox; the order is given, so an order effect (purge of the
 // previous drain's changes, a warmer buffer pool) shows as a difference between the two orders.
 //
-//   node --conditions=@courier/source --import tsx src/keyless-order.ts [mariadb|postgresql] [rows] [keyless,keyed,…]
+//   node --conditions=@courier/source --import tsx experiments/keyless-order.ts [mariadb|postgresql] [rows] [keyless,keyed,…]
 import { loadavg } from 'node:os';
-import { relayDrain, truncate } from './scenarios/drain.js';
-import { BenchBroker, openDb, type Dialect } from './setup.js';
+import { relayDrain, truncate } from '../src/scenarios/drain.js';
+import { BenchBroker, openDb, type Dialect } from '../src/setup.js';
 const dialect: Dialect = process.argv[2] === 'postgresql' ? 'postgresql' : 'mariadb';
 const count = Number(process.argv[3] ?? 100_000);
 const order = (process.argv[4] ?? 'keyless,keyed,keyless,keyed').split(',');

@@ -3,7 +3,7 @@
 // heap profiler, and prints bytes per message by allocating package, by allocation site, and
 // by the first Courier frame on the allocating stack.
 //
-//   node --conditions=@courier/source --import tsx src/relay-heap-profile.ts [all|promoted] [rows]
+//   node --conditions=@courier/source --import tsx experiments/relay-heap-profile.ts [all|promoted] [rows]
 //
 // `all` counts every sampled allocation, collected or not (the allocation rate, which sizes
 // V8's young generation). `promoted` leaves out what the young generation's scavenges
@@ -13,7 +13,7 @@
 // growing factor each full GC picks). A 2,000-row drain first warms the code up; only the
 // measured drain is sampled.
 import { Session } from 'node:inspector/promises';
-import { BenchBroker, benchBus, openDb, runId, seedBacklog, until } from './setup.js';
+import { BenchBroker, benchBus, openDb, runId, seedBacklog, until } from '../src/setup.js';
 import { scriptOwner } from './script-owner.js';
 
 interface ProfileNode {

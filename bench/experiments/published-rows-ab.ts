@@ -7,13 +7,13 @@
 // else running on the machine included) and, on PostgreSQL, the relay's own backends (found by
 // application_name). Also the 1-minute load average at each round.
 //
-//   node --conditions=@courier/source --import tsx src/published-rows-ab.ts <postgresql|mariadb> [rows] [rounds]
+//   node --conditions=@courier/source --import tsx experiments/published-rows-ab.ts <postgresql|mariadb> [rows] [rounds]
 import { readFileSync } from 'node:fs';
 import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
-import { processCost, rawPublishLoop } from './ceilings.js';
-import { relayDrain, storeCombinedLoop, truncate } from './scenarios/drain.js';
+import { processCost, rawPublishLoop } from '../src/ceilings.js';
+import { relayDrain, storeCombinedLoop, truncate } from '../src/scenarios/drain.js';
 import { serverCpu } from './server-cpu.js';
-import { BenchBroker, openDb, runId, seedBacklog, type BenchDb, type Dialect } from './setup.js';
+import { BenchBroker, openDb, runId, seedBacklog, type BenchDb, type Dialect } from '../src/setup.js';
 
 const dialect: Dialect = process.argv[2] === 'mariadb' ? 'mariadb' : 'postgresql';
 const rows = Number(process.argv[3] ?? 100_000);

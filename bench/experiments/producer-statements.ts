@@ -6,13 +6,13 @@
 // so it must run on the database's machine), as p10 / p25 / p50 over every transaction.
 // Shapes alternate in blocks (A, B, C, C, B, A…), so a change of machine load hits them alike.
 //
-//   node --conditions=@courier/source --import tsx src/producer-statements.ts [tx per block] [rounds] [shapes]
+//   node --conditions=@courier/source --import tsx experiments/producer-statements.ts [tx per block] [rounds] [shapes]
 //   (shapes: a comma list of the keys of `shapes` below; default hand,keyless,keyed,before,separate)
 import { randomInt, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { URLS } from './services.js';
-import { OUTBOX_COLUMNS, openDb, runId } from './setup.js';
+import { URLS } from '../src/services.js';
+import { OUTBOX_COLUMNS, openDb, runId } from '../src/setup.js';
 
 const count = Number(process.argv[2] ?? 1000);
 const rounds = Number(process.argv[3] ?? 5);

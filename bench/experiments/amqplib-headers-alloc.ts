@@ -5,7 +5,7 @@
 // such calls with a young generation large enough that no scavenge runs in between.
 //
 //   node --expose-gc --min-semi-space-size=128 --max-semi-space-size=128 --import tsx \
-//     src/amqplib-headers-alloc.ts [literal|allKeys|nullPrototype|frozen|none] [args|encode]
+//     experiments/amqplib-headers-alloc.ts [literal|allKeys|nullPrototype|frozen|none] [args|encode]
 import { createRequire } from 'node:module';
 import { getHeapSpaceStatistics } from 'node:v8';
 
