@@ -7,8 +7,9 @@
 # SQL transport) and the in-memory and SQLite setups need no server: with no setup, or
 # `sqlite-sql`, `in-memory` or `sqlite` (first argument, `--setup`, or
 # COURIER_EXAMPLE_SETUP), or COURIER_SERVICES=skip, no service is touched. Otherwise
-# (postgres-rabbitmq, postgres-kafka) the services are prepared when the machine has them
-# (Kafka through scripts/kafka.sh: Java 17+ and Maven), and a failure there is only a
+# (postgres-rabbitmq, postgres-kafka, postgres-sqs) the services are prepared when the machine
+# has them (Kafka through scripts/kafka.sh, SQS as ElasticMQ through scripts/elasticmq.sh: Java
+# 17+ and Maven; SNS is a stand-in the example starts itself), and a failure there is only a
 # warning: the example itself says what it needs.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -26,7 +27,7 @@ if [ "${COURIER_SETUP_DONE:-}" != "1" ]; then
   # The setup comes first (`sqlite`), or as `--setup sqlite` / `--setup=sqlite`, or from
   # COURIER_EXAMPLE_SETUP; none given means the default, sqlite-sql, which needs no server.
   setup="${COURIER_EXAMPLE_SETUP:-}"
-  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq | postgres-kafka | postgres-rabbitmq-nest) setup="$1" ;; esac
+  case "${1:-}" in in-memory | memory | sqlite | sqlite-sql | postgres-rabbitmq | postgres-kafka | postgres-rabbitmq-nest | postgres-sqs) setup="$1" ;; esac
   previous=""
   for arg in "$@"; do
     case "$previous:$arg" in

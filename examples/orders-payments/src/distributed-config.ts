@@ -1,3 +1,6 @@
+import { SNSClient } from '@aws-sdk/client-sns';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SqsTransport } from '@courier/aws';
 import type { BusCounters, Logger, Transport, TransportDeadLetters } from '@courier/core';
 import { KafkaTransport } from '@courier/kafka';
 import { RabbitMqTransport } from '@courier/rabbitmq';
@@ -16,7 +19,7 @@ export const DELAY_TIERS_MS: readonly number[] = Object.freeze([250, 1_000, 5_00
 /** What the runner hands a worker process (as JSON on its command line). */
 export interface WorkerConfig {
   /** The distributed setup: which database and transport every process opens. */
-  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq' | 'postgres-kafka' | 'postgres-rabbitmq-nest';
+  readonly setup: 'sqlite-sql' | 'postgres-rabbitmq' | 'postgres-kafka' | 'postgres-rabbitmq-nest' | 'postgres-sqs';
   /** sqlite-sql: the run's database file, shared by the runner and the workers. */
   readonly sqliteFile: string;
   readonly runId: string;
@@ -28,7 +31,13 @@ export interface WorkerConfig {
   readonly rabbitMqUrl: string;
   /** postgres-kafka: the bootstrap brokers (`host:port`, comma-separated). */
   readonly kafkaBrokers: string;
-  /** RabbitMQ exchange and queue name prefix, or Kafka topic and group prefix, of the run. */
+  /** postgres-sqs: the SQS endpoint. */
+  readonly sqsEndpoint: string;
+  /** postgres-sqs: the SNS endpoint (the runner's stand-in unless the user named one). */
+  readonly snsEndpoint: string;
+  /** postgres-sqs: the workers run no relay; the runner calls relayOnce on a schedule. */
+  readonly relayOnce: boolean;
+  /** RabbitMQ exchange and queue name prefix, Kafka topic and group prefix, or SNS topic and SQS queue prefix of the run. */
   readonly prefix: string;
   readonly maxCrashes: number;
   readonly verbose: boolean;
@@ -65,6 +74,29 @@ export function kafkaTransport(brokers: string, prefix: string, clientId: string
   return new KafkaTransport({ client, prefix: `${prefix}.`, partitions: 4, publishTimeoutMs: 2_000, connectTimeoutMs: 5_000, sessionTimeoutMs: 6_000, heartbeatIntervalMs: 1_000, rebalanceTimeoutMs: 10_000 });
 }
 
+/**
+ * An AWS SDK client's settings in the demo: ElasticMQ and the SNS stand-in take any region and
+ * credentials; with COURIER_SQS_REAL=1 the SDK's own region and credentials are used instead.
+ */
+function awsClientConfig(endpoint: string): { endpoint?: string; region?: string; credentials?: { accessKeyId: string; secretAccessKey: string }; maxAttempts: number } {
+  if (process.env['COURIER_SQS_REAL'] === '1') return { maxAttempts: 3 };
+  return { endpoint, region: 'us-east-1', credentials: { accessKeyId: 'courier', secretAccessKey: 'courier' }, maxAttempts: 2 };
+}
+
+/** An SQS client for the run's endpoint. */
+export function sqsClient(endpoint: string): SQSClient {
+  return new SQSClient(awsClientConfig(endpoint));
+}
+
+/**
+ * The run's SNS → SQS transport, as every process of the run configures it: a topic is an SNS
+ * topic, each service's consumer group an SQS queue subscribed to it. A SIGKILLed worker's
+ * messages come back after the 5 s visibility timeout; receives wait 2 s, so a stop is quick.
+ */
+export function snsSqsTransport(sqsEndpoint: string, snsEndpoint: string, prefix: string, logger: Logger): SqsTransport {
+  return new SqsTransport({ client: sqsClient(sqsEndpoint), sns: new SNSClient(awsClientConfig(snsEndpoint)), prefix: `${prefix}-`, visibilityTimeoutSeconds: 5, waitTimeSeconds: 2, logger });
+}
+
 /** The SQL transport's lease in the demo: a SIGKILLed worker's deliveries come back after it (renewed while handled). */
 export const SQL_LEASE_MS = 3_000;
 
@@ -78,13 +110,13 @@ export interface RunBackend {
 
 /**
  * Opens the database and the transport of `config.setup`, as every process of the run
- * does: PostgreSQL (the run's schema) and RabbitMQ or Kafka, or the run's SQLite file with the SQL
+ * does: PostgreSQL (the run's schema) and RabbitMQ, Kafka or SNS + SQS, or the run's SQLite file with the SQL
  * transport on the same ORM (one connection per process: libsql waits for the file lock
  * synchronously, so two connections of one process could wait on each other).
  * `waitForServer` opens PostgreSQL without connecting (see {@link openPostgresOrm}).
  */
 export async function openBackend(
-  config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'kafkaBrokers' | 'prefix'>,
+  config: Pick<WorkerConfig, 'setup' | 'sqliteFile' | 'pgUrl' | 'schema' | 'rabbitMqUrl' | 'kafkaBrokers' | 'sqsEndpoint' | 'snsEndpoint' | 'prefix'>,
   logger: Logger,
   poolMax: number,
   { waitForServer = false }: { readonly waitForServer?: boolean } = {},
@@ -94,7 +126,12 @@ export async function openBackend(
     return { orm, transport: sqlTransport(orm, logger), schema: undefined };
   }
   const orm = await openPostgresOrm(config.pgUrl, config.schema, poolMax, { waitForServer });
-  const transport = config.setup === 'postgres-kafka' ? kafkaTransport(config.kafkaBrokers, config.prefix, config.prefix) : rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
+  const transport =
+    config.setup === 'postgres-kafka'
+      ? kafkaTransport(config.kafkaBrokers, config.prefix, config.prefix)
+      : config.setup === 'postgres-sqs'
+        ? snsSqsTransport(config.sqsEndpoint, config.snsEndpoint, config.prefix, logger)
+        : rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
   return { orm, transport, schema: config.schema };
 }
 

@@ -2,7 +2,11 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describeError } from '@courier/core';
+import { DeleteTopicCommand, ListTopicsCommand, SNSClient } from '@aws-sdk/client-sns';
+import { DeleteQueueCommand, GetQueueAttributesCommand, GetQueueUrlCommand, ListQueuesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { relayOnce, SqsTransport } from '@courier/aws';
+import { describeError, type Logger } from '@courier/core';
+import { MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { KafkaTransport } from '@courier/kafka';
 import { RabbitMqTransport } from '@courier/rabbitmq';
 import { SqlTransport } from '@courier/sql-transport';
@@ -10,8 +14,8 @@ import type { MikroORM } from '@mikro-orm/core';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { ConciseLogger } from './concise-logger.js';
-import { courierTables, dropSchema, prepareDatabase, redact } from './databases.js';
-import { openBackend, type RunBackend } from './distributed-config.js';
+import { courierTables, dropSchema, prepareDatabase, redact, TABLE_PREFIXES } from './databases.js';
+import { openBackend, sqsClient, type RunBackend } from './distributed-config.js';
 import { patientInspector, sqlInspector } from './inspectors.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
@@ -20,7 +24,11 @@ import { ORDERS_CONSUMER } from './orders-service.js';
 import { PAYMENTS_CONSUMER } from './payments-service.js';
 import { progressLine } from './progress.js';
 import { formatReport, reconcile } from './reconciliation.js';
-import { sleep, type RunResult } from './run-result.js';
+import { DEMO_RELAY, sleep, type RunResult } from './run-result.js';
+import type { ServiceName } from './snapshot.js';
+// The SNS stand-in of @courier/aws's tests (an SNS Query API server delivering into the SQS
+// server): no SNS server installs on a machine without Docker; see plugins/aws/README.md.
+import { SnsStandIn } from '../../../plugins/aws/test/support/sns-standin.js';
 import { SettleWatch, type Snapshot } from './snapshot.js';
 import { WorkerPool } from './worker-pool.js';
 
@@ -44,7 +52,8 @@ const MIN_KILLS = 4;
 export async function runDistributed(options: ExampleOptions, write: (line: string) => void): Promise<RunResult> {
   const started = Date.now();
   const runId = randomBytes(4).toString('hex');
-  const setup = options.setup === 'sqlite-sql' || options.setup === 'postgres-kafka' || options.setup === 'postgres-rabbitmq-nest' ? options.setup : 'postgres-rabbitmq';
+  const setup =
+    options.setup === 'sqlite-sql' || options.setup === 'postgres-kafka' || options.setup === 'postgres-rabbitmq-nest' || options.setup === 'postgres-sqs' ? options.setup : 'postgres-rabbitmq';
   const schema = `example_${runId}`;
   const prefix = `courier-example-${runId}`;
   const sqliteFile = setup === 'sqlite-sql' ? join(mkdtempSync(join(tmpdir(), 'courier-example-')), 'shop.db') : '';
@@ -54,13 +63,26 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
       ? `SQLite file ${sqliteFile} (services' tables and the SQL transport's queue; no server)`
       : setup === 'postgres-kafka'
         ? `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), Kafka ${options.kafkaBrokers} (topics and groups ${prefix}.*)`
-        : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
+        : setup === 'postgres-sqs'
+          ? `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), SNS ${options.snsEndpoint ?? 'stand-in (started by this run)'} → SQS ${options.sqsEndpoint} (topics and queues ${prefix}-*)` +
+            `${options.relayOnce ? '; relay-once: the outboxes are drained by relayOnce every second, no relay in the workers' : ''}`
+          : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
   write(`setup ${setup}: ${where}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
-  const backend = await openBackend({ setup, sqliteFile, pgUrl: options.pgUrl, schema, rabbitMqUrl: options.rabbitMqUrl, kafkaBrokers: options.kafkaBrokers, prefix }, logger, 4);
+  // postgres-sqs: the SQS server must answer first; then SNS is the user's or a stand-in of the run's.
+  const standIn = setup === 'postgres-sqs' ? await startSns(options) : undefined;
+  const snsEndpoint = options.snsEndpoint ?? standIn?.endpoint ?? '';
+  let backend: RunBackend;
+  try {
+    backend = await openBackend({ setup, sqliteFile, pgUrl: options.pgUrl, schema, rabbitMqUrl: options.rabbitMqUrl, kafkaBrokers: options.kafkaBrokers, sqsEndpoint: options.sqsEndpoint, snsEndpoint, prefix }, logger, 4);
+  } catch (error) {
+    await standIn?.close();
+    throw error;
+  }
   const { orm, transport } = backend;
   let broker: ChannelModel | undefined;
   let kafkaAdmin: Admin | undefined;
   let workers: WorkerPool | undefined;
+  let scheduler: RelayOnceSchedule | undefined;
   try {
     await prepareDatabase(orm, backend.schema);
     let queues: () => Promise<number>;
@@ -82,6 +104,11 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         );
       }
       queues = queueDepth(broker, transport);
+    } else if (transport instanceof SqsTransport) {
+      // Each group's queue subscribed to its topic before anything is published: an SNS topic
+      // delivers nothing to a queue subscribed later.
+      await transport.provision({ subscriptions: Object.fromEntries(ENDPOINTS.map(({ consumer, topics }) => [consumer, topics])) });
+      queues = sqsQueueDepth(sqsClient(options.sqsEndpoint), transport);
     } else if (transport instanceof KafkaTransport) {
       // Nothing to declare up front: a topic is created by the first publish or subscribe that
       // needs it, and a new consumer group starts at the beginning of its topics, so nothing the
@@ -115,6 +142,9 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         schema,
         rabbitMqUrl: options.rabbitMqUrl,
         kafkaBrokers: options.kafkaBrokers,
+        sqsEndpoint: options.sqsEndpoint,
+        snsEndpoint,
+        relayOnce: options.relayOnce,
         prefix,
         // Chaos SIGKILLs handlers mid-flight; allow a few more unfinished runs before a
         // message counts as a crash loop, so only the deliberate poison is dead-lettered.
@@ -126,6 +156,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     const pool = workers;
     pool.start('payments');
     pool.start('orders');
+    if (options.relayOnce) scheduler = scheduleRelayOnce(backend, logger, write, options.verbose);
 
     let snapshot: Snapshot = await inspector.snapshot();
     const chaos = { kills: 0, killedRoles: new Set<WorkerRole>(), done: !options.chaos, stop: false };
@@ -185,6 +216,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     chaos.stop = true;
     await monkey;
     process.removeListener('SIGINT', onInterrupt);
+    await scheduler?.stop();
     await pool.stopAll();
     snapshot = await inspector.snapshot();
     write(progressLine(Date.now() - started, snapshot, options.orders, 'workers stopped'));
@@ -194,15 +226,18 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
     const final = { ...report, checks, ok: report.ok && pool.unexpectedExits === 0 };
     const footnotes = [
       `retries: payments ${pool.counters('payments').retries} (flaky gateway), orders ${pool.counters('orders').retries}`,
-      `every count is read from ${setup === 'sqlite-sql' ? 'the SQLite file' : setup === 'postgres-kafka' ? 'PostgreSQL and Kafka' : 'PostgreSQL and RabbitMQ'}; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
+      ...(scheduler ? [scheduler.summary()] : []),
+      `every count is read from ${setup === 'sqlite-sql' ? 'the SQLite file' : setup === 'postgres-kafka' ? 'PostgreSQL and Kafka' : setup === 'postgres-sqs' ? 'PostgreSQL and SQS' : 'PostgreSQL and RabbitMQ'}; retries are the workers' counters as last reported (a SIGKILLed process's final second is lost)`,
       ...(options.chaos ? [`chaos: ${chaos.kills} SIGKILLs (${[...chaos.killedRoles].join(', ')})`] : []),
       ...logger.summary(),
     ];
     write(formatReport(final, `reconciliation — setup ${setup}, ${options.orders} orders, run ${runId}, ${((Date.now() - started) / 1000).toFixed(1)}s`, footnotes));
     return { ok: final.ok, report: final, snapshot };
   } finally {
+    await scheduler?.stop();
     await workers?.stopAll(5_000);
     await cleanUp(options, { backend, broker, kafkaAdmin, prefix, schema, sqliteFile, write });
+    await standIn?.close();
   }
 }
 
@@ -297,6 +332,16 @@ async function cleanUp(
 ): Promise<void> {
   const { backend, broker, kafkaAdmin, prefix, schema, sqliteFile, write } = resources;
   const { orm, transport } = backend;
+  if (transport instanceof SqsTransport) {
+    await transport.close();
+    if (options.keep) write(`kept PostgreSQL schema ${schema} and the SNS topics and SQS queues '${prefix}-*'`);
+    else {
+      await deleteAwsObjects(options, prefix).catch((error: unknown) => write(`could not delete the run's SNS topics and SQS queues: ${describeError(error)}`));
+      await dropSchema(orm, schema).catch((error: unknown) => write(`could not drop schema ${schema}: ${describeError(error)}`));
+    }
+    await orm.close();
+    return;
+  }
   if (transport instanceof KafkaTransport) {
     // The runner's own transport first: its dead-letter reads may hold a group of the run's.
     await transport.close();
@@ -338,4 +383,141 @@ async function cleanUp(
   await transport.close();
   await broker?.close().catch(() => undefined);
   await orm.close();
+}
+
+/**
+ * postgres-sqs: waits for the SQS server (up to 30 s: a loaded machine may answer slowly), then
+ * starts the SNS stand-in delivering into it unless the user named an SNS endpoint (or real AWS).
+ */
+async function startSns(options: ExampleOptions): Promise<{ readonly endpoint: string; close(): Promise<void> } | undefined> {
+  const client = sqsClient(options.sqsEndpoint);
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      await client.send(new ListQueuesCommand({ QueueNamePrefix: 'courier-example-probe-' }));
+      break;
+    } catch (error) {
+      if (Date.now() > deadline) {
+        client.destroy();
+        throw new Error(
+          `SQS is not usable at ${options.sqsEndpoint}: ${describeError(error)}. Start ElasticMQ (\`bash scripts/elasticmq.sh start\`: Java 17+ and Maven) or point COURIER_SQS_ENDPOINT at an SQS server.`,
+          { cause: error },
+        );
+      }
+      await sleep(500);
+    }
+  }
+  if (options.snsEndpoint !== undefined || process.env['COURIER_SQS_REAL'] === '1') {
+    client.destroy();
+    return undefined;
+  }
+  const standIn = await SnsStandIn.start({ sqs: client });
+  return {
+    endpoint: standIn.endpoint,
+    close: async () => {
+      await standIn.close();
+      client.destroy();
+    },
+  };
+}
+
+/** Ready, in-flight and delayed (retry copies) messages in both groups' SQS queues; not the dead letters. */
+function sqsQueueDepth(client: SQSClient, transport: SqsTransport): () => Promise<number> {
+  const urls = new Map<string, string>();
+  return async () => {
+    let total = 0;
+    for (const { consumer } of ENDPOINTS) {
+      const name = transport.consumerQueueName(consumer);
+      let url = urls.get(name);
+      if (url === undefined) {
+        url = (await client.send(new GetQueueUrlCommand({ QueueName: name }))).QueueUrl!;
+        urls.set(name, url);
+      }
+      const { Attributes = {} } = await client.send(
+        new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] }),
+      );
+      total += Number(Attributes.ApproximateNumberOfMessages ?? 0) + Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0);
+    }
+    return total;
+  };
+}
+
+/**
+ * Deletes the run's SQS queues and, on a user's SNS endpoint or AWS, its SNS topics (every name
+ * under `<prefix>-`; a topic's subscriptions go with it). The stand-in's topics end with it.
+ */
+async function deleteAwsObjects(options: ExampleOptions, prefix: string): Promise<void> {
+  const sqs = sqsClient(options.sqsEndpoint);
+  try {
+    const { QueueUrls = [] } = await sqs.send(new ListQueuesCommand({ QueueNamePrefix: `${prefix}-` }));
+    for (const url of QueueUrls) await sqs.send(new DeleteQueueCommand({ QueueUrl: url }));
+  } finally {
+    sqs.destroy();
+  }
+  if (options.snsEndpoint === undefined && process.env['COURIER_SQS_REAL'] !== '1') return;
+  const sns = process.env['COURIER_SQS_REAL'] === '1' ? new SNSClient({}) : new SNSClient({ endpoint: options.snsEndpoint, region: 'us-east-1', credentials: { accessKeyId: 'courier', secretAccessKey: 'courier' } });
+  try {
+    let token: string | undefined;
+    do {
+      const page = await sns.send(new ListTopicsCommand(token === undefined ? {} : { NextToken: token }));
+      for (const topic of page.Topics ?? []) {
+        if (topic.TopicArn?.split(':').at(-1)?.startsWith(`${prefix}-`)) await sns.send(new DeleteTopicCommand({ TopicArn: topic.TopicArn }));
+      }
+      token = page.NextToken;
+    } while (token !== undefined);
+  } finally {
+    sns.destroy();
+  }
+}
+
+/** The relay-once schedule of a postgres-sqs run: stop() ends it after the invocation in flight. */
+interface RelayOnceSchedule {
+  stop(): Promise<void>;
+  /** One line: invocations, published, failed, the longest call. */
+  summary(): string;
+}
+
+/**
+ * Drains each service's outbox by calling `relayOnce` — the Lambda entry point of @courier/aws —
+ * every second, as an EventBridge schedule invokes a function (whose shortest rate is a minute;
+ * a second keeps the demo short). Each call is a separate relay run: it claims under the same
+ * leases as any relay, publishes what is due and returns a summary; a call that finds nothing
+ * ends at once.
+ */
+function scheduleRelayOnce(backend: RunBackend, logger: Logger, write: (line: string) => void, verbose: boolean): RelayOnceSchedule {
+  const services: readonly ServiceName[] = ['orders', 'payments'];
+  const outboxes = services.map((service) => new MikroOrmOutboxStore({ orm: backend.orm, tablePrefix: TABLE_PREFIXES[service], schema: backend.schema, logger }));
+  const totals = { invocations: 0, published: 0, failed: 0, longestMs: 0 };
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const loop = (async () => {
+    while (!stopped) {
+      const began = Date.now();
+      const summaries = await Promise.all(outboxes.map((outbox) => relayOnce({ outbox, transport: backend.transport, relay: DEMO_RELAY, logger }, { maxMs: 10_000 })));
+      summaries.forEach((summary, index) => {
+        totals.invocations += 1;
+        totals.published += summary.published;
+        totals.failed += summary.failed;
+        totals.longestMs = Math.max(totals.longestMs, summary.durationMs);
+        if (verbose && summary.published + summary.failed > 0) write(`  [relay-once ${services[index]}] ${JSON.stringify(summary)}`);
+      });
+      const wait = Math.max(0, 1_000 - (Date.now() - began));
+      if (!stopped) await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, wait);
+      });
+    }
+  })();
+  let stopping: Promise<void> | undefined;
+  return {
+    stop: () =>
+      (stopping ??= (async () => {
+        stopped = true;
+        wake?.();
+        await loop.catch((error: unknown) => write(`relay-once schedule failed: ${describeError(error)}`));
+        await Promise.all(outboxes.map((outbox) => outbox.close().catch(() => undefined)));
+      })()),
+    summary: () =>
+      `relay-once: ${totals.invocations} invocations (each service every second) published ${totals.published}, ${totals.failed} publish failures; longest call ${totals.longestMs} ms`,
+  };
 }

@@ -1,14 +1,14 @@
 import { parseArgs } from 'node:util';
 
 /** The setups the demo runs on. */
-export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest'] as const;
+export const SETUPS = ['sqlite-sql', 'in-memory', 'sqlite', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest', 'postgres-sqs'] as const;
 export type SetupName = (typeof SETUPS)[number];
 
 /** The setup used when neither `--setup` nor COURIER_EXAMPLE_SETUP chooses one. */
 export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
 
 /** The setups whose services run as separate worker processes (and so support `--chaos`). */
-export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest'];
+export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest', 'postgres-sqs'];
 
 /** What one run of the demo does. */
 export interface ExampleOptions {
@@ -29,6 +29,15 @@ export interface ExampleOptions {
   readonly rabbitMqUrl: string;
   /** Kafka bootstrap brokers (`host:port`, comma-separated) of the postgres-kafka setup. */
   readonly kafkaBrokers: string;
+  /** postgres-sqs: the SQS endpoint (ElasticMQ by default). */
+  readonly sqsEndpoint: string;
+  /** postgres-sqs: an SNS endpoint; undefined starts the SNS stand-in of @courier/aws's tests in the runner. */
+  readonly snsEndpoint: string | undefined;
+  /**
+   * postgres-sqs: no long-running relay; the runner drains each service's outbox by calling
+   * `relayOnce` (the Lambda entry point) every second, as an EventBridge schedule would.
+   */
+  readonly relayOnce: boolean;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -38,11 +47,15 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
 
   setup             sqlite-sql | in-memory | sqlite | postgres-rabbitmq | postgres-kafka | postgres-rabbitmq-nest
                     (postgres-rabbitmq-nest: postgres-rabbitmq with the orders service as a NestJS application)
+                    (postgres-sqs: PostgreSQL outbox → SNS topics → SQS queues; SQS on ElasticMQ, SNS on the
+                    stand-in of @courier/aws's tests unless COURIER_SNS_ENDPOINT names one)
                     (or --setup <name>, or COURIER_EXAMPLE_SETUP;
                     default ${DEFAULT_SETUP}: orders and payments as separate processes over one SQLite file
                     and the SQL transport, no server needed)
   --orders <n>      orders to place (default 200)
-  --chaos           sqlite-sql, postgres-rabbitmq and postgres-kafka: SIGKILL and restart the worker processes at random while it runs
+  --chaos           the setups with worker processes: SIGKILL and restart them at random while it runs
+  --relay-once      postgres-sqs: no relay in the workers; the outboxes are drained by calling relayOnce
+                    (the Lambda entry point) every second, as a scheduled function would
   --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
   --stall <s>       give up when the counts have not moved for this many seconds (default 60)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
@@ -51,7 +64,9 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
 
 environment: COURIER_PG_URL (default postgres://courier:courier@127.0.0.1:5432/courier_test),
              COURIER_RABBITMQ_URL (default amqp://guest:guest@127.0.0.1:5672),
-             COURIER_KAFKA_BROKERS (default 127.0.0.1:9092)`;
+             COURIER_KAFKA_BROKERS (default 127.0.0.1:9092),
+             COURIER_SQS_ENDPOINT (default http://127.0.0.1:9324, ElasticMQ from scripts/elasticmq.sh),
+             COURIER_SNS_ENDPOINT (default: the SNS stand-in, started by the run)`;
 
 /** Thrown for bad command-line input; the message is shown with the usage. */
 export class UsageError extends Error {
@@ -75,6 +90,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         setup: { type: 'string' },
         orders: { type: 'string' },
         chaos: { type: 'boolean', default: false },
+        'relay-once': { type: 'boolean', default: false },
         timeout: { type: 'string' },
         stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
@@ -107,6 +123,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
   if (values.chaos && !(DISTRIBUTED_SETUPS as readonly string[]).includes(setup)) {
     problems.push(`--chaos needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
   }
+  if (values['relay-once'] && setup !== 'postgres-sqs') problems.push(`--relay-once needs the postgres-sqs setup (the Lambda entry point of @courier/aws), got '${setupText}'`);
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',
@@ -121,6 +138,9 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       pgUrl: env['COURIER_PG_URL'] ?? 'postgres://courier:courier@127.0.0.1:5432/courier_test',
       rabbitMqUrl: env['COURIER_RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672',
       kafkaBrokers: env['COURIER_KAFKA_BROKERS'] ?? '127.0.0.1:9092',
+      sqsEndpoint: env['COURIER_SQS_ENDPOINT'] || 'http://127.0.0.1:9324',
+      snsEndpoint: env['COURIER_SNS_ENDPOINT'] || undefined,
+      relayOnce: values['relay-once'],
     },
   };
 }

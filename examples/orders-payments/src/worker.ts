@@ -46,7 +46,8 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
     service = {
       bus,
       shop,
-      start: () => bus.start(),
+      // --relay-once: this process only consumes; the runner drains its outbox with relayOnce on a schedule.
+      start: () => bus.start(config.relayOnce ? { relay: false } : {}),
       close: async () => {
         await bus.stop({ timeoutMs: 5_000 });
         await transport.close();
