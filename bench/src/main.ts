@@ -17,6 +17,7 @@ import type { Scenario } from './scenarios/context.js';
 import { backlogScenario, drainScenario, mariaDbDrainScenario } from './scenarios/drain.js';
 import { inboxScenario } from './scenarios/inbox.js';
 import { kafkaScenario } from './scenarios/kafka.js';
+import { sqsScenario } from './scenarios/sqs.js';
 import { idleScenario, steadyScenario } from './scenarios/latency.js';
 import { orderedScenario } from './scenarios/ordered.js';
 import { pipelineScenario } from './scenarios/pipeline.js';
@@ -24,7 +25,7 @@ import { producerScenario } from './scenarios/producer.js';
 import { startupScenario } from './scenarios/startup.js';
 import { sqlTransportScenario } from './scenarios/sql-transport.js';
 
-const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario, kafkaScenario, pipelineScenario];
+const SCENARIOS: readonly Scenario[] = [producerScenario, drainScenario, backlogScenario, steadyScenario, idleScenario, inboxScenario, orderedScenario, mariaDbDrainScenario, startupScenario, sqlTransportScenario, kafkaScenario, pipelineScenario, sqsScenario];
 
 async function main(): Promise<number> {
   let options;

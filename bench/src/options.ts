@@ -7,7 +7,7 @@ export const SERVICES: readonly ServiceName[] = ['postgresql', 'mariadb', 'rabbi
 /** Command-line options of the bench. */
 export interface BenchOptions {
   readonly quick: boolean;
-  /** Scenario ids to run (1–12); all when not given. */
+  /** Scenario ids to run (1–13); all when not given. */
   readonly only: ReadonlySet<number> | null;
   /** Where to write the JSON results (also writes the Markdown table next to it). */
   readonly json: string | null;
@@ -28,12 +28,13 @@ export const SCENARIO_NAMES: Readonly<Record<string, number>> = {
   sql: 10,
   kafka: 11,
   e2e: 12,
+  sqs: 13,
 };
 
 export const USAGE = `usage: pnpm bench [--quick] [--only scenario,…] [--services postgresql,mariadb,rabbitmq] [--json out.json]
 
   --quick      small sizes (CI smoke test, < 60 s)
-  --only       scenarios by number (1-12) or name: ${Object.keys(SCENARIO_NAMES).join(', ')}
+  --only       scenarios by number (1-13) or name: ${Object.keys(SCENARIO_NAMES).join(', ')}
   --services   services to use (default: all); scenarios needing others are "not requested"
   --json       write results as JSON there, and the Markdown table beside it (.md)
 
@@ -66,7 +67,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         only = new Set();
         for (const part of take().split(',').map((item) => item.trim()).filter(Boolean)) {
           const id = /^\d+$/.test(part) ? Number(part) : SCENARIO_NAMES[part];
-          if (id === undefined || id < 1 || id > 12) problems.push(`unknown scenario '${part}'`);
+          if (id === undefined || id < 1 || id > 13) problems.push(`unknown scenario '${part}'`);
           else only.add(id);
         }
         break;
