@@ -490,6 +490,25 @@ Examples:
   courier console --read-only --host 0.0.0.0`,
   );
 
+  // ── metrics ─────────────────────────────────────────────────────────────────────────
+  examples(
+    program
+      .command('metrics')
+      .description("Read the /metrics and /health of the relays and consumers the config names ('metrics'): which are up, paused or not connected, and publish and handle rates and p99 latencies over a window.")
+      .option('--window <duration>', 'time between the two reads the rates are taken over', '10s')
+      .option('--json', 'print one JSON object (for scripts)')
+      .action(async (options: { window: string; json?: boolean }) => {
+        const windowMs = parseDuration(options.window, '--window');
+        const { metricsReport, renderMetrics } = await import('./metrics-command.js');
+        const report = await metricsReport(await open('metrics', configOf()), windowMs, (ms) => delay(ms));
+        io.out(renderMetrics(report, options.json === true));
+        // A process that does not answer is what an operator runs this to find: exit 1 tells a script.
+        if (report.endpoints.some((read) => !read.up)) setExit(EXIT.failure);
+      }),
+    `  courier metrics
+  courier metrics --window 30s --json | jq .rates`,
+  );
+
   // ── prune ───────────────────────────────────────────────────────────────────────────
   examples(
     program

@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ConfigError, type InboxOperations, type Logger, type OutboxOperations, type OutboxStore, type RelayConfig, type Transport, type TransportDeadLetters } from '@courier/core';
 import { UsageError } from './format.js';
+import type { MetricsEndpoint } from './metrics-read.js';
 
 /**
  * What `courier migrate` needs from a store plugin: the schema version it finds, the SQL
@@ -52,6 +53,12 @@ export interface CourierCliSetup {
    * keeps dead letters per consumer and cannot list its consumers itself.
    */
   readonly consumers?: readonly string[];
+  /**
+   * The `/metrics` and `/health` endpoints of the relays and consumers (`courier relay --port`,
+   * `serveCourierMetrics`) that `courier metrics` and the console read for rates, latencies
+   * and which processes are alive: a base URL each, or `{ url, name?, token? }`.
+   */
+  readonly metrics?: readonly (string | MetricsEndpoint)[];
   /** Schema status and migration for `courier migrate`. */
   readonly schema?: SchemaAdmin;
   /**

@@ -10,6 +10,7 @@ import { collectStats, listHaltedEverywhere, parkingPlacesOf, resumeHaltedEntry,
 import type { CourierCliSetup } from './config.js';
 import { actOnParked, failureFacts, listParked, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
 import { diagnose } from './diagnose.js';
+import { endpointOf, METRIC_ALERTS, ratesBetween, readMetrics, type EndpointRead, type MetricsRates } from './metrics-read.js';
 import { toJson, UsageError } from './format.js';
 
 /** Arguments of {@link serveConsole}. */
@@ -51,6 +52,17 @@ export interface ConsoleSample {
   readonly dead: number | null;
   /** The outbox's halted keys plus every consumer's. */
   readonly halted: number | null;
+  /**
+   * Rates and p99 latencies since the previous sample, from the config's `metrics`
+   * endpoints (`courier metrics`' reader); null when the config names none or none answered.
+   */
+  readonly rates: MetricsRates | null;
+}
+
+/** One process of the config's `metrics` endpoints as the Relays and consumers page shows it. */
+export interface ConsoleProcess extends EndpointRead {
+  /** When it last answered `/metrics` (epoch milliseconds); null if never since the console started. */
+  readonly lastSeen: number | null;
 }
 
 /** An hour of samples at the default interval. */
@@ -78,7 +90,7 @@ class HttpError extends Error {
 }
 
 /** Overview numbers of one stats read, summed over consumers. */
-function sampleOf(at: number, stats: CliStats): ConsoleSample {
+function sampleOf(at: number, stats: CliStats, rates: MetricsRates | null): ConsoleSample {
   const transportDead = stats.transport?.reduce((sum, row) => sum + row.deadLetters, 0) ?? 0;
   const consumerHalted = stats.consumerHalts?.reduce((sum, row) => sum + row.haltedKeys, 0) ?? 0;
   const known = stats.outbox !== null || stats.transport !== null || stats.consumerHalts !== null;
@@ -89,6 +101,7 @@ function sampleOf(at: number, stats: CliStats): ConsoleSample {
     oldestPendingAgeMs: stats.outbox?.oldestPendingAgeMs ?? null,
     dead: known ? (stats.outbox?.dead ?? 0) + transportDead : null,
     halted: known ? (stats.outbox?.haltedKeys ?? 0) + consumerHalted : null,
+    rates,
   };
 }
 
@@ -117,15 +130,27 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
   const expected = options.token !== undefined ? digest(`Bearer ${options.token}`) : undefined;
   const canAct = expected !== undefined && options.readOnly !== true;
   const history: ConsoleSample[] = [];
+  const endpoints = setup.metrics ?? [];
+  // Fails at start, naming the entry, rather than on every sample.
+  endpoints.forEach((endpoint, index) => endpointOf(endpoint, index));
+  let lastRead: EndpointRead[] | undefined;
+  const lastSeen = new Map<string, number>();
   const statsCache = sharedRead(async () => {
-    const read = await collectStats(setup);
-    history.push(sampleOf(Date.now(), read));
+    const [read, scraped] = await Promise.all([collectStats(setup), endpoints.length > 0 ? readMetrics(endpoints) : Promise.resolve(undefined)]);
+    let rates: MetricsRates | null = null;
+    if (scraped) {
+      for (const one of scraped) if (one.up) lastSeen.set(one.url, one.at);
+      if (lastRead && scraped.some((one) => one.up)) rates = ratesBetween(lastRead, scraped);
+      lastRead = scraped;
+    }
+    history.push(sampleOf(Date.now(), read, rates));
     if (history.length > HISTORY) history.splice(0, history.length - HISTORY);
     return read;
   }, 1_000);
   const stats = statsCache.get;
   const notes: string[] = [];
   const halts = setup.inbox !== undefined && hasInboxHalts(setup.inbox as object);
+  if (endpoints.length === 0) notes.push("the config names no 'metrics' endpoints: no publish and handle rates, latencies or processes are shown");
   if (!setup.outbox) notes.push("the config has no 'outbox': no outbox backlog, dead rows or halted outbox keys");
   if (!setup.inbox) notes.push("the config has no 'inbox': no consumers' records or halted keys");
   else if (!halts) notes.push("the inbox store has no halts: consumers' halted keys and parked heads cannot be shown");
@@ -160,7 +185,12 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
       }
       if (path === '/api/stats') {
         const read = await stats();
-        return { stats: read, history };
+        return { stats: read, history, alerts: METRIC_ALERTS };
+      }
+      if (path === '/api/processes') {
+        await stats();
+        const processes: ConsoleProcess[] = (lastRead ?? []).map((one) => ({ ...one, lastSeen: lastSeen.get(one.url) ?? null }));
+        return { processes, alerts: METRIC_ALERTS };
       }
       if (path === '/api/groups') {
         const places = parkingPlacesOf(setup);

@@ -8,5 +8,7 @@ export type { RunRelayOptions } from './relay-process.js';
 export { runRelay } from './relay-process.js';
 export type { CourierMetricsOptions, CourierMetricsServer, CourierMetricsSources } from './metrics-server.js';
 export { serveCourierMetrics } from './metrics-server.js';
-export type { ConsoleOptions, ConsoleSample, CourierConsole } from './console-server.js';
+export type { ConsoleOptions, ConsoleProcess, ConsoleSample, CourierConsole } from './console-server.js';
 export { serveConsole } from './console-server.js';
+export type { EndpointRead, MetricsEndpoint, MetricsRates, MetricsTotals, ProcessHealth, PromSample } from './metrics-read.js';
+export { METRIC_ALERTS, parsePrometheusText, ratesBetween, readMetrics } from './metrics-read.js';

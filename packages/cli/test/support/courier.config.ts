@@ -13,6 +13,8 @@ export default defineCourierConfig(async () => {
     outbox: stores.outbox,
     inbox: stores.inbox,
     schema: stores.schema,
+    // CLI_TEST_METRICS: a JSON array of the endpoints `courier metrics` and the console read.
+    ...(process.env['CLI_TEST_METRICS'] ? { metrics: JSON.parse(process.env['CLI_TEST_METRICS']) as string[] } : {}),
     ...(transport ? { transport, consumers: (process.env['CLI_TEST_CONSUMERS'] ?? '').split(',').filter(Boolean) } : {}),
     relay: async () => {
       if (!brokerPrefix) throw new Error('CLI_TEST_BROKER_PREFIX is not set');

@@ -1,0 +1,102 @@
+// The reader behind `courier metrics` and the console's charts and process list, against
+// a real serveCourierMetrics endpoint (an in-memory bus relaying and handling): exact
+// counts between two reads, a latency quantile, a token-guarded endpoint, a dead one, and
+// the command itself through the compiled binary. About 3 s.
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, InMemoryOutboxStore, UnrecoverableError, type InMemoryTransaction } from '@courier/core';
+import { eventually } from '@courier/conformance';
+import { describe, expect, it } from 'vitest';
+import { parsePrometheusText, ratesBetween, readMetrics, serveCourierMetrics } from '../src/index.js';
+import { quantile } from '../src/metrics-read.js';
+import { runCli } from './support/run-cli.js';
+
+/** A port nothing listens on: bound, then released. */
+async function deadPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+describe('metrics reader', () => {
+  it('parses labels with escapes, +Inf, and names a line that is not a sample', () => {
+    const samples = parsePrometheusText('# HELP x y\nx_bucket{a="q\\"uo,te",le="+Inf"} 3\nx_count 3 1700000000000\n');
+    expect(samples).toEqual([
+      { name: 'x_bucket', labels: { a: 'q"uo,te', le: '+Inf' }, value: 3 },
+      { name: 'x_count', labels: {}, value: 3 },
+    ]);
+    expect(() => parsePrometheusText('ok 1\nthis is not a sample\n')).toThrow(/line 2 .*not a Prometheus sample/);
+    expect(() => parsePrometheusText('x{a=b} 1')).toThrow(/line 1 .*malformed labels/);
+  });
+
+  it('quantile interpolates inside the bucket as histogram_quantile does', () => {
+    expect(quantile(0.5, new Map([[1, 50], [2, 100], [Infinity, 100]]))).toBe(1);
+    expect(quantile(0.75, new Map([[1, 50], [2, 100], [Infinity, 100]]))).toBe(1.5);
+    expect(quantile(0.99, new Map([[1, 10], [Infinity, 20]]))).toBe(1);
+    expect(quantile(0.99, new Map([[1, 0], [Infinity, 0]]))).toBeNull();
+  });
+
+  it('reads rates, latencies and health from a real endpoint; a token is sent; a dead endpoint is reported, not thrown; courier metrics prints them', { timeout: 60_000 }, async () => {
+    const token = `t-${randomBytes(6).toString('hex')}`;
+    const server = await serveCourierMetrics({ port: 0, metricsMaxAgeMs: 0, token, serviceName: 'console-metrics-test' });
+    const db = new InMemoryDatabase();
+    const outbox = new InMemoryOutboxStore({ database: db });
+    const inbox = new InMemoryInboxStore({ database: db });
+    const broker = new InMemoryBroker();
+    const transport = broker.connect();
+    const bus = createBus<InMemoryTransaction>({ outbox, inbox, transport, retry: { maxAttempts: 1 }, relay: { pollIntervalMs: 20 } });
+    const Placed = defineMessage('orders.Placed', { version: 1, topic: 'orders' });
+    bus.subscribe('billing', Placed, async (message) => {
+      if ((message.payload as { poison?: boolean }).poison) throw new UnrecoverableError('poison');
+    });
+    server.watch({ bus, outbox, inbox });
+    const url = `http://127.0.0.1:${server.address.port}`;
+    const dead = `http://127.0.0.1:${await deadPort()}/metrics`;
+    try {
+      await bus.start();
+      const endpoints = [{ url, name: 'billing', token }, dead];
+      const before = await readMetrics(endpoints);
+      expect(before[0]).toMatchObject({ name: 'billing', up: true, error: null, health: { ready: true } });
+      expect(before[1]).toMatchObject({ up: false, health: null, name: `127.0.0.1:${new URL(dead).port}` });
+      expect(before[1]!.error).toMatch(/\/metrics: fetch failed/);
+
+      await db.transaction(async (tx) => {
+        for (let index = 0; index < 5; index += 1) bus.outbox(tx).publish(Placed, { index });
+        bus.outbox(tx).publish(Placed, { poison: true });
+      });
+      await eventually(() => expect(bus.health().counters).toMatchObject({ processed: 5, deadLettered: 1 }), { timeoutMs: 30_000 });
+      const after = await readMetrics(endpoints);
+      const rates = ratesBetween(before, after);
+      const seconds = (rates.to - rates.from) / 1000;
+      // Exact counts between the two reads: six published, five handled, one dead-lettered.
+      expect(Math.round(rates.publishedPerSecond * seconds)).toBe(6);
+      expect(Math.round(rates.processedPerSecond * seconds)).toBe(5);
+      expect(rates.deadLettered).toBe(1);
+      expect(rates.commitToConfirmP99).toBeGreaterThan(0);
+      expect(rates.handlerP99).toBeGreaterThan(0);
+      expect(after[0]!.health?.consumers).toEqual([expect.objectContaining({ consumer: 'billing', connected: true })]);
+
+      // Without its token the endpoint answers 401, and the reader says what to do.
+      const refused = await readMetrics([url]);
+      expect(refused[0]).toMatchObject({ up: false });
+      expect(refused[0]!.error).toMatch(/HTTP 401 \(give the endpoint its token in the config\)/);
+
+      const cli = await runCli(['metrics', '--window', '200ms', '--json'], { CLI_TEST_METRICS: JSON.stringify(endpoints) });
+      expect(cli.code, cli.stderr).toBe(1);
+      const report = JSON.parse(cli.stdout) as { endpoints: { name: string; up: boolean }[]; firing: string[] };
+      expect(report.endpoints.map((one) => [one.name, one.up])).toEqual([['billing', true], [`127.0.0.1:${new URL(dead).port}`, false]]);
+      const human = await runCli(['metrics', '--window', '100ms'], { CLI_TEST_METRICS: JSON.stringify([{ url, name: 'billing', token }]) });
+      expect(human.code, human.stderr).toBe(0);
+      expect(human.stdout).toMatch(/^billing\s+up\s+running\s+running, last claim/m);
+      expect(human.stdout).toMatch(/p99: commit → confirm/);
+      const none = await runCli(['metrics'], {});
+      expect(none.code).toBe(2);
+      expect(none.stderr).toMatch(/names no 'metrics' endpoints/);
+    } finally {
+      await bus.stop();
+      await server.close();
+    }
+  });
+});
