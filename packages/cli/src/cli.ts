@@ -460,18 +460,29 @@ Examples:
       .option('--port <port>', 'port to listen on (0: any free one)', '9470')
       .option('--host <host>', 'address to listen on (0.0.0.0: every interface; the token then guards actions, not reads)', '127.0.0.1')
       .option('--token <token>', 'operator token required for every action (prefer the COURIER_CONSOLE_TOKEN environment variable: arguments show in ps)')
+      .option('--tokens-file <file>', "named tokens, one '<name> <viewer|operator> <token>' a line: every request needs one, audit lines carry the name (instead of --token)")
       .option('--read-only', 'refuse every action, even with a token')
       .option('--interval <duration>', 'how often the overview samples the stats for its charts', '5s')
-      .action(async (options: { port: string; host: string; token?: string; readOnly?: boolean; interval: string }) => {
+      .action(async (options: { port: string; host: string; token?: string; tokensFile?: string; readOnly?: boolean; interval: string }) => {
         const port = parsePort(options.port);
         const sampleIntervalMs = parseDuration(options.interval, '--interval');
-        const token = options.token ?? (process.env['COURIER_CONSOLE_TOKEN'] || undefined);
+        const tokensFile = options.tokensFile ?? (process.env['COURIER_CONSOLE_TOKENS_FILE'] || undefined);
+        const token = options.token ?? (tokensFile === undefined ? process.env['COURIER_CONSOLE_TOKEN'] || undefined : undefined);
         if (token !== undefined && token.trim() === '') throw new UsageError('--token must not be empty');
-        const setup = await open('console', configOf());
+        if (token !== undefined && tokensFile !== undefined) throw new UsageError('give --token or --tokens-file, not both');
         // Loaded here only: no other command needs the server.
-        const { serveConsole } = await import('./console-server.js');
-        const running = await serveConsole({ setup, port, host: options.host, token, readOnly: options.readOnly === true, sampleIntervalMs, audit: (line) => io.out(line) });
-        const mode = options.readOnly ? 'read-only (--read-only)' : token === undefined ? 'read-only (no operator token: give --token or COURIER_CONSOLE_TOKEN to allow actions)' : 'actions need the operator token';
+        const { parseConsoleTokens, serveConsole } = await import('./console-server.js');
+        const { readFile } = await import('node:fs/promises');
+        const tokens = tokensFile === undefined ? undefined : parseConsoleTokens(await readFile(tokensFile, 'utf8').catch((error: unknown) => Promise.reject(new UsageError(`cannot read --tokens-file '${tokensFile}': ${describeError(error)}`))), tokensFile);
+        const setup = await open('console', configOf());
+        const running = await serveConsole({ setup, port, host: options.host, token, tokens, readOnly: options.readOnly === true, sampleIntervalMs, audit: (line) => io.out(line) });
+        const mode = options.readOnly
+          ? 'read-only (--read-only)'
+          : tokens !== undefined
+            ? `${tokens.length} named tokens (${tokens.filter((one) => one.role === 'operator').length} may act); every request needs one`
+            : token === undefined
+              ? 'read-only (no operator token: give --token or COURIER_CONSOLE_TOKEN to allow actions)'
+              : 'actions need the operator token';
         io.err(`courier console: serving ${running.url} — ${mode}; Ctrl-C to stop`);
         let stop = (): void => undefined;
         const stopped = new Promise<void>((resolve) => (stop = resolve));

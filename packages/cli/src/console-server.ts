@@ -25,6 +25,12 @@ export interface ConsoleOptions {
    * Absent: the console is read-only (every changing request is answered 403).
    */
   readonly token?: string | undefined;
+  /**
+   * Named tokens, one per person (instead of `token`): every API request but `/api/info`
+   * must carry one of them (401 otherwise), a `viewer` may read, an `operator` may also act,
+   * and the audit line names the token's holder rather than what the page says.
+   */
+  readonly tokens?: readonly ConsoleToken[] | undefined;
   /** Refuse every changing request even with a token (403). */
   readonly readOnly?: boolean;
   /** How often the overview's history is sampled (milliseconds). Default 5,000. */
@@ -33,6 +39,37 @@ export interface ConsoleOptions {
   readonly audit: (line: string) => void;
   /** The built front end (index.html and its assets); defaults to `console/` beside this module in `dist/`. */
   readonly staticDir?: string;
+}
+
+/** A named console token (`courier console --tokens-file`): who holds it and what it may do. */
+export interface ConsoleToken {
+  /** The holder's name, written into every audit line of their actions. */
+  readonly name: string;
+  readonly token: string;
+  /** `viewer`: reads only; `operator`: reads and actions (replay, purge, resume). */
+  readonly role: 'viewer' | 'operator';
+}
+
+/**
+ * Parses a tokens file: one `<name> <viewer|operator> <token>` a line, `#` comments and blank
+ * lines skipped. Throws naming the line that is wrong, a repeated name or token, or an empty file.
+ */
+export function parseConsoleTokens(text: string, file: string): ConsoleToken[] {
+  const tokens: ConsoleToken[] = [];
+  text.split('\n').forEach((raw, index) => {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) return;
+    const [name, role, token, ...rest] = line.split(/\s+/);
+    const where = `${file} line ${index + 1}`;
+    if (!name || !token || rest.length > 0) throw new UsageError(`${where}: write '<name> <viewer|operator> <token>'`);
+    if (role !== 'viewer' && role !== 'operator') throw new UsageError(`${where}: role '${role ?? ''}' is neither 'viewer' nor 'operator'`);
+    if (token.length < 12) throw new UsageError(`${where}: the token of '${name}' is shorter than 12 characters`);
+    if (tokens.some((one) => one.name === name)) throw new UsageError(`${where}: '${name}' is named twice`);
+    if (tokens.some((one) => one.token === token)) throw new UsageError(`${where}: the token of '${name}' is also another's: each person needs their own`);
+    tokens.push({ name, role, token });
+  });
+  if (tokens.length === 0) throw new UsageError(`${file} names no tokens ('<name> <viewer|operator> <token>' a line)`);
+  return tokens;
 }
 
 /** A running console; `close()` stops sampling and the server (idempotent). */
@@ -127,8 +164,17 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
     options.staticDir ??
     [new URL('./console/', import.meta.url), new URL('../dist/console/', import.meta.url)].map((url) => fileURLToPath(url)).find((dir) => existsSync(join(dir, 'index.html'))) ??
     fileURLToPath(new URL('./console/', import.meta.url));
+  if (options.token !== undefined && options.tokens !== undefined) throw new UsageError('give either one operator token or named tokens, not both');
   const expected = options.token !== undefined ? digest(`Bearer ${options.token}`) : undefined;
-  const canAct = expected !== undefined && options.readOnly !== true;
+  const named = options.tokens?.map((one) => ({ ...one, digest: digest(`Bearer ${one.token}`) }));
+  const canAct = (expected !== undefined || (named?.some((one) => one.role === 'operator') ?? false)) && options.readOnly !== true;
+  /** The named token a request carries; every token is compared (constant time each), so the time says nothing of which matched. */
+  const holderOf = (request: IncomingMessage): ConsoleToken | undefined => {
+    const given = digest(request.headers.authorization ?? '');
+    let found: ConsoleToken | undefined;
+    for (const one of named ?? []) if (timingSafeEqual(given, one.digest) && found === undefined) found = one;
+    return found;
+  };
   const history: ConsoleSample[] = [];
   const endpoints = setup.metrics ?? [];
   // Fails at start, naming the entry, rather than on every sample.
@@ -159,6 +205,12 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
 
   const authorise = (request: IncomingMessage): void => {
     if (options.readOnly) throw new HttpError(403, 'the console runs read-only (--read-only)');
+    if (named) {
+      const holder = holderOf(request);
+      if (!holder) throw new HttpError(401, 'a valid token is required (Authorization: Bearer <token>)');
+      if (holder.role !== 'operator') throw new HttpError(403, `the token of '${holder.name}' is a viewer's: it may read, not act`);
+      return;
+    }
     if (expected === undefined) throw new HttpError(403, 'the console runs read-only: start it with --token or COURIER_CONSOLE_TOKEN to allow actions');
     const given = digest(request.headers.authorization ?? '');
     if (!timingSafeEqual(given, expected)) throw new HttpError(401, 'a valid operator token is required (Authorization: Bearer <token>)');
@@ -168,7 +220,7 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
       JSON.stringify({
         at: new Date().toISOString(),
         msg: 'console action',
-        operator: operatorOf(request),
+        operator: named ? (holderOf(request)?.name ?? 'no valid token') : operatorOf(request),
         from: request.socket.remoteAddress ?? null,
         action,
         what,
@@ -181,8 +233,18 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
     const path = url.pathname;
     if (request.method === 'GET') {
       if (path === '/api/info') {
-        return { readOnly: !canAct, readOnlyReason: canAct ? null : options.readOnly ? '--read-only' : 'no operator token configured', consumers: setup.consumers ?? [], notes };
+        const holder = named ? holderOf(request) : undefined;
+        return {
+          readOnly: !canAct,
+          readOnlyReason: canAct ? null : options.readOnly ? '--read-only' : named ? 'no named token has the operator role' : 'no operator token configured',
+          // Named tokens: reads need one too, and the page shows whose it holds.
+          namedTokens: named !== undefined,
+          you: holder ? { name: holder.name, role: holder.role } : null,
+          consumers: setup.consumers ?? [],
+          notes,
+        };
       }
+      if (named && !holderOf(request)) throw new HttpError(401, 'a valid token is required to read (Authorization: Bearer <token>)');
       if (path === '/api/stats') {
         const read = await stats();
         return { stats: read, history, alerts: METRIC_ALERTS };

@@ -8,6 +8,40 @@ export interface Sample {
   readonly oldestPendingAgeMs: number | null;
   readonly dead: number | null;
   readonly halted: number | null;
+  /** From the config's `metrics` endpoints, since the previous sample; null without them. */
+  readonly rates: Rates | null;
+}
+
+export interface Rates {
+  readonly from: number;
+  readonly to: number;
+  readonly publishedPerSecond: number;
+  readonly publishFailuresPerSecond: number;
+  readonly processedPerSecond: number;
+  readonly deadLettered: number;
+  readonly commitToConfirmP99: number | null;
+  readonly handlerP99: number | null;
+  readonly deliveryToAckP99: number | null;
+}
+
+export interface Alerts {
+  readonly publishLatencySeconds: number;
+}
+
+export interface Process {
+  readonly name: string;
+  readonly url: string;
+  readonly at: number;
+  readonly up: boolean;
+  readonly error: string | null;
+  readonly lastSeen: number | null;
+  readonly health: {
+    readonly status: string;
+    readonly ready: boolean;
+    readonly relay?: { running: boolean; paused: boolean; lastError: string | null; sinceLastClaimMs: number };
+    readonly consumers?: { consumer: string; connected: boolean; inFlight: number; lastError: string | null }[];
+  } | null;
+  readonly totals: { relayPaused: number | null } | null;
 }
 
 export interface Stats {
@@ -21,6 +55,9 @@ export interface Stats {
 export interface Info {
   readonly readOnly: boolean;
   readonly readOnlyReason: string | null;
+  /** Named tokens: every read needs one too; `you` is whose this page holds. */
+  readonly namedTokens: boolean;
+  readonly you: { name: string; role: 'viewer' | 'operator' } | null;
   readonly consumers: string[];
   readonly notes: string[];
 }
@@ -112,7 +149,8 @@ export class ApiError extends Error {
 async function call<T>(path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (credentials.operator) headers['x-courier-operator'] = credentials.operator;
-  if (body !== undefined && credentials.token) headers['authorization'] = `Bearer ${credentials.token}`;
+  // Sent on reads too: with named tokens every request needs one.
+  if (credentials.token) headers['authorization'] = `Bearer ${credentials.token}`;
   const response = await fetch(`./api/${path}`, { method: body === undefined ? 'GET' : 'POST', headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
   const value = (await response.json().catch(() => ({ error: `HTTP ${response.status}` }))) as T & { error?: string; remedy?: string };
   if (!response.ok) throw new ApiError(response.status, `${value.error ?? `HTTP ${response.status}`}${value.remedy ? ` — ${value.remedy}` : ''}`);
@@ -121,7 +159,8 @@ async function call<T>(path: string, body?: unknown): Promise<T> {
 
 export const api = {
   info: () => call<Info>('info'),
-  stats: () => call<{ stats: Stats; history: Sample[] }>('stats'),
+  stats: () => call<{ stats: Stats; history: Sample[]; alerts: Alerts }>('stats'),
+  processes: () => call<{ processes: Process[]; alerts: Alerts }>('processes'),
   groups: () => call<{ groups: Group[]; notes: string[] }>('groups'),
   message: (ref: string) => call<Parked>(`dead/${encodeURIComponent(ref)}`),
   halted: () => call<{ keys: HaltedKey[]; notes: string[] }>('halted'),

@@ -5,7 +5,7 @@
 import { Chart, Filler, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip } from 'chart.js';
 import { html, render } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Sample, type Stats } from './api.js';
+import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
 import './style.css';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
@@ -66,7 +66,7 @@ function Stat({ label, value, alert, testid }: { label: string; value: string | 
   return html`<div class=${`stat${alert ? ' alert' : ''}`} data-testid=${testid}><div class="value">${value}</div><div class="label">${label}</div></div>`;
 }
 
-function LineChart({ samples, series, title, testid }: { samples: Sample[]; series: { label: string; pick: (s: Sample) => number | null; color: string }[]; title: string; testid: string }) {
+function LineChart({ samples, series, title, testid, decimals = 0, alert = false }: { samples: Sample[]; series: { label: string; pick: (s: Sample) => number | null; color: string }[]; title: string; testid: string; decimals?: number; alert?: boolean }) {
   const canvas = useRef<HTMLCanvasElement>(null);
   const chart = useRef<Chart<'line', { x: number; y: number | null }[]> | undefined>(undefined);
   useEffect(() => {
@@ -81,7 +81,7 @@ function LineChart({ samples, series, title, testid }: { samples: Sample[]; seri
         parsing: false,
         scales: {
           x: { type: 'linear', ticks: { maxTicksLimit: 6, callback: (value) => new Date(Number(value)).toLocaleTimeString() } },
-          y: { beginAtZero: true, ticks: { precision: 0 } },
+          y: { beginAtZero: true, ticks: { precision: decimals } },
         },
         plugins: { legend: { position: 'bottom' }, tooltip: { mode: 'index', intersect: false } },
       },
@@ -97,7 +97,31 @@ function LineChart({ samples, series, title, testid }: { samples: Sample[]; seri
     current.update('none');
     canvas.current?.setAttribute('data-points', String(samples.length));
   }, [samples]);
-  return html`<section class="card chart" data-testid=${testid}><h3>${title}</h3><div class="chart-box"><canvas ref=${canvas}></canvas></div></section>`;
+  return html`<section class=${`card chart${alert ? ' alert' : ''}`} data-testid=${testid} data-alert=${String(alert)}><h3>${title}</h3><div class="chart-box"><canvas ref=${canvas}></canvas></div></section>`;
+}
+
+/**
+ * The tiles' numbers: the samples of the last minute taken together (a sample's window is a
+ * few seconds, too short to read a rate from), each latency the worst window's p99.
+ */
+function lastMinute(samples: Sample[]): Rates | null {
+  const last = samples.at(-1)?.rates;
+  if (!last) return null;
+  const windows = samples.map((sample) => sample.rates!).filter((rates) => rates.to > last.to - 60_000);
+  const seconds = windows.reduce((total, rates) => total + (rates.to - rates.from) / 1000, 0);
+  const count = (pick: (rates: Rates) => number): number => windows.reduce((total, rates) => total + pick(rates) * ((rates.to - rates.from) / 1000), 0);
+  const worst = (pick: (rates: Rates) => number | null): number | null => windows.reduce<number | null>((max, rates) => (pick(rates) === null ? max : Math.max(max ?? 0, pick(rates)!)), null);
+  return {
+    from: windows[0]!.from,
+    to: last.to,
+    publishedPerSecond: seconds > 0 ? count((rates) => rates.publishedPerSecond) / seconds : 0,
+    publishFailuresPerSecond: seconds > 0 ? count((rates) => rates.publishFailuresPerSecond) / seconds : 0,
+    processedPerSecond: seconds > 0 ? count((rates) => rates.processedPerSecond) / seconds : 0,
+    deadLettered: windows.reduce((total, rates) => total + rates.deadLettered, 0),
+    commitToConfirmP99: worst((rates) => rates.commitToConfirmP99),
+    handlerP99: worst((rates) => rates.handlerP99),
+    deliveryToAckP99: worst((rates) => rates.deliveryToAckP99),
+  };
 }
 
 function Overview() {
@@ -105,8 +129,23 @@ function Overview() {
   const stats: Stats | undefined = data?.stats;
   const samples = data?.history ?? [];
   const o = stats?.outbox;
+  const rated = samples.filter((sample) => sample.rates !== null);
+  const latest: Rates | null = lastMinute(rated);
+  // The alerts of docs/operations.md the endpoints decide, on the latest window.
+  const latencyAlert = latest?.commitToConfirmP99 != null && latest.commitToConfirmP99 > (data?.alerts.publishLatencySeconds ?? Infinity);
+  const failingAlert = (latest?.publishFailuresPerSecond ?? 0) > 0;
+  const deadAlert = (latest?.deadLettered ?? 0) > 0;
+  const fixed = (value: number | null | undefined, digits = 2): string => (value === null || value === undefined ? '–' : value.toFixed(digits));
   return html`<div>
     <h2>Overview</h2>
+    ${latest &&
+    html`<section class="card"><h3>Relays and consumers, last minute (from their /metrics)</h3><div class="stats">
+      <${Stat} testid="rate-published" label="published / s" value=${fixed(latest.publishedPerSecond)} />
+      <${Stat} testid="rate-handled" label="handled / s" value=${fixed(latest.processedPerSecond)} />
+      <${Stat} testid="rate-failures" label="publish failures / s (CourierPublishFailing)" value=${fixed(latest.publishFailuresPerSecond)} alert=${failingAlert} />
+      <${Stat} testid="rate-dead" label="dead-lettered (CourierDeadLettering)" value=${latest.deadLettered} alert=${deadAlert} />
+      <${Stat} testid="p99-confirm" label="commit → confirm p99, worst window (CourierPublishLatency)" value=${latest.commitToConfirmP99 === null ? '–' : age(latest.commitToConfirmP99 * 1000)} alert=${latencyAlert} />
+    </div></section>`}
     ${error && html`<p class="error">could not read the stats: ${error}</p>`}
     ${stats?.unavailable.map((part) => html`<p class="error">could not read ${part.what}: ${part.error}${part.remedy ? html`<br /><small>remedy: ${part.remedy}</small>` : ''}</p>`)}
     ${o &&
@@ -127,6 +166,17 @@ function Overview() {
         { label: 'dead letters', pick: (s: Sample) => s.dead, color: '#dc2626' },
         { label: 'halted keys', pick: (s: Sample) => s.halted, color: '#d97706' },
       ]} />
+      ${rated.length > 0 &&
+      html`<${LineChart} testid="chart-rates" title="Publish and handle rates (per second)" decimals=${2} alert=${failingAlert || deadAlert} samples=${rated} series=${[
+          { label: 'published', pick: (s: Sample) => s.rates?.publishedPerSecond ?? null, color: '#2563eb' },
+          { label: 'handled', pick: (s: Sample) => s.rates?.processedPerSecond ?? null, color: '#16a34a' },
+          { label: 'publish failures', pick: (s: Sample) => s.rates?.publishFailuresPerSecond ?? null, color: '#dc2626' },
+        ]} />
+        <${LineChart} testid="chart-latency" title="Latency p99 (seconds)" decimals=${3} alert=${latencyAlert} samples=${rated} series=${[
+          { label: 'commit → confirm', pick: (s: Sample) => s.rates?.commitToConfirmP99 ?? null, color: '#7c3aed' },
+          { label: 'handler run', pick: (s: Sample) => s.rates?.handlerP99 ?? null, color: '#0891b2' },
+          { label: 'delivery → ack', pick: (s: Sample) => s.rates?.deliveryToAckP99 ?? null, color: '#ea580c' },
+        ]} />`}
     </div>
     <section class="card"><h3>Consumer groups</h3>
       ${consumerRows(stats).length === 0
@@ -213,7 +263,8 @@ function Failed({ info, flash }: { info: Info | undefined; flash: (message: stri
   const [open, setOpen] = useState<string>();
   const [selected, setSelected] = useState<Set<string>>(new Set());
   const [pending, setPending] = useState<Pending>();
-  const readOnly = info?.readOnly !== false;
+  // With named tokens only an operator's token acts (the server refuses a viewer's too).
+  const readOnly = info?.readOnly !== false || (info.namedTokens && info.you?.role !== 'operator');
   const ask = (action: 'replay' | 'purge', members: Member[], group?: Group): void => {
     const actionable = members.filter((member) => member.actionable);
     const skipped = members.length - actionable.length;
@@ -319,7 +370,8 @@ function MessageDetail({ reference }: { reference: string }) {
 function Halted({ info, flash }: { info: Info | undefined; flash: (message: string) => void }) {
   const { data, error, reload } = usePoll(api.halted, REFRESH_MS * 2);
   const [pending, setPending] = useState<Pending>();
-  const readOnly = info?.readOnly !== false;
+  // With named tokens only an operator's token acts (the server refuses a viewer's too).
+  const readOnly = info?.readOnly !== false || (info.namedTokens && info.you?.role !== 'operator');
   const where = (key: HaltedKey): string => (key.consumer === null ? 'outbox' : `consumer ${key.consumer}`);
   const ask = (key: HaltedKey, action: 'retry' | 'park'): void =>
     setPending({
@@ -360,10 +412,49 @@ function Halted({ info, flash }: { info: Info | undefined; flash: (message: stri
   </div>`;
 }
 
+function Processes() {
+  const { data, error } = usePoll(api.processes, REFRESH_MS);
+  const stats = usePoll(api.stats, REFRESH_MS).data?.stats;
+  const processes: Process[] = data?.processes ?? [];
+  return html`<div>
+    <h2>Relays and consumers</h2>
+    ${error && html`<p class="error">could not read the processes: ${error}</p>`}
+    <p class="muted">Each process the config's <code>metrics</code> names, read through its <code>/metrics</code> and <code>/health</code> (the reader of <code>courier metrics</code>). Relay lag is the outbox's oldest pending age${stats?.outbox ? html`: <b data-testid="relay-lag">${age(stats.outbox.oldestPendingAgeMs)}</b>, ${stats.outbox.inFlight} rows claimed under a lease` : ''}. A consumer's broker-side lag is not read: no transport reports its queue depth to the CLI.</p>
+    ${data && processes.length === 0 && html`<p class="note">The config names no <code>metrics</code> endpoints.</p>`}
+    ${processes.length > 0 &&
+    html`<table data-testid="processes"><thead><tr><th>process</th><th>alive</th><th>last seen</th><th>health</th><th>relay</th><th>consumers</th><th>last error</th></tr></thead><tbody>
+      ${processes.map((one) => {
+        const relay = one.health?.relay;
+        const consumers = one.health?.consumers ?? [];
+        const errors = [one.error, relay?.lastError, ...consumers.map((c) => (c.lastError ? `${c.consumer}: ${c.lastError}` : null))].filter(Boolean);
+        return html`<tr data-testid=${`process-${one.name}`}>
+          <td>${one.name}<br /><small class="muted">${one.url}</small></td>
+          <td class=${one.up ? '' : 'alert'} data-testid="alive">${one.up ? 'alive' : 'NOT ANSWERING'}</td>
+          <td>${one.lastSeen === null ? 'never' : `${age(Date.now() - one.lastSeen)} ago`}</td>
+          <td class=${one.health && !one.health.ready ? 'alert' : ''}>${one.health ? `${one.health.status}${one.health.ready ? '' : ' (not ready)'}` : '–'}</td>
+          <td class=${relay?.paused ? 'alert' : ''}>${relay?.running ? `${relay.paused ? 'PAUSED' : 'running'}; last claim ${relay.sinceLastClaimMs < 0 ? 'never' : `${age(relay.sinceLastClaimMs)} ago`}` : '–'}</td>
+          <td>${consumers.length === 0 ? '–' : consumers.map((c) => html`<div class=${c.connected ? '' : 'alert'}>${c.consumer}: ${c.connected ? 'connected' : 'not connected'}, ${c.inFlight} in flight</div>`)}</td>
+          <td class="error-text">${errors.join('\n')}</td>
+        </tr>`;
+      })}
+    </tbody></table>`}
+  </div>`;
+}
+
 function Credentials({ info }: { info: Info | undefined }) {
   const [operator, setOperator] = useState(credentials.operator);
   const [token, setToken] = useState(credentials.token);
   if (!info) return null;
+  const tokenInput = html`<label>token <input data-testid="token" type="password" value=${token} onInput=${(event: Event) => {
+    const value = (event.target as HTMLInputElement).value;
+    setToken(value);
+    credentials.token = value;
+  }} /></label>`;
+  if (info.namedTokens) {
+    return html`<div class="credentials">
+      <span class="badge ro" data-testid="you">${info.you ? `${info.you.name} (${info.you.role})` : 'no valid token'}</span>${tokenInput}
+    </div>`;
+  }
   return html`<div class="credentials">
     ${info.readOnly
       ? html`<span class="badge ro" data-testid="mode">read-only (${info.readOnlyReason})</span>`
@@ -382,7 +473,8 @@ function Credentials({ info }: { info: Info | undefined }) {
 
 function App() {
   const hash = useHash();
-  const { data: info, error } = usePoll(api.info, 0);
+  // Polled: with named tokens, whose token the page holds shows once it is typed in.
+  const { data: info, error } = usePoll(api.info, REFRESH_MS);
   const [message, setMessage] = useState<string>();
   const flash = (text: string): void => setMessage(text);
   // An outcome belongs to the page it was done on.
@@ -392,7 +484,7 @@ function App() {
   return html`<div>
     <header>
       <h1>Courier console</h1>
-      <nav>${nav('overview', 'Overview')}${nav('failed', 'Failed messages')}${nav('halted', 'Halted keys')}</nav>
+      <nav>${nav('overview', 'Overview')}${nav('failed', 'Failed messages')}${nav('halted', 'Halted keys')}${nav('processes', 'Relays and consumers')}</nav>
       <${Credentials} info=${info} />
     </header>
     <main>
@@ -405,7 +497,9 @@ function App() {
           ? html`<${MessageDetail} reference=${decodeURIComponent(hash.slice('#/message/'.length))} />`
           : page === 'halted'
             ? html`<${Halted} info=${info} flash=${flash} />`
-            : html`<${Overview} />`}
+            : page === 'processes'
+              ? html`<${Processes} />`
+              : html`<${Overview} />`}
     </main>
   </div>`;
 }
