@@ -85,6 +85,7 @@ export const outboxOperationsCaseNames: readonly string[] = [
   'stats count pending (in flight included), in flight, dead and halted keys',
   'prune deletes only published rows older than the cutoff',
   'lists, replays and purges dead rows',
+  'a failed-dead row lists its code, error name and first failure; a replay clears them',
   'lists halted keys and resumes them by retry or park',
   'a completion never deletes or changes dead or halted rows, even under the lease that failed them',
 ];
@@ -1017,6 +1018,51 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
       expect(dead[0]!.lastError).toBe('final: ü😀');
       expect(dead[0]!.failedAt).toBeInstanceOf(Date);
       expect(Math.abs(dead[0]!.failedAt!.getTime() - before)).toBeLessThan(60_000);
+    },
+  },
+  {
+    name: 'a failed-dead row lists its code, error name and first failure; a replay clears them',
+    async run(env) {
+      const row = message(env, 'k');
+      const unknown = message(env, 'u');
+      await commit(env, [row, unknown]);
+      const first = await claim(env, 'relay-a');
+      const firstFailedAt = Date.now();
+      const failed = first.records.find((record) => record.envelope.messageId === row.messageId)!;
+      const plain = first.records.find((record) => record.envelope.messageId === unknown.messageId)!;
+      expect(
+        await env.outbox.fail(first.lease, [
+          { sequence: failed.sequence, error: 'TransportError [PUBLISH_REJECTED]: nack', outcome: 'retry', delayMs: 0, code: 'PUBLISH_REJECTED', errorName: 'TransportError' },
+          // A failure recorded without a code or name (a caller that does not know) lists them as unknown.
+          { sequence: plain.sequence, error: 'no code', outcome: 'dead' },
+        ]),
+      ).toBe(2);
+      // The first failure's time survives a later one; code and name are the last failure's.
+      await sleep(env.options.clockToleranceMs + 20);
+      const again = await claim(env, 'relay-b');
+      expect(ids(again)).toEqual([row.messageId]);
+      const lastFailedAt = Date.now();
+      expect(
+        await env.outbox.fail(again.lease, [
+          { sequence: sequences(again)[0]!, error: 'TransportError [PUBLISH_UNROUTABLE]: no queue', outcome: 'dead', code: 'PUBLISH_UNROUTABLE', errorName: 'TransportError' },
+        ]),
+      ).toBe(1);
+      const dead = await env.outbox.listDead();
+      const listed = dead.find((record) => record.envelope.messageId === row.messageId)!;
+      expect(listed).toMatchObject({ state: 'dead', attempts: 2, code: 'PUBLISH_UNROUTABLE', errorName: 'TransportError' });
+      expect(Math.abs(listed.firstFailedAt!.getTime() - firstFailedAt)).toBeLessThan(env.options.clockToleranceMs + 5_000);
+      expect(Math.abs(listed.failedAt!.getTime() - lastFailedAt)).toBeLessThan(env.options.clockToleranceMs + 5_000);
+      expect(listed.failedAt!.getTime()).toBeGreaterThan(listed.firstFailedAt!.getTime());
+      expect(dead.find((record) => record.envelope.messageId === unknown.messageId)).toMatchObject({ code: null, errorName: null, lastError: 'no code' });
+      // A replay starts the row over: its next failure is a first failure again.
+      expect(await env.outbox.replay([listed.sequence])).toBe(1);
+      const replayed = await claim(env, 'relay-c');
+      expect(ids(replayed)).toEqual([row.messageId]);
+      const replayFailedAt = Date.now();
+      expect(await env.outbox.fail(replayed.lease, [{ sequence: sequences(replayed)[0]!, error: 'again', outcome: 'dead' }])).toBe(1);
+      const after = (await env.outbox.listDead()).find((record) => record.envelope.messageId === row.messageId)!;
+      expect(after).toMatchObject({ attempts: 1, code: null, errorName: null, lastError: 'again' });
+      expect(Math.abs(after.firstFailedAt!.getTime() - replayFailedAt)).toBeLessThan(env.options.clockToleranceMs + 5_000);
     },
   },
   {

@@ -47,6 +47,7 @@ export type {
   CompleteOptions,
   CompletedAndClaimed,
   DeadOutboxRecord,
+  FailureDetail,
   HaltedKey,
   ListOptions,
   OutboxAppend,
@@ -61,6 +62,7 @@ export type {
   PendingCompletion,
   PublishedId,
 } from './outbox-store.js';
+export { FAILURE_DETAIL_LIMITS } from './outbox-store.js';
 export type {
   InboxDrainClaim,
   InboxHaltedKey,

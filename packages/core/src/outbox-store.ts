@@ -88,9 +88,27 @@ export interface ClaimOptions {
  * `REASON_LIMITS.messageBytes` UTF-8 bytes and holds no U+0000 or lone surrogate (the
  * relay bounds it with `boundReasonText`), so a store may write it as it is.
  */
-export type OutboxFailure =
+export type OutboxFailure = (
   | { readonly sequence: bigint; readonly error: string; readonly outcome: 'retry'; readonly delayMs: number }
-  | { readonly sequence: bigint; readonly error: string; readonly outcome: 'dead' | 'halt' };
+  | { readonly sequence: bigint; readonly error: string; readonly outcome: 'dead' | 'halt' }
+) &
+  FailureDetail;
+
+/**
+ * What a failure is, apart from its text, so operators can select dead rows by it
+ * (`courier dead replay --code PUBLISH_UNROUTABLE`) without parsing messages. Absent (or
+ * null) when the caller does not know, which a store records as unknown (null). The relay
+ * bounds both with {@link FAILURE_DETAIL_LIMITS}, so a store may write them as they are.
+ */
+export interface FailureDetail {
+  /** The `CourierError` code of the failure (`PUBLISH_UNROUTABLE`, …), at most 64 characters. */
+  readonly code?: string | null;
+  /** The error's class name (`TransportError`, …), at most 200 characters. */
+  readonly errorName?: string | null;
+}
+
+/** Most characters of {@link FailureDetail}: what every store's columns hold. */
+export const FAILURE_DETAIL_LIMITS = { code: 64, errorName: 200 } as const;
 
 /** Counts operators watch. */
 export interface OutboxStats {
@@ -117,7 +135,21 @@ export interface DeadOutboxRecord {
   readonly state: 'dead' | 'halted';
   readonly attempts: number;
   readonly lastError: string | null;
+  /** When the last failure was recorded (database clock). */
   readonly failedAt: Date | null;
+  /**
+   * The last failure's `CourierError` code, as the relay recorded it ({@link FailureDetail});
+   * null when unknown: a row that failed before the store kept codes (a SQL schema older
+   * than version 5), or a failure recorded without one.
+   */
+  readonly code: string | null;
+  /** The last failure's error class name (`TransportError`); null when unknown, as {@link code}. */
+  readonly errorName: string | null;
+  /**
+   * When the row first failed since it was appended or last replayed (database clock); null
+   * when unknown (rows that failed before the store kept it: a SQL schema older than 5).
+   */
+  readonly firstFailedAt: Date | null;
 }
 
 /** Per-call arguments of listings. */

@@ -8,7 +8,7 @@ import type { FaultContext, FaultHook, FaultPoint } from './fault-points.js';
 import { aborted, sleep, Waker, withTimeout } from './internal/async.js';
 import { linkSignals } from './signals.js';
 import type { Logger } from './logger.js';
-import type { ClaimedBatch, ClaimOptions, OutboxFailure, OutboxLease, OutboxRecord, OutboxStore, PendingCompletion } from './outbox-store.js';
+import { FAILURE_DETAIL_LIMITS, type ClaimedBatch, type ClaimOptions, type FailureDetail, type OutboxFailure, type OutboxLease, type OutboxRecord, type OutboxStore, type PendingCompletion } from './outbox-store.js';
 import { backoffDelay, retryPolicy, type RetryPolicy } from './retry.js';
 import type { Instruments } from './telemetry.js';
 import { inSpan, traceLinks } from './telemetry.js';
@@ -598,17 +598,18 @@ export class Relay<Tx> {
       // Bounded and cleaned here, once, for every store: the text comes from the broker or
       // the transport, and a store's column may refuse it (U+0000 in PostgreSQL) or cut it.
       const message = boundReasonText(describeError(error));
+      const detail = failureDetail(error);
       // Topic and code are bounded label values: topics are the application's, codes Courier's.
       this.#deps.instruments.publishFailures.add(1, { 'messaging.destination.name': record.envelope.topic, 'error.type': error.code });
       if (error.retriable && attempt < retry.maxAttempts) {
         const delayMs = backoffDelay(retry, attempt);
-        failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs });
+        failures.push({ sequence: record.sequence, error: message, outcome: 'retry', delayMs, ...detail });
         this.#warnFailedAttempt(record, attempt, delayMs, message);
         continue;
       }
       await this.#deps.fault('poison-head', { messageIds: [record.envelope.messageId] });
       const halt = poison === 'halt' && record.envelope.key !== null;
-      failures.push({ sequence: record.sequence, error: message, outcome: halt ? 'halt' : 'dead' });
+      failures.push({ sequence: record.sequence, error: message, outcome: halt ? 'halt' : 'dead', ...detail });
       this.#deps.instruments.deadLettered.add(1);
       this.#deps.logger.error(halt ? 'relay halted a key on a poison head' : 'relay dead-lettered a message', {
         messageId: record.envelope.messageId,
@@ -782,6 +783,15 @@ class LeaseHeartbeat {
 
 /** The fault caller of a bus without a fault hook (production). */
 const NO_FAULTS = (): Promise<void> => Promise.resolve();
+
+/**
+ * The code and class name a store keeps with a failed row, bounded to the store's columns
+ * ({@link FAILURE_DETAIL_LIMITS}): codes are Courier's (short), but a name comes from whatever
+ * class an adapter threw.
+ */
+function failureDetail(error: CourierError): FailureDetail {
+  return { code: error.code.slice(0, FAILURE_DETAIL_LIMITS.code), errorName: error.name.slice(0, FAILURE_DETAIL_LIMITS.errorName) };
+}
 
 /** Wraps an optional fault hook so the engine can always await it. */
 export function faultCaller(hook: FaultHook | undefined): (point: FaultPoint, context: FaultContext) => Promise<void> {

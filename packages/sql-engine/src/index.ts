@@ -18,7 +18,7 @@ export { KEY_LOCK_BUCKETS, MySqlDialect, NOT_PUBLISHED_AT } from './dialects/mys
 export { PostgresDialect } from './dialects/postgres-dialect.js';
 export { SQLITE_BUSY_TIMEOUT_MS, SqliteDialect } from './dialects/sqlite-dialect.js';
 export type { ClaimQuery, ClaimResult, CompletedRows, CompletionQuery, CourierObject, DialectContext, DialectName, PublishedRows, SqlDialect } from './dialects/sql-dialect.js';
-export { ageSql, completeRows, completeSql, headsSql, qualifiedColumns, ROW_COLUMNS, SCHEMA_VERSION, upgradeSql } from './dialects/sql-dialect.js';
+export { ageSql, completeRows, completeSql, failureColumnsSql, headsSql, qualifiedColumns, ROW_COLUMNS, SCHEMA_VERSION, upgradeSql } from './dialects/sql-dialect.js';
 export type { SqlStoreCoreConfig } from './sql-store-core.js';
 export { pruneInBatches, SqlStoreCore, throwIfAborted } from './sql-store-core.js';
 export type { OutboxJoin, OutboxPendingRow, OutboxWriter, SqlOutboxStoreConfig, SqlOutboxStoreOptions } from './sql-outbox-store.js';

@@ -28,7 +28,7 @@ import {
   type PortLimits,
 } from '@courier/core';
 import { claimFollowers } from './claim-followers.js';
-import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows } from './dialects/sql-dialect.js';
+import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows, type SqlDialect } from './dialects/sql-dialect.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './executor.js';
 import { OutboxWakeups, type ListenSource, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { pruneInBatches, throwIfAborted, type SqlStoreCore } from './sql-store-core.js';
@@ -472,7 +472,11 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       const { dialect, runner } = this.#core;
       if (failures.length === 0) return 0;
       const outbox = dialect.table('outbox');
-      const common = `attempts = attempts + 1, last_error = ?, failed_at = ${dialect.now}, lease_owner = NULL, lease_token = NULL`;
+      // The code and name describe the last failure, as last_error does; first_failed_at is
+      // kept from the first failure until a replay clears it.
+      const common =
+        `attempts = attempts + 1, last_error = ?, error_code = ?, error_name = ?, failed_at = ${dialect.now}, ` +
+        `first_failed_at = COALESCE(first_failed_at, ${dialect.now}), lease_owner = NULL, lease_token = NULL`;
       const where = `WHERE seq = ? AND state = 'pending' AND lease_token = ?`;
       return runner.transaction(
         async (trx) => {
@@ -482,12 +486,16 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
               failure.outcome === 'retry'
                 ? await runner.run(`UPDATE ${outbox} SET ${common}, available_at = ${dialect.plusMs(dialect.now)} ${where}`, [
                     failure.error,
+                    failure.code ?? null,
+                    failure.errorName ?? null,
                     Math.max(0, Math.round(failure.delayMs)),
                     failure.sequence.toString(),
                     lease.token.toString(),
                   ], trx)
                 : await runner.run(`UPDATE ${outbox} SET ${common}, state = ? ${where}`, [
                     failure.error,
+                    failure.code ?? null,
+                    failure.errorName ?? null,
                     failure.outcome === 'dead' ? 'dead' : 'halted',
                     failure.sequence.toString(),
                     lease.token.toString(),
@@ -610,7 +618,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       }
       params.push(listLimit(options.limit));
       const rows = await runner.all(
-        `SELECT ${qualifiedColumns('o')}, o.state, o.last_error, ${dialect.epochMs('o.failed_at')} AS failed_at_ms FROM ${dialect.table('outbox')} o ` +
+        `SELECT ${qualifiedColumns('o')}, ${failureColumns(dialect, 'o')} FROM ${dialect.table('outbox')} o ` +
           `WHERE ${where} ORDER BY o.seq LIMIT ?`,
         params,
       );
@@ -660,7 +668,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       }
       params.push(listLimit(options.limit));
       const rows = await runner.all(
-        `SELECT ${qualifiedColumns('h')}, h.state, h.last_error, ${dialect.epochMs('h.failed_at')} AS failed_at_ms, ` +
+        `SELECT ${qualifiedColumns('h')}, ${failureColumns(dialect, 'h')}, ` +
           `(SELECT COUNT(*) FROM ${outbox} p WHERE p.key_hash = h.key_hash AND p.state = 'pending' AND p.seq > h.seq) AS held ` +
           `FROM ${outbox} h WHERE ${where} ORDER BY h.seq LIMIT ?`,
         params,
@@ -814,7 +822,18 @@ export function keyHash(topic: string, key: string | null): string | null {
 }
 
 function resetColumns(now: string): string {
-  return `state = 'pending', attempts = 0, last_error = NULL, failed_at = NULL, available_at = ${now}, lease_owner = NULL, lease_token = NULL`;
+  return (
+    `state = 'pending', attempts = 0, last_error = NULL, error_code = NULL, error_name = NULL, failed_at = NULL, first_failed_at = NULL, ` +
+    `available_at = ${now}, lease_owner = NULL, lease_token = NULL`
+  );
+}
+
+/** The columns {@link toDeadRecord} reads besides the row's, for a dead or halted row aliased `alias`. */
+function failureColumns(dialect: Pick<SqlDialect, 'epochMs'>, alias: string): string {
+  return (
+    `${alias}.state, ${alias}.last_error, ${alias}.error_code, ${alias}.error_name, ` +
+    `${dialect.epochMs(`${alias}.failed_at`)} AS failed_at_ms, ${dialect.epochMs(`${alias}.first_failed_at`)} AS first_failed_at_ms`
+  );
 }
 
 function listLimit(limit: number | undefined): number {
@@ -854,6 +873,7 @@ function toRecord(row: SqlRow): OutboxRecord {
 
 function toDeadRecord(row: SqlRow): DeadOutboxRecord {
   const failedAt = row['failed_at_ms'];
+  const firstFailedAt = row['first_failed_at_ms'];
   return {
     sequence: toBigInt(row['seq']),
     envelope: envelopeOf(row),
@@ -861,5 +881,8 @@ function toDeadRecord(row: SqlRow): DeadOutboxRecord {
     attempts: toNumber(row['attempts']),
     lastError: toNullableString(row['last_error']),
     failedAt: failedAt === null || failedAt === undefined ? null : new Date(toNumber(failedAt)),
+    code: toNullableString(row['error_code']),
+    errorName: toNullableString(row['error_name']),
+    firstFailedAt: firstFailedAt === null || firstFailedAt === undefined ? null : new Date(toNumber(firstFailedAt)),
   };
 }

@@ -151,7 +151,14 @@ export class SqlStoreCore<Tx, E extends SqlExecutor<Tx> = SqlExecutor<Tx>> {
         await this.dialect.prepareDatabase?.(this.runner);
         for (const statement of statements) await this.runner.transaction((trx) => this.runner.run(statement, [], trx), { writeLock: false });
         const version = toNumber((await this.runner.all(versionSql))[0]?.['value']);
-        for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement);
+        for (const statement of upgradeSql(this.dialect, version)) {
+          try {
+            await this.runner.run(statement);
+          } catch (error) {
+            // A racing caller made this change first (no ADD COLUMN IF NOT EXISTS here).
+            if (!this.dialect.alreadyUpgraded?.(error)) throw error;
+          }
+        }
       }
     } catch (error) {
       throw toStorageError(error, 'ensureSchema', this.schemaHint);

@@ -27,7 +27,9 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * the current version, v2 upgrades tables created by an older release (MySQL/MariaDB: the
  * id columns become binary, compared byte for byte), v3 adds the inbox halt tables
  * (`poison: 'halt'`), v4 lets MySQL/MariaDB complete outbox rows in place (`state` an ENUM,
- * `published_at` never NULL; it rebuilds the outbox table there, a no-op elsewhere). `down`
+ * `published_at` never NULL; it rebuilds the outbox table there, a no-op elsewhere), v5 adds
+ * the outbox's failure columns (`error_code`, `error_name`, `first_failed_at`: dead rows
+ * selectable by code; rows that failed before read them as unknown). `down`
  * of v1 drops the tables; `down` of v3 drops the halt tables, and refuses (a non-retriable
  * `StorageError` naming the tables) while they hold any halted, held or parked message —
  * those were acknowledged to the broker and exist nowhere else; `down` of v4 only sets the
@@ -38,7 +40,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect(dialectOf((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), config.dialect), names);
   // Every upgrade migration brings the tables from the version they record to the latest,
-  // so v2, v3 and v4 are no-ops once an earlier one ran.
+  // so v2 to v5 are no-ops once an earlier one ran.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {
     const dialect = dialectFor(migration);
     const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
@@ -121,11 +123,28 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     }
   }
 
+  // Adds the outbox failure columns (code, error name, first failure). `down` drops them:
+  // v4 code never reads them, and what they held is also in last_error's text.
+  class CourierSchemaV5 extends Migration {
+    override async up(): Promise<void> {
+      await upgradeToLatest(this);
+    }
+
+    override down(): void {
+      const dialect = dialectFor(this);
+      const outbox = dialect.table('outbox');
+      // One column per statement: SQLite drops one at a time (3.35+).
+      for (const column of ['error_code', 'error_name', 'first_failed_at']) this.addSql(`ALTER TABLE ${outbox} DROP COLUMN ${column}`);
+      this.addSql(`UPDATE ${dialect.table('meta')} SET value = 4 WHERE name = 'schema_version' AND value > 4`);
+    }
+  }
+
   return [
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
     { name: `Courier_${names.prefix}v3`, class: CourierSchemaV3 },
     { name: `Courier_${names.prefix}v4`, class: CourierSchemaV4 },
+    { name: `Courier_${names.prefix}v5`, class: CourierSchemaV5 },
   ];
 }
 

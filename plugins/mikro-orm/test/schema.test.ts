@@ -43,10 +43,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const table of [names.inboxHalts, names.inboxHeld, names.inboxParked]) await f.sql(`DROP TABLE ${f.table(table.slice(f.tablePrefix.length))}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 2 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 2, target: 4 });
+    expect(await admin.status()).toEqual({ current: 2, target: 5 });
     const pending = await admin.pendingSql();
     expect(pending.some((sql) => sql.includes(names.inboxHalts))).toBe(true);
-    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 4/);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 5/);
     await admin.apply();
     expect(await admin.pendingSql()).toEqual([]);
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
@@ -55,11 +55,40 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await inbox.close();
   });
 
+  it('a schema at version 4 with rows in flight is upgraded to 5: old dead rows read code unknown, a row leased before the upgrade fails with its code', async () => {
+    const f = await fixtureFor(dialect);
+    const [dead, leased] = [envelope(f.tablePrefix, 'a'), envelope(f.tablePrefix, 'b')];
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: dead }, { envelope: leased }]));
+    const batch = await f.outbox.claim({ owner: 'old-relay', limit: 10, leaseMs: 600_000, perKey: 1 });
+    const sequenceOf = (id: string) => batch.records.find((record) => record.envelope.messageId === id)!.sequence;
+    await f.outbox.fail(batch.lease, [{ sequence: sequenceOf(dead.messageId), error: 'TransportError [PUBLISH_UNROUTABLE]: no queue bound', outcome: 'dead' }]);
+    // Back to what version 4 left: the same rows, without the failure columns.
+    for (const column of ['error_code', 'error_name', 'first_failed_at']) await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN ${column}`);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 4 WHERE name = 'schema_version'`);
+    const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
+    expect(await admin.status()).toEqual({ current: 4, target: 5 });
+    const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 4, this release needs 5/);
+    // Two upgrades racing, as two processes' ensureSchema() would.
+    await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
+    expect(await admin.pendingSql()).toEqual([]);
+    const before = await outbox.listDead();
+    expect(before.map((row) => [row.envelope.messageId, row.code, row.errorName, row.firstFailedAt, row.lastError])).toEqual([
+      [dead.messageId, null, null, null, 'TransportError [PUBLISH_UNROUTABLE]: no queue bound'],
+    ]);
+    // The lease taken before the upgrade still holds its row.
+    expect(await outbox.fail(batch.lease, [{ sequence: sequenceOf(leased.messageId), error: 'TransportError [PUBLISH_UNROUTABLE]: x', outcome: 'dead', code: 'PUBLISH_UNROUTABLE', errorName: 'TransportError' }])).toBe(1);
+    const after = (await outbox.listDead()).find((row) => row.envelope.messageId === leased.messageId);
+    expect(after).toMatchObject({ code: 'PUBLISH_UNROUTABLE', errorName: 'TransportError', attempts: 1 });
+    expect(after!.firstFailedAt).toBeInstanceOf(Date);
+    await outbox.close();
+  });
+
   it('an outdated or newer schema version is reported instead of failing later', async () => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 4/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 5/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -89,7 +118,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`, `Courier_${tablePrefix}v5`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));

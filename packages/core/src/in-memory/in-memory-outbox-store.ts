@@ -34,6 +34,11 @@ interface Row {
   attempts: number;
   lastError: string | null;
   failedAt: number | null;
+  /** The last failure's code and error name (null when not given), as the SQL columns keep them. */
+  errorCode: string | null;
+  errorName: string | null;
+  /** When the row first failed since its append or last replay. */
+  firstFailedAt: number | null;
   dueAt: number;
   /**
    * When the row first became due (its insert, or its delay/notBefore), kept across retries
@@ -134,6 +139,9 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction, voi
           attempts: 0,
           lastError: null,
           failedAt: null,
+          errorCode: null,
+          errorName: null,
+          firstFailedAt: null,
           dueAt: Math.max(now + delayMs, notBefore ?? now),
           firstDueAt: Math.max(now + delayMs, notBefore ?? now),
           publishedAt: null,
@@ -254,6 +262,9 @@ export class InMemoryOutboxStore implements OutboxStore<InMemoryTransaction, voi
       row.attempts += 1;
       row.lastError = failure.error;
       row.failedAt = now;
+      row.errorCode = failure.code ?? null;
+      row.errorName = failure.errorName ?? null;
+      row.firstFailedAt ??= now;
       clearLease(row);
       if (failure.outcome === 'retry') row.dueAt = now + Math.max(0, failure.delayMs);
       else row.state = failure.outcome === 'dead' ? 'dead' : 'halted';
@@ -515,6 +526,9 @@ function reset(row: Row, now: number): void {
   row.attempts = 0;
   row.lastError = null;
   row.failedAt = null;
+  row.errorCode = null;
+  row.errorName = null;
+  row.firstFailedAt = null;
   row.dueAt = now;
   row.firstDueAt = now;
   clearLease(row);
@@ -528,6 +542,9 @@ function deadRecord(row: Row): DeadOutboxRecord {
     attempts: row.attempts,
     lastError: row.lastError,
     failedAt: row.failedAt === null ? null : new Date(row.failedAt),
+    code: row.errorCode,
+    errorName: row.errorName,
+    firstFailedAt: row.firstFailedAt === null ? null : new Date(row.firstFailedAt),
   };
 }
 

@@ -1,13 +1,16 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyError, toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeRows, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, failureColumnsSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
  * byte (see {@link MySqlDialect}). Four bytes per character of the envelope limits
  * (messageId and consumer 200, topic 249, key 1024), so every accepted value fits.
  */
+/** The version 5 outbox columns (see `failureColumnsSql`). */
+const FAILURE_COLUMNS = failureColumnsSql({ text64: 'VARCHAR(64) NULL', text200: 'VARCHAR(200) NULL', timestamp: 'DATETIME(3) NULL' });
+
 const ID_COLUMNS = {
   message_id: 'VARBINARY(800)',
   consumer: 'VARBINARY(800)',
@@ -141,6 +144,7 @@ export class MySqlDialect implements SqlDialect {
         attempts INT NOT NULL DEFAULT 0,
         last_error TEXT NULL,
         failed_at DATETIME(3) NULL,
+        ${FAILURE_COLUMNS.join(',\n        ')},
         lease_owner VARCHAR(200) NULL,
         lease_token BIGINT NULL,
         created_at DATETIME(3) NOT NULL,
@@ -191,9 +195,14 @@ export class MySqlDialect implements SqlDialect {
             `UPDATE ${outbox} SET published_at = '${NOT_PUBLISHED_AT}' WHERE published_at IS NULL`,
             `ALTER TABLE ${outbox} MODIFY state ${STATE_COLUMN}, MODIFY published_at ${PUBLISHED_AT_COLUMN}`,
           ];
+    // Version 4 -> 5: the failure columns, in one ALTER (atomic: all three or none). Nullable
+    // columns at the end are added in place (INSTANT on MariaDB 10.3+ and MySQL 8), not by a
+    // copy. No ADD COLUMN IF NOT EXISTS on MySQL 8: a racing caller's duplicate column is
+    // {@link alreadyUpgraded}.
+    const failureColumns = from >= 5 ? [] : [`ALTER TABLE ${outbox} ${FAILURE_COLUMNS.map((column) => `ADD COLUMN ${column}`).join(', ')}`];
     // Version 2 -> 3: the inbox halt tables.
     const halts = from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
-    if (from >= 2) return [...halts, ...inPlace];
+    if (from >= 2) return [...halts, ...inPlace, ...failureColumns];
     const modify = (columns: readonly (keyof typeof ID_COLUMNS)[], nullable: readonly string[] = []) =>
       columns.map((column) => `MODIFY ${column} ${ID_COLUMNS[column]} ${nullable.includes(column) ? 'NULL' : 'NOT NULL'}`).join(', ');
     // Version 1 -> 2: the id columns become binary. Converting a utf8mb4 column to VARBINARY
@@ -205,7 +214,13 @@ export class MySqlDialect implements SqlDialect {
       `ALTER TABLE ${this.table('inboxStarts')} ${modify(['message_id', 'consumer'])}`,
       ...halts,
       ...inPlace,
+      ...failureColumns,
     ];
+  }
+
+  alreadyUpgraded(error: unknown): boolean {
+    // ER_DUP_FIELDNAME: the column is there already.
+    return (error as { errno?: unknown } | null)?.errno === 1060 || (error instanceof Error && /Duplicate column name/i.test(error.message));
   }
 
   dropStatements(): string[] {

@@ -1,7 +1,7 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeSql, failureColumnsSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * PostgreSQL 12+ adapter.
@@ -25,6 +25,9 @@ import { ageSql, completeSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type C
  * "keep it vacuumed"; bench scenario 3). Set only when the table is created, so a DBA's own
  * tuning of an existing table is never overwritten.
  */
+/** The version 5 outbox columns (see `failureColumnsSql`). */
+const FAILURE_COLUMNS = failureColumnsSql({ text64: 'varchar(64)', text200: 'varchar(200)', timestamp: 'timestamptz' });
+
 const OUTBOX_STORAGE_PARAMETERS = 'autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000';
 
 export class PostgresDialect implements SqlDialect {
@@ -97,6 +100,7 @@ export class PostgresDialect implements SqlDialect {
         attempts integer NOT NULL DEFAULT 0,
         last_error text,
         failed_at timestamptz,
+        ${FAILURE_COLUMNS.join(',\n        ')},
         lease_owner varchar(200),
         lease_token bigint,
         created_at timestamptz NOT NULL DEFAULT now(),
@@ -133,8 +137,11 @@ export class PostgresDialect implements SqlDialect {
   }
 
   upgradeStatements(from: number): string[] {
-    // Version 2 -> 3: the inbox halt tables. 1 -> 2 changed nothing here.
-    return from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
+    // Version 4 -> 5: the failure columns; nullable without a default, so adding them only
+    // changes the catalog (no table rewrite), and every row written before reads NULL.
+    const failureColumns = from >= 5 ? [] : [`ALTER TABLE ${this.table('outbox')} ${FAILURE_COLUMNS.map((column) => `ADD COLUMN IF NOT EXISTS ${column}`).join(', ')}`];
+    // Version 2 -> 3: the inbox halt tables. 1 -> 2 and 3 -> 4 changed nothing here.
+    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns];
   }
 
   dropStatements(): string[] {

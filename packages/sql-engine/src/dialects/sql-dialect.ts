@@ -10,8 +10,10 @@ export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
  * 3: the inbox halt tables (`inbox_halts`, `inbox_held`, `inbox_parked`; see `inbox-halts-sql.ts`).
  * 4: MySQL/MariaDB outbox `state` is an ENUM and `published_at` is never NULL, so the
  *    completion rewrites its rows in place (see `mysql-dialect.ts`); elsewhere unchanged.
+ * 5: outbox `error_code`, `error_name` and `first_failed_at` (see {@link failureColumnsSql}),
+ *    so dead rows can be selected by code; rows failed before it read them as NULL (unknown).
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -130,6 +132,12 @@ export interface SqlDialect {
    * Absent when the tables of every version are the same.
    */
   upgradeStatements?(from: number): string[];
+  /**
+   * Whether `error`, thrown by one of {@link upgradeStatements}, says the change is already
+   * there (SQLite and MySQL have no `ADD COLUMN IF NOT EXISTS`: a racing `ensureSchema()`
+   * added the column first). Absent where every upgrade statement is idempotent by itself.
+   */
+  alreadyUpgraded?(error: unknown): boolean;
   /** Statements dropping every Courier object (migration `down`). */
   dropStatements(): string[];
   /**
@@ -267,6 +275,15 @@ export function upgradeSql(dialect: Pick<SqlDialect, 'table' | 'upgradeStatement
  */
 export function ageSql(dialect: Pick<SqlDialect, 'now' | 'epochMs' | 'greatest'>, alias: string): string {
   return `(${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`${dialect.greatest}(${alias}.created_at, ${alias}.available_at)`)}) AS age_ms`;
+}
+
+/**
+ * The version 5 outbox columns, as `name type` for CREATE TABLE and ADD COLUMN: the last
+ * failure's code and error class name (bounded by core's `FAILURE_DETAIL_LIMITS`), and when
+ * the row first failed since it was appended or replayed. All nullable: NULL is unknown.
+ */
+export function failureColumnsSql(types: { readonly text64: string; readonly text200: string; readonly timestamp: string }): string[] {
+  return [`error_code ${types.text64}`, `error_name ${types.text200}`, `first_failed_at ${types.timestamp}`];
 }
 
 /** `o.`-qualified row columns. */
