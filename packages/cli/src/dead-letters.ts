@@ -19,10 +19,15 @@ export interface ParkedMessage {
   readonly consumer: string | null;
   readonly envelope: Envelope;
   /**
-   * The error code: the reason's code, the `[CODE]` in an outbox row's last error, or the
-   * `CODE:` a parked head's error starts with (the consumer stores `<code>: <message>`).
+   * The error code: the reason's code; an outbox row's stored code (schema version 5), or for
+   * a row dead-lettered before it, the `[CODE]` of the relay's `Name [CODE]: message` text;
+   * or the `CODE:` a parked head's error starts with (the consumer stores `<code>: <message>`).
    */
   readonly code: string | null;
+  /** Outbox rows: the failure's error class name (`TransportError`); null when unknown or not an outbox row. */
+  readonly errorName?: string | null;
+  /** Outbox rows: when the row first failed since its append or last replay; null when unknown. */
+  readonly firstFailedAt?: Date | null;
   readonly error: string | null;
   /** Delivery attempts; null for a parked head (the inbox store does not keep them). */
   readonly attempts: number | null;
@@ -106,7 +111,9 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
           state: row.state,
           consumer: null,
           envelope: row.envelope,
-          code: /\[([A-Z0-9_]+)\]/.exec(row.lastError ?? '')?.[1] ?? null,
+          code: row.code ?? legacyOutboxCode(row.lastError),
+          errorName: row.errorName,
+          firstFailedAt: row.firstFailedAt,
           error: row.lastError,
           attempts: row.attempts,
           parkedAt: row.failedAt,
@@ -150,6 +157,15 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
 }
 
 /** A parked consumer head as a {@link ParkedMessage}; its error is `<CODE>: <message>` as the consumer stores it. */
+/**
+ * The code of an outbox row dead-lettered before the store kept codes (schema < 5): the relay
+ * wrote `describeError`'s `Name [CODE]: message`, so only a code in that position counts, not
+ * a bracketed word inside a broker's message.
+ */
+function legacyOutboxCode(lastError: string | null): string | null {
+  return /^[A-Za-z_$][\w$]* \[([A-Z][A-Z0-9_]*)\]: /.exec(lastError ?? '')?.[1] ?? null;
+}
+
 function parkedHead(consumer: string, envelope: Envelope, error: string, parkedAt: Date): ParkedMessage {
   const coded = /^([A-Z][A-Z0-9_]*): ([\s\S]*)$/.exec(error);
   return {
