@@ -431,7 +431,7 @@ export async function closedLoopProducers(writers: number, seconds: number, tran
  * the way of a backlog seeded after it): resolves once `confirmed()` says the broker took it
  * and no row is pending, so a drain timed after it measures the relay at speed.
  */
-export async function warmRelay(db: BenchDb, bus: Bus<EntityManager>, confirmed: () => boolean): Promise<void> {
+export async function warmRelay(db: BenchDb, bus: Pick<Bus<EntityManager>, 'start' | 'wake'>, confirmed: () => boolean): Promise<void> {
   await bus.start({ relay: true, consumers: false });
   await seedBacklog(db, 1, { from: 1_000_000_000 });
   bus.wake();

@@ -1,7 +1,9 @@
 // 2. Relay drain PostgreSQL → RabbitMQ vs the raw publish loop and a hand-written relay
 // (distinct keys and keyless, with the relay's CPU and RSS); 3. a big backlog vs a
 // small one; 8. the same drain from MariaDB.
-import { DEFAULT_RELAY_BATCH_SIZE } from '@courier/core';
+import { createBus, DEFAULT_RELAY_BATCH_SIZE, type OutboxStore } from '@courier/core';
+import { PgOutboxStore } from '@courier/pg';
+import pg from 'pg';
 import { HAND_RELAY_BATCH, handWrittenRelay, processCost, RAW_CONFIRM_WINDOW, rawClaimLoop, rawPublishLoop } from '../ceilings.js';
 import { anyPending, BenchBroker, benchBus, openDb, seedBacklog, TimedTransport, until, warmRelay, type BenchDb, type Dialect } from '../setup.js';
 import { URLS } from '../services.js';
@@ -41,10 +43,12 @@ export async function relayDrain(
   db: BenchDb,
   broker: BenchBroker,
   count: number,
-  options: { keyless?: boolean; batchSize?: number; span?: { start(): Promise<void>; end(): Promise<void> } } = {},
+  options: { keyless?: boolean; batchSize?: number; span?: { start(): Promise<void>; end(): Promise<void> }; outbox?: OutboxStore<unknown> } = {},
 ): Promise<DrainRun> {
   const transport = new TimedTransport(broker.transport());
-  const bus = benchBus(db, transport, { ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }), pollIntervalMs: 600_000 });
+  const relay = { ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }), pollIntervalMs: 600_000 };
+  // `outbox`: another store on the same tables (another adapter), whose relay drains them instead.
+  const bus = options.outbox === undefined ? benchBus(db, transport, relay) : createBus({ outbox: options.outbox, transport, relay });
   try {
     await warmRelay(db, bus, () => transport.confirmed >= 1 && bus.health().relay.sinceLastClaimMs >= 0);
     const seedStarted = performance.now();
@@ -136,6 +140,17 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
     await truncate(db);
     const keyless = await relayDrain(db, broker, count, { keyless: true });
     await truncate(db);
+    // The relay on @courier/pg (node-postgres, named prepared statements) over the same tables.
+    let pgDrain: DrainRun | undefined;
+    if (dialect === 'postgresql') {
+      const pool = new pg.Pool({ connectionString: URLS.postgresql, max: 4 });
+      try {
+        pgDrain = await relayDrain(db, broker, count, { outbox: new PgOutboxStore({ pool, tablePrefix: `${prefix}_`, wakeups: false }) as OutboxStore<unknown> });
+      } finally {
+        await pool.end();
+      }
+      await truncate(db);
+    }
     const drainDeleting = await relayDrain(deleting, broker, count);
     await truncate(deleting);
     const keylessDeleting = await relayDrain(deleting, broker, count, { keyless: true });
@@ -199,6 +214,18 @@ async function drainAgainstCeilings(dialect: Dialect, { quick, prefix, report, s
           { label: `keyless relay drain ≥ 1.20 × textbook relay (batch ${batch})`, ratio: bare.ratio, ok: (ratio) => ratio >= 1.2 },
           { label: `relay CPU per message ≤ 1.2 × textbook relay (batch ${batch})`, ratio: cpuRatio.ratio, ok: (ratio) => ratio <= 1.2 },
         );
+      }
+    }
+    if (pgDrain) {
+      report.measure(`Courier relay drain of ${n}, distinct keys, on @courier/pg`, pgDrain.rate, 'msg/s', { vs: courierLabel });
+      report.measure(`Courier relay CPU per message, distinct keys (batch ${BATCH}), on @courier/pg`, us(pgDrain.cpuSeconds, count), 'µs', {
+        vs: `Courier relay CPU per message, distinct keys (batch ${BATCH})`,
+        note: `${pgDrain.cpuSeconds.toFixed(2)} CPU s for ${n}`,
+      });
+      for (const { batch } of textbook) {
+        report.measure(`Courier relay drain of ${n} on @courier/pg, distinct keys, vs the textbook relay (batch ${batch})`, pgDrain.rate, 'msg/s', {
+          vs: `textbook relay, batch ${batch} (narrow table, one pg connection, SKIP LOCKED → confirms → processed_at → commit)`,
+        });
       }
     }
     // publishedRows 'delete': the same drains with an outbox that deletes rows at completion.
