@@ -2,7 +2,8 @@
 // hand-written outbox insert (and raw node-postgres as a second line).
 import { InMemoryBroker, createBus } from '@courier/core';
 import type { EntityManager } from '@mikro-orm/core';
-import { closedLoop, handWrittenInsert, pgPool, rawPgProducerTx } from '../ceilings.js';
+import { ADAPTER_PAIRS, adapterProducers } from '../adapter-producers.js';
+import { closedLoop, handWrittenInsert } from '../ceilings.js';
 import { openDb, OrderPlaced, orderPayload, outboxValues } from '../setup.js';
 import { interleaved, type Scenario } from './context.js';
 
@@ -14,7 +15,7 @@ export const producerScenario: Scenario = {
   services: ['postgresql'],
   async run({ quick, prefix, report, shared }) {
     const db = await openDb('postgresql', { prefix, poolMax: WRITERS + 2 });
-    const pool = pgPool(WRITERS);
+    const adapters = adapterProducers(db, prefix, WRITERS);
     const broker = new InMemoryBroker();
     const transport = broker.connect();
     // The producer side only: no relay runs, so the transport is never used.
@@ -24,7 +25,8 @@ export const producerScenario: Scenario = {
     const order = (em: EntityManager, id: string) => em.persist(em.create(db.Order, { id, customerId: `c-${id.slice(-6)}`, totalCents: 12_345, createdAt: new Date() }));
     const insert = handWrittenInsert(db);
     const seconds = quick ? 1 : 4;
-    const modes = ['business write only', 'hand-written outbox (MikroORM)', 'hand-written outbox (raw pg)', 'Courier outbox publish', 'Courier outbox publish, keyless'] as const;
+    // Each A/B pair runs back to back in every round; the other adapters' pairs (issue 31) after MikroORM's.
+    const modes = ['business write only', 'hand-written outbox (MikroORM)', 'Courier outbox publish', 'Courier outbox publish, keyless', ...ADAPTER_PAIRS.flatMap((pair) => [pair.hand, pair.courier])] as const;
     try {
       const rates = await interleaved(modes, quick ? 1 : 3, (mode) =>
         closedLoop(WRITERS, seconds, async () => {
@@ -41,9 +43,6 @@ export const producerScenario: Scenario = {
                 await em.getConnection().execute(insert, outboxValues(id), 'run', em.getTransactionContext());
               });
               return;
-            case 'hand-written outbox (raw pg)':
-              await rawPgProducerTx(pool, db, id);
-              return;
             case 'Courier outbox publish':
               await db.orm.em.fork().transactional(async (em) => {
                 order(em, id);
@@ -57,24 +56,31 @@ export const producerScenario: Scenario = {
                 bus.outbox(em).publish(OrderPlaced, orderPayload(id));
               });
               return;
+            default:
+              await adapters.run[mode](id);
+              return;
           }
         }),
       );
       const unit = `commits/s (${WRITERS} writers)`;
       report.measure('business write only', rates['business write only'], unit, { note: 'no outbox row' });
       report.measure('hand-written outbox (MikroORM)', rates['hand-written outbox (MikroORM)'], unit);
-      report.measure('hand-written outbox (raw pg)', rates['hand-written outbox (raw pg)'], unit);
+      for (const pair of ADAPTER_PAIRS) report.measure(pair.hand, rates[pair.hand], unit, { note: `${pair.library}: order row + outbox row in one transaction` });
       const courier = report.measure('Courier outbox publish', rates['Courier outbox publish'], unit, { vs: 'hand-written outbox (MikroORM)' });
       report.measure('Courier outbox publish, keyless', rates['Courier outbox publish, keyless'], unit, { vs: 'hand-written outbox (MikroORM)', note: 'no key: no per-key lock' });
       report.measure('Courier outbox publish vs raw pg', rates['Courier outbox publish'], unit, { vs: 'hand-written outbox (raw pg)' });
       report.target('producer ≥ 0.95 × hand-written MikroORM outbox', `${courier.ratio?.toFixed(3)}`, (courier.ratio ?? 0) >= 0.95);
+      for (const pair of ADAPTER_PAIRS) {
+        const line = report.measure(pair.courier, rates[pair.courier], unit, { vs: pair.hand });
+        report.target(`producer on ${pair.library} ≥ 0.95 × its hand-written outbox INSERT`, `${line.ratio?.toFixed(3)}`, (line.ratio ?? 0) >= 0.95);
+      }
       report.note(
         `${WRITERS} writers, each a closed loop of one transaction (one order row + one outbox row, keyed by order id); ` +
           `${quick ? 1 : 3} interleaved rounds of ${seconds} s, medians. Courier's PostgreSQL insert takes the per-key advisory lock itself (INSERT … SELECT … WHERE, no statement of its own; session prod), and a coalesced NOTIFY follows commits.`,
       );
       shared.set('producerRate', rates['Courier outbox publish']);
     } finally {
-      await pool.end();
+      await adapters.close();
       await transport.close();
       await db.close();
     }
