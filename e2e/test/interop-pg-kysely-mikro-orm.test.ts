@@ -4,7 +4,8 @@
 // - a node-postgres producer (PgOutboxStore, its relay) and a Kysely consumer
 //   (KyselyInboxStore, ctx.tx a Kysely Transaction) on the same tables, the consumer
 //   publishing follow-ups through the Kysely outbox that the pg relay then claims;
-// - rows written through @courier/pg claimed and relayed by the MikroORM relay.
+// - rows written through @courier/pg claimed and relayed by the MikroORM relay, and the
+//   other way round.
 import { afterEach, describe, expect, it } from 'vitest';
 import { createBus, defineMessage, type Delivery, type MessageDefinition, type Transport } from '@courier/core';
 import { eventually, uniqueId, type TransportFixture } from '@courier/conformance';
@@ -172,6 +173,37 @@ describe('interop: rows written through one SQL adapter are read by another (pos
     await eventually(async () => {
       const states = await mikro.sql(`SELECT state, COUNT(*) AS count FROM ${mikro.table('outbox')} GROUP BY state`);
       expect(states.map((row) => [row['state'], Number(row['count'])])).toEqual([['published', ids.length]]);
+    }, { timeoutMs: 30_000, intervalMs: 100 });
+  });
+
+  it('rows written through MikroORM are claimed and relayed by the pg relay', { timeout: 120_000 }, async () => {
+    const testId = uniqueId();
+    const broker = await createRabbitMqFixture({ testId });
+    closers.push(() => broker.close());
+    const mikro = await createPostgresFixture({ testId });
+    closers.push(() => mikro.close());
+    const pool = pgPool();
+    const pgOutbox = new PgOutboxStore({ pool, tablePrefix: mikro.tablePrefix });
+    closers.push(() => pgOutbox.close());
+
+    const Placed = defineMessage('interop.OrderPlaced', { version: 1, topic: `${testId}.placed` }) as MessageDefinition<{ n: number }, { n: number }>;
+    const seen = await sink(broker, `${testId}.sink`, Placed.topic);
+    const writer = createBus({ outbox: mikro.outbox, transport: broker.transport });
+    const ids = await mikro.transaction(async (em) => {
+      const written: string[] = [];
+      for (let n = 0; n < 12; n += 1) written.push(writer.outbox(em).publish(Placed, { n }, n % 4 === 3 ? {} : { key: `k${n % 2}` }));
+      return written;
+    });
+
+    const relay = createBus({ outbox: pgOutbox, transport: await connect(broker) });
+    await relay.start({ consumers: false });
+    closers.push(() => relay.stop({ timeoutMs: 10_000 }));
+    await eventually(() => expect(new Set(seen.map((delivery) => delivery.envelope.messageId)).size).toBe(ids.length), { timeoutMs: 60_000 });
+    const byId = new Map(seen.map((delivery) => [delivery.envelope.messageId, delivery.envelope]));
+    expect(ids.map((id) => JSON.parse(byId.get(id)!.payload) as unknown)).toEqual(ids.map((_id, n) => ({ n })));
+    await eventually(async () => {
+      const { rows } = await pool.query<{ state: string; count: string }>(`SELECT state, COUNT(*) AS count FROM ${mikro.table('outbox')} GROUP BY state`);
+      expect(rows.map((row) => [row.state, Number(row.count)])).toEqual([['published', ids.length]]);
     }, { timeoutMs: 30_000, intervalMs: 100 });
   });
 });
