@@ -14,7 +14,7 @@ const testFiles = ['**/test/**/*.ts', '**/bench/**/*.ts', '**/*.test.ts'];
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', '.tools/**', '**/coverage/**', '.kafka/**', 'bench/results/**'],
+    ignores: ['**/dist/**', '**/node_modules/**', '.tools/**', '**/coverage/**', '.kafka/**', 'bench/results/**', '**/.prisma-client/**'],
   },
   {
     linterOptions: { reportUnusedDisableDirectives: 'error' },

@@ -138,7 +138,8 @@ export class SqlStoreCore<Tx, E extends SqlExecutor<Tx> = SqlExecutor<Tx>> {
         // Concurrent CREATE … IF NOT EXISTS can still collide in the catalog; one
         // transaction under an advisory lock makes racing callers take turns.
         await this.runner.transaction(async (trx) => {
-          await this.runner.all('SELECT pg_advisory_xact_lock(?, 0)', [this.names.lockNamespace], trx);
+          // count(): the lock function returns void, a column type some data layers cannot read (Prisma's raw queries).
+          await this.runner.all('SELECT count(pg_advisory_xact_lock(?, 0))', [this.names.lockNamespace], trx);
           for (const statement of statements) await this.runner.run(statement, [], trx);
           const version = toNumber((await this.runner.all(versionSql, [], trx))[0]?.['value']);
           for (const statement of upgradeSql(this.dialect, version)) await this.runner.run(statement, [], trx);

@@ -159,7 +159,8 @@ export class PostgresDialect implements SqlDialect {
     const keys = lockKeysOf(keyHashes);
     if (keys.length === 0) return;
     if (keys.length === 1) {
-      await runner.all('SELECT pg_advisory_xact_lock(?, ?)', [this.#names.lockNamespace, keys[0]], trx);
+      // count(): the lock function returns void, a column type some data layers cannot read (Prisma's raw queries).
+      await runner.all('SELECT count(pg_advisory_xact_lock(?, ?))', [this.#names.lockNamespace, keys[0]], trx);
       return;
     }
     // Sorted, so two transactions appending the same keys queue instead of deadlocking.
