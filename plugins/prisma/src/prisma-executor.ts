@@ -47,7 +47,7 @@ export class PrismaExecutor<Tx extends PrismaRawClient> implements SqlExecutor<T
     if (tx === undefined && this.#prologue) return this.transaction((own) => this.all(sql, params, own));
     const statement = this.#statement(sql, params);
     try {
-      return await (tx ?? this.#prisma).$queryRawUnsafe<SqlRow[]>(statement.sql, ...statement.parameters);
+      return withBuffers(await (tx ?? this.#prisma).$queryRawUnsafe<SqlRow[]>(statement.sql, ...statement.parameters));
     } catch (error) {
       throw toDriverError(error, this.#dialect);
     }
@@ -142,4 +142,20 @@ function bindable(value: unknown, dialect: DialectName): unknown {
     if (value instanceof Date) return value.toISOString();
   }
   return value;
+}
+
+/**
+ * Prisma returns binary columns (MySQL's `varbinary` ids, topics and keys) as plain
+ * `Uint8Array`s; the engine's row readers decode `Buffer`s, as every Node driver returns them.
+ * A view over the same bytes, no copy.
+ */
+function withBuffers(rows: SqlRow[]): SqlRow[] {
+  for (const row of rows) {
+    for (const [column, value] of Object.entries(row)) {
+      if (value instanceof Uint8Array && !Buffer.isBuffer(value)) {
+        (row as Record<string, unknown>)[column] = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+      }
+    }
+  }
+  return rows;
 }

@@ -6,6 +6,7 @@
 // imports `@prisma/client/runtime/client`, which must resolve from there, and Node strips
 // TypeScript types only outside node_modules (the SIGKILL workers load it without vitest).
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -36,18 +37,26 @@ export function prismaVersion(): string {
  * `provider`. Returns its `PrismaClient` class.
  */
 export async function loadPrismaClient(provider: PrismaProvider, baseDir: string = PACKAGE_DIR): Promise<GeneratedPrismaClientClass> {
-  const dir = join(baseDir, '.prisma-client', `${prismaVersion()}-${provider}`);
+  const schema = schemaFor(provider);
+  // Named by version and schema, so a changed generator setting never reuses an old client.
+  const dir = join(baseDir, '.prisma-client', `${prismaVersion()}-${provider}-${createHash('sha256').update(schema).digest('hex').slice(0, 8)}`);
   const entry = join(dir, 'client.ts');
-  if (!existsSync(entry)) generate(provider, dir);
+  if (!existsSync(entry)) generate(provider, schema, dir);
   const module = (await import(pathToFileURL(entry).href)) as { PrismaClient: GeneratedPrismaClientClass };
   return module.PrismaClient;
 }
 
-function generate(provider: PrismaProvider, dir: string): void {
+// The schema of a client for Courier's tests: no model (Courier's tables are not modelled),
+// ESM with `.ts` imports so Node itself can load it (the SIGKILL workers run outside vitest).
+function schemaFor(provider: PrismaProvider): string {
+  return `generator client {\n  provider = "prisma-client"\n  output   = "./client"\n  moduleFormat = "esm"\n  importFileExtension = "ts"\n}\n\ndatasource db {\n  provider = "${provider}"\n}\n`;
+}
+
+function generate(provider: PrismaProvider, schemaText: string, dir: string): void {
   const work = `${dir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(work, { recursive: true });
   const schema = join(work, 'schema.prisma');
-  writeFileSync(schema, `generator client {\n  provider = "prisma-client"\n  output   = "./client"\n}\n\ndatasource db {\n  provider = "${provider}"\n}\n`);
+  writeFileSync(schema, schemaText);
   const cli = join(dirname(require.resolve('prisma/package.json')), 'build', 'index.js');
   try {
     execFileSync(process.execPath, [cli, 'generate', '--schema', schema], {
