@@ -5,3 +5,5 @@ export type { CourierTableNames, CourierTablesConfig } from '@courier/sql-engine
 export type { BetterSqlite3InboxStoreConfig, BetterSqlite3OutboxStoreConfig, BetterSqlite3StoreConfig, BetterSqlite3Tx, Database } from './better-sqlite3.js';
 export { BetterSqlite3Executor, BetterSqlite3InboxStore, BetterSqlite3OutboxStore, withTransaction } from './better-sqlite3.js';
 export { WRITE_LOCK_WAIT_MS } from './write-gate.js';
+export type { LibsqlInboxStoreConfig, LibsqlOutboxStoreConfig, LibsqlStoreConfig } from './libsql.js';
+export { LibsqlExecutor, LibsqlInboxStore, LibsqlOutboxStore, withTransaction as withLibsqlTransaction } from './libsql.js';

@@ -6,8 +6,18 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { createClient, type Client, type Transaction } from '@libsql/client';
 import Database from 'better-sqlite3';
-import { BetterSqlite3InboxStore, BetterSqlite3OutboxStore, withTransaction, type BetterSqlite3OutboxStoreConfig } from '../../src/index.js';
+import {
+  BetterSqlite3InboxStore,
+  BetterSqlite3OutboxStore,
+  LibsqlInboxStore,
+  LibsqlOutboxStore,
+  withLibsqlTransaction,
+  withTransaction,
+  type BetterSqlite3OutboxStoreConfig,
+  type LibsqlOutboxStoreConfig,
+} from '../../src/index.js';
 
 /** Where the test files go (`COURIER_SQLITE_DIR`). */
 export const SQLITE_DIR = process.env['COURIER_SQLITE_DIR'] ?? join(tmpdir(), 'courier-sqlite-plugin');
@@ -94,6 +104,82 @@ export async function createBetterSqlite3Fixture(context: FixtureContext, option
     };
   } catch (error) {
     database.close();
+    throw error;
+  }
+}
+
+/** A libsql store fixture plus what this package's tests need. */
+export interface LibsqlFixture extends StoreFixture<Transaction> {
+  readonly client: Client;
+  readonly outbox: LibsqlOutboxStore;
+  readonly inbox: LibsqlInboxStore;
+  readonly file: string;
+  readonly tablePrefix: string;
+}
+
+/** Opens `<testId>.db` with `@libsql/client` (`file:` URL), creates the schema and the effects table. */
+export async function createLibsqlFixture(context: FixtureContext, options: { outbox?: Partial<Omit<LibsqlOutboxStoreConfig, 'client'>> } = {}): Promise<LibsqlFixture> {
+  const { testId } = context;
+  if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
+  const file = sqliteFile(testId);
+  const client = createClient({ url: `file:${file}` });
+  const tablePrefix = `${testId}_`;
+  const effects = `"${testId}_effects"`;
+  try {
+    const outbox = new LibsqlOutboxStore({ ...options.outbox, client, tablePrefix });
+    const inbox = new LibsqlInboxStore({ client, tablePrefix });
+    await outbox.ensureSchema();
+    await withLibsqlTransaction(client, async (tx) => {
+      await tx.execute(`CREATE TABLE IF NOT EXISTS ${effects} (seq INTEGER PRIMARY KEY AUTOINCREMENT, effect_id TEXT NOT NULL)`);
+    });
+    return {
+      client,
+      outbox,
+      inbox,
+      file,
+      tablePrefix,
+      outboxPublishedRows: outbox.publishedRows,
+      transaction: (work) => withLibsqlTransaction(client, work),
+      transactionHeldBeforeCommit: (work, beforeCommit) =>
+        withLibsqlTransaction(client, async (tx) => {
+          const value = await work(tx);
+          await beforeCommit();
+          return value;
+        }),
+      reusableUnitOfWork: {
+        begin: () => client.transaction('write'),
+        async rollback(tx) {
+          await tx.rollback();
+          tx.close();
+          return client.transaction('write');
+        },
+        async commit(tx) {
+          try {
+            await tx.commit();
+          } finally {
+            tx.close();
+          }
+        },
+      },
+      async recordEffect(tx, id) {
+        await tx.execute({ sql: `INSERT INTO ${effects} (effect_id) VALUES (?)`, args: [id] });
+      },
+      async readEffects() {
+        const result = await client.execute(`SELECT effect_id FROM ${effects} ORDER BY seq`);
+        return result.rows.map((row) => String(row['effect_id']));
+      },
+      async close() {
+        try {
+          await outbox.close();
+          await inbox.close();
+        } finally {
+          client.close();
+          removeFile(file);
+        }
+      },
+    };
+  } catch (error) {
+    client.close();
     throw error;
   }
 }
