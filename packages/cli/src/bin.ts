@@ -5,15 +5,15 @@ import { RELAY_NODE_FLAGS, RELAY_NODE_FLAGS_MARK, relayRestartArgs } from './rel
 // process.execve (node 22.15 / 23.11 and later) is newer than the @types/node this builds against.
 type Execve = (file: string, args: readonly string[], env: Record<string, string | undefined>) => never;
 
-// `courier relay` sizes V8's young generation itself (relay-node-flags.ts): V8 reads it only
-// at start-up, so the process replaces itself (same pid, same stdio) with one started with
-// the flag, before the CLI is loaded. Where node cannot (Windows; node < 22.15 has no
+// `courier relay` sizes V8's heap itself (relay-node-flags.ts): V8 reads its limits only at
+// start-up, so the process replaces itself (same pid, same stdio) with one started with the
+// flags, before the CLI is loaded. Where node cannot (Windows; node < 22.15 has no
 // process.execve) the relay runs with V8's defaults.
 const restart = relayRestartArgs(process.argv, process.execArgv, process.env);
 const execve = (process as unknown as { execve?: Execve }).execve;
 if (restart !== undefined && process.platform !== 'win32' && typeof execve === 'function') {
   try {
-    execve.call(process, process.execPath, restart, { ...process.env, [RELAY_NODE_FLAGS_MARK]: RELAY_NODE_FLAGS.join(' ') });
+    execve.call(process, process.execPath, restart, { ...process.env, [RELAY_NODE_FLAGS_MARK]: restart.filter((arg) => RELAY_NODE_FLAGS.includes(arg)).join(' ') });
   } catch {
     // Not replaced (the platform refused): run as it is.
   }

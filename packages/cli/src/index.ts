@@ -6,6 +6,7 @@ export type { ParkedFilter, ParkedMessage, ParkedRef } from './dead-letters.js';
 export { UsageError, parseDuration } from './format.js';
 export type { RunRelayOptions } from './relay-process.js';
 export { runRelay } from './relay-process.js';
+export { RELAY_NODE_FLAGS } from './relay-node-flags.js';
 export type { CourierMetricsOptions, CourierMetricsServer, CourierMetricsSources } from './metrics-server.js';
 export { serveCourierMetrics } from './metrics-server.js';
 export type { ConsoleOptions, ConsoleProcess, ConsoleSample, ConsoleToken, CourierConsole } from './console-server.js';

@@ -1,4 +1,4 @@
-// `courier relay` starts itself with a small young generation unless the user sized it
+// `courier relay` starts itself with V8 heap limits of its own unless the user sized the heap
 // (issue 40: the relay-only process under 120 MB peak RSS without flags the user must know).
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -32,13 +32,18 @@ describe('the node flags courier relay gives itself', () => {
     expect(cliCommand(['--version'])).toBeUndefined();
   });
 
-  it('leaves the sizing to the user who set it, and never restarts twice', () => {
+  it('leaves each part of the heap the user sized to the user, and never restarts twice', () => {
     const argv = ['node', 'courier', 'relay'];
-    expect(relayRestartArgs(argv, ['--max-semi-space-size=16'], {})).toBeUndefined();
-    expect(relayRestartArgs(argv, ['--max_semi_space_size=16'], {})).toBeUndefined();
-    expect(relayRestartArgs(argv, [], { NODE_OPTIONS: '--enable-source-maps --max-semi-space-size=32' })).toBeUndefined();
-    // An old-generation limit alone does not size the young generation: the flag is still added.
-    expect(relayRestartArgs(argv, ['--max-old-space-size=512'], {})).toEqual(['node', '--max-old-space-size=512', ...RELAY_NODE_FLAGS, 'courier', 'relay']);
+    const [young, old] = RELAY_NODE_FLAGS;
+    // The young generation sized by the user: only the old-generation limit is added.
+    expect(relayRestartArgs(argv, ['--max-semi-space-size=16'], {})).toEqual(['node', '--max-semi-space-size=16', old, 'courier', 'relay']);
+    expect(relayRestartArgs(argv, ['--max_semi_space_size=16'], {})).toEqual(['node', '--max_semi_space_size=16', old, 'courier', 'relay']);
+    expect(relayRestartArgs(argv, [], { NODE_OPTIONS: '--enable-source-maps --max-semi-space-size=32' })).toEqual(['node', old, 'courier', 'relay']);
+    // The old generation sized by the user: only the young-generation limit is added.
+    expect(relayRestartArgs(argv, ['--max-old-space-size=512'], {})).toEqual(['node', '--max-old-space-size=512', young, 'courier', 'relay']);
+    expect(relayRestartArgs(argv, [], { NODE_OPTIONS: '--max-heap-size=1024' })).toEqual(['node', young, 'courier', 'relay']);
+    // Both sized: no restart.
+    expect(relayRestartArgs(argv, ['--max-old-space-size=512'], { NODE_OPTIONS: '--max-semi-space-size=8' })).toBeUndefined();
     expect(relayRestartArgs(argv, [], { [RELAY_NODE_FLAGS_MARK]: RELAY_NODE_FLAGS.join(' ') })).toBeUndefined();
   });
 
@@ -49,7 +54,7 @@ describe('the node flags courier relay gives itself', () => {
     const own = await probe({});
     expect(own.pid).toBe(own.spawned);
     expect(own.execArgv).toEqual(expect.arrayContaining([...RELAY_NODE_FLAGS]));
-    const user = await probe({ NODE_OPTIONS: '--max-semi-space-size=32' });
-    expect(user.execArgv).not.toEqual(expect.arrayContaining([...RELAY_NODE_FLAGS]));
+    const user = await probe({ NODE_OPTIONS: '--max-semi-space-size=32 --max-old-space-size=1024' });
+    for (const flag of RELAY_NODE_FLAGS) expect(user.execArgv).not.toContain(flag);
   });
 });
