@@ -8,7 +8,8 @@ import { createBus, defineMessage, InMemoryBroker, InMemoryDatabase, InMemoryInb
 import { eventually } from '@courier/conformance';
 import { describe, expect, it } from 'vitest';
 import { parsePrometheusText, ratesBetween, readMetrics, serveCourierMetrics } from '../src/index.js';
-import { quantile } from '../src/metrics-read.js';
+import { firingOf } from '../src/metrics-command.js';
+import { endpointOf, quantile, type EndpointRead, type MetricsRates } from '../src/metrics-read.js';
 import { runCli } from './support/run-cli.js';
 
 /** A port nothing listens on: bound, then released. */
@@ -36,6 +37,21 @@ describe('metrics reader', () => {
     expect(quantile(0.75, new Map([[1, 50], [2, 100], [Infinity, 100]]))).toBe(1.5);
     expect(quantile(0.99, new Map([[1, 10], [Infinity, 20]]))).toBe(1);
     expect(quantile(0.99, new Map([[1, 0], [Infinity, 0]]))).toBeNull();
+  });
+
+  it('names the config entry that is not an endpoint; takes a /metrics URL as its base', () => {
+    expect(endpointOf('http://relay:9464/metrics', 0)).toEqual({ url: 'http://relay:9464/', name: 'relay:9464', token: undefined });
+    expect(endpointOf({ url: 'https://x.example/courier/health', name: 'x', token: 't' }, 1)).toEqual({ url: 'https://x.example/courier/', name: 'x', token: 't' });
+    expect(() => endpointOf('relay:9464', 2)).toThrow(/metrics\[2\]': 'relay:9464' is not http\(s\)/);
+    expect(() => endpointOf('not a url', 3)).toThrow(/metrics\[3\]': 'not a url' is not a URL/);
+    expect(() => endpointOf({} as never, 4)).toThrow(/metrics\[4\]' must be a URL string or \{ url, name\?, token\? \}/);
+  });
+
+  it('decides the alerts of docs/operations.md the endpoints can: latency over 5 s, paused, failing, dead-lettering', () => {
+    const quiet: MetricsRates = { from: 0, to: 1000, publishedPerSecond: 1, publishFailuresPerSecond: 0, processedPerSecond: 1, deadLettered: 0, commitToConfirmP99: 5, handlerP99: null, deliveryToAckP99: null };
+    const read = (relayPaused: number | null): EndpointRead => ({ name: 'r', url: 'http://r/', at: 0, up: true, error: null, health: null, totals: { published: 0, publishFailures: 0, processed: 0, deadLettered: 0, relayPaused, commitToConfirm: new Map(), handler: new Map(), deliveryToAck: new Map() } });
+    expect(firingOf([read(0)], quiet)).toEqual([]);
+    expect(firingOf([read(1)], { ...quiet, commitToConfirmP99: 5.01, publishFailuresPerSecond: 0.1, deadLettered: 2 })).toEqual(['CourierPublishLatency', 'CourierRelayPaused', 'CourierPublishFailing', 'CourierDeadLettering']);
   });
 
   it('reads rates, latencies and health from a real endpoint; a token is sent; a dead endpoint is reported, not thrown; courier metrics prints them', { timeout: 60_000 }, async () => {
