@@ -1,6 +1,7 @@
 // Reads the relays' and consumers' own /metrics and /health endpoints (served by
 // `courier relay --port` and serveCourierMetrics) for `courier metrics` and the console's
 // charts and process list: one reader, so the console has no query the CLI lacks.
+import { ConfigError } from '@courier/core';
 
 /**
  * One process whose `/metrics` and `/health` the CLI reads: a `courier relay --port`, or a
@@ -148,17 +149,17 @@ export function totalsOf(samples: readonly PromSample[]): MetricsTotals {
   };
 }
 
-/** Normalises an endpoint given in the config; throws naming what is wrong. */
+/** Normalises an endpoint given in the config; throws a `ConfigError` naming the entry and what is wrong. */
 export function endpointOf(given: string | MetricsEndpoint, index: number): Required<Pick<MetricsEndpoint, 'url' | 'name'>> & { readonly token: string | undefined } {
   const entry = typeof given === 'string' ? { url: given } : given;
-  if (entry === null || typeof entry !== 'object' || typeof entry.url !== 'string') throw new Error(`config 'metrics[${index}]' must be a URL string or { url, name?, token? }`);
+  if (entry === null || typeof entry !== 'object' || typeof entry.url !== 'string') throw new ConfigError(`config 'metrics[${index}]' must be a URL string or { url, name?, token? }`);
   let url: URL;
   try {
     url = new URL(entry.url);
   } catch {
-    throw new Error(`config 'metrics[${index}]': '${entry.url}' is not a URL (give the base, e.g. http://127.0.0.1:9464)`);
+    throw new ConfigError(`config 'metrics[${index}]': '${entry.url}' is not a URL (give the base, e.g. http://127.0.0.1:9464)`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`config 'metrics[${index}]': '${entry.url}' is not http(s)`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(`config 'metrics[${index}]': '${entry.url}' is not http(s)`);
   url.pathname = url.pathname.replace(/\/(metrics|health)\/?$/, '/').replace(/\/?$/, '/');
   return { url: url.href, name: entry.name ?? url.host, token: entry.token };
 }

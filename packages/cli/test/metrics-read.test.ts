@@ -107,6 +107,11 @@ describe('metrics reader', () => {
       expect(human.code, human.stderr).toBe(0);
       expect(human.stdout).toMatch(/^billing\s+up\s+running\s+running, last claim/m);
       expect(human.stdout).toMatch(/p99: commit → confirm/);
+      // A config entry that is not an endpoint: explained (its index, what is wrong), not an unexpected error.
+      const badEntry = await runCli(['metrics'], { CLI_TEST_METRICS: JSON.stringify(['relay:9464']) });
+      expect(badEntry.code).toBe(2);
+      expect(badEntry.stderr).toMatch(/metrics\[0\]': 'relay:9464' is not http\(s\)/);
+      expect(badEntry.stderr).not.toMatch(/unexpected error/);
       const none = await runCli(['metrics'], {});
       expect(none.code).toBe(2);
       expect(none.stderr).toMatch(/names no 'metrics' endpoints/);
