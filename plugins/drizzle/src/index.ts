@@ -11,3 +11,4 @@ export type { DrizzleInboxStoreConfig } from './drizzle-inbox-store.js';
 export { DrizzleInboxStore } from './drizzle-inbox-store.js';
 export type { DrizzleOutboxStoreConfig } from './drizzle-outbox-store.js';
 export { DrizzleOutboxStore } from './drizzle-outbox-store.js';
+export { courierPgTables } from './pg-tables.js';
