@@ -5,7 +5,7 @@ import { DrizzleStoreCore, type DrizzleStoreConfig, type DrizzleTransactionOf } 
 export type DrizzleInboxStoreConfig<Db> = DrizzleStoreConfig<Db>;
 
 /**
- * The idempotent inbox on Drizzle (node-postgres, mysql2, libsql): the engine's
+ * The idempotent inbox on Drizzle (node-postgres, mysql2): the engine's
  * `SqlInboxStore`, running each handler in `db.transaction(async (tx) => …)` so `ctx.tx` is
  * the Drizzle transaction of the application's own database, typed by its schema.
  *

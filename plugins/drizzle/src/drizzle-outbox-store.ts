@@ -6,7 +6,7 @@ import { DrizzleStoreCore, isDrizzleTransaction, type DrizzleStoreConfig, type D
 export interface DrizzleOutboxStoreConfig<Db> extends DrizzleStoreConfig<Db>, SqlOutboxStoreOptions {}
 
 /**
- * The outbox on Drizzle (node-postgres, mysql2, libsql): the engine's `SqlOutboxStore` joined
+ * The outbox on Drizzle (node-postgres, mysql2): the engine's `SqlOutboxStore` joined
  * to the application's Drizzle transaction.
  *
  * Guarantees (the `OutboxStore` contract, checked by the conformance suite):

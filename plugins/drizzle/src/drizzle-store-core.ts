@@ -16,7 +16,7 @@ export type DrizzleTransactionOf<Db> = Db extends { transaction(work: (tx: infer
 export interface DrizzleStoreConfig<Db> extends CourierTablesConfig {
   /**
    * The application's Drizzle database (`drizzle(pool)` of `drizzle-orm/node-postgres`,
-   * `drizzle-orm/mysql2` or `drizzle-orm/libsql`), not a transaction; the store never closes
+   * or `drizzle-orm/mysql2`), not a transaction; the store never closes
    * its client. Relays and consumers open their transactions on it.
    */
   readonly db: Db;
@@ -52,7 +52,14 @@ export class DrizzleStoreCore<Db, Tx> extends SqlStoreCore<Tx, DrizzleExecutor<T
     }
     const dialectName = detectDrizzleDialect(config.db);
     if (dialectName === undefined) {
-      throw new ConfigError(`'db' (${(config.db as object).constructor?.name ?? 'an object'}) is not a Drizzle database Courier knows: use drizzle-orm/node-postgres, drizzle-orm/mysql2 or drizzle-orm/libsql`);
+      throw new ConfigError(`'db' (${(config.db as object).constructor?.name ?? 'an object'}) is not a Drizzle database Courier knows: use drizzle-orm/node-postgres or drizzle-orm/mysql2`);
+    }
+    if (dialectName === 'sqlite') {
+      // Measured here on drizzle-orm/libsql 0.45 with @libsql/client 0.18: libsql opens a
+      // connection per transaction and BEGINs it before any statement of Courier's runs, so
+      // concurrent writers fail with SQLITE_BUSY at once, and with the client's busy
+      // `timeout` set the conformance suite stalled. Refused rather than offered untested.
+      throw new ConfigError(`'db' is a Drizzle SQLite database: @courier/drizzle supports node-postgres and mysql2 (PostgreSQL, MySQL/MariaDB) so far; for SQLite use @courier/kysely or @courier/knex`);
     }
     const names = resolveTableNames(config);
     const dialect = createDialect(dialectName, names);

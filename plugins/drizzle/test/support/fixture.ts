@@ -11,6 +11,7 @@ import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { createPool } from 'mysql2/promise';
 import pg from 'pg';
+import { SQLITE_BUSY_TIMEOUT_MS } from '@courier/sql-engine';
 import { DrizzleInboxStore, DrizzleOutboxStore } from '../../src/index.js';
 
 /** The databases the fixtures can target. */
@@ -44,7 +45,9 @@ export interface DrizzleFixture extends StoreFixture<Trx> {
 
 async function openSqlite(file: string) {
   const { drizzle } = await import('drizzle-orm/libsql');
-  return drizzle({ connection: { url: `file:${file}` } });
+  // libsql opens a connection per transaction and BEGINs before any statement of ours could
+  // set a busy timeout on it: without `timeout` a second writer fails with SQLITE_BUSY at once.
+  return drizzle({ connection: { url: `file:${file}`, timeout: SQLITE_BUSY_TIMEOUT_MS } });
 }
 
 /** Opens a Drizzle database on `dialect` for one test (its own file on SQLite) and a way to close it. */
