@@ -554,6 +554,25 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // Operator commands ask before they read (packages/cli requireDeadLetterPlaces): without
+    // it a mistyped prefix or consumer name reads as "no dead letters", exit 0.
+    name: 'deadLetters.exists is false for a consumer that never subscribed, true once it has, and asking creates nothing',
+    async run(env) {
+      const exists = env.transport.deadLetters?.exists?.bind(env.transport.deadLetters);
+      if (!env.transport.capabilities.nativeDeadLetter || !exists) {
+        return env.skip('transport has no deadLetters.exists (the CLI cannot tell a mistyped name from an empty dead-letter place)');
+      }
+      const never = env.consumer('never');
+      expect(await exists(never)).toBe(false);
+      // The first question declared nothing that would make the second one true.
+      expect(await exists(never)).toBe(false);
+      const consumer = env.consumer('known');
+      await collect(env, { consumer });
+      await eventually(async () => expect(await exists(consumer)).toBe(true), { timeoutMs: env.options.timeoutMs });
+      expect(await exists(never)).toBe(false);
+    },
+  },
+  {
     // The core hands every transport reasons of at most REASON_LIMITS (and the port doc says
     // so): a transport must keep one at exactly the limit whole — multi-byte characters
     // counted in UTF-8 bytes, as a TEXT column, a header or a frame counts them.

@@ -240,6 +240,9 @@ export class SqsTransport implements Transport {
         ? { topic: { chars: room }, consumer: { chars: room - DLQ_SUFFIX.length } }
         : { topic: { chars: TOPIC_NAME_MAX - prefix.length - (this.#fifo ? FIFO_SUFFIX.length : 0) }, consumer: { chars: room - DLQ_SUFFIX.length } };
     this.deadLetters = {
+      // The consumer's dead-letter queue, looked up without creating it (subscribe creates it
+      // where it provisions): a mistyped prefix or consumer name is "no such queue".
+      exists: async (consumer) => (await this.#deadLetterUrl(consumer)) !== undefined,
       list: (consumer, options) => this.#listDead(consumer, options?.limit ?? 100),
       replay: (consumer, ids) => this.#replayDead(consumer, ids),
       purge: (consumer, ids) => this.#purgeDead(consumer, ids),

@@ -16,13 +16,34 @@ export interface DeadLetterSource {
   readonly names: JetStreamNames;
 }
 
-/** The transport's `deadLetters`: `list` reads the dead-letter stream without taking anything from it; `replay` publishes a copy marked replayed to the consumer's own subject, then deletes the dead letter. */
+/**
+ * The transport's `deadLetters`: `list` reads the dead-letter stream without taking anything
+ * from it; `replay` publishes a copy marked replayed to the consumer's own subject, then
+ * deletes the dead letter; `exists` says whether the consumer ever subscribed under this
+ * prefix (its durable on its own subject, which `subscribe` always declares), so a mistyped
+ * prefix or consumer name is "no such dead-letter place", not an empty list. Nothing is
+ * declared by any of them.
+ */
 export function jetStreamDeadLetters(source: DeadLetterSource): TransportDeadLetters {
   return {
+    exists: (consumer) => consumerExists(source, consumer),
     list: (consumer, listOptions) => listDead(source, consumer, listOptions?.limit ?? 100),
     replay: (consumer, ids) => replayDead(source, consumer, ids),
     purge: (consumer, ids) => purgeDead(source, consumer, ids),
   };
+}
+
+async function consumerExists(source: DeadLetterSource, consumer: string): Promise<boolean> {
+  const connection = await source.connection();
+  const { names } = source;
+  try {
+    await connection.jsm.consumers.info(names.stream, names.durable(consumer, 'c'));
+    return true;
+  } catch (error) {
+    // "consumer not found", or "stream not found": nothing ever subscribed under the prefix.
+    if (/not found/i.test(describe(error))) return false;
+    throw new TransportError(`could not look up consumer '${consumer}': ${describe(error)}`, { cause: error });
+  }
 }
 
 async function listDead(source: DeadLetterSource, consumer: string, limit: number): Promise<readonly DeadLetter[]> {
