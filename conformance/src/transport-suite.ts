@@ -529,6 +529,11 @@ export const transportCases: readonly TransportCase[] = [
       expect(letter.reason).toEqual({ code: 'CONFORMANCE_POISON', message: 'poison ü😀' });
       expect(letter.attempt).toBe(2);
       expect(letter.deadAt.getTime()).toBeGreaterThanOrEqual(before - 60_000);
+      if (deadLetters.count) {
+        // A depth the broker keeps, read without taking the letter: the listing still has it.
+        await eventually(async () => expect(await deadLetters.count!(consumer)).toBe(1), { timeoutMs: env.options.timeoutMs });
+        expect((await deadLetters.list(consumer)).map((item) => item.id)).toEqual([letter.id]);
+      }
 
       accepting = true;
       expect(await deadLetters.replay(consumer, [letter.id])).toBe(1);
@@ -565,6 +570,8 @@ export const transportCases: readonly TransportCase[] = [
       const never = env.consumer('never');
       expect(await exists(never)).toBe(false);
       // The first question declared nothing that would make the second one true.
+      expect(await exists(never)).toBe(false);
+      if (env.transport.deadLetters!.count) expect(await env.transport.deadLetters!.count(never)).toBe(0);
       expect(await exists(never)).toBe(false);
       const consumer = env.consumer('known');
       await collect(env, { consumer });

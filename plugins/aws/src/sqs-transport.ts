@@ -243,6 +243,7 @@ export class SqsTransport implements Transport {
       // The consumer's dead-letter queue, looked up without creating it (subscribe creates it
       // where it provisions): a mistyped prefix or consumer name is "no such queue".
       exists: async (consumer) => (await this.#deadLetterUrl(consumer)) !== undefined,
+      count: (consumer) => this.#countDead(consumer),
       list: (consumer, options) => this.#listDead(consumer, options?.limit ?? 100),
       replay: (consumer, ids) => this.#replayDead(consumer, ids),
       purge: (consumer, ids) => this.#purgeDead(consumer, ids),
@@ -689,6 +690,23 @@ export class SqsTransport implements Transport {
       attempt: mark?.attempt ?? Number(message.Attributes?.['ApproximateReceiveCount'] ?? this.#maxReceiveCount),
       deadAt: new Date(mark?.deadAt ?? sent),
     };
+  }
+
+  /**
+   * The dead-letter queue's depth from its attributes (visible, in flight and delayed): read
+   * without receiving, so nothing is hidden; 0 without a queue. SQS's counts are approximate
+   * (they may lag a minute on AWS).
+   */
+  async #countDead(consumer: string): Promise<number> {
+    const url = await this.#deadLetterUrl(consumer);
+    if (url === undefined) return 0;
+    try {
+      const names = ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] as const;
+      const attributes = (await this.#client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: [...names] }))).Attributes ?? {};
+      return names.reduce((sum, name) => sum + Number(attributes[name] ?? 0), 0);
+    } catch (error) {
+      throw transportErrorOf(error, `counting the dead letters of consumer '${consumer}' failed`);
+    }
   }
 
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
