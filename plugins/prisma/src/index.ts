@@ -11,6 +11,7 @@ export { PrismaDriverError } from './prisma-errors.js';
 export { PrismaExecutor } from './prisma-executor.js';
 export type { PrismaStoreConfig } from './prisma-store-core.js';
 export { detectPrismaDialect, isPrismaTransactionClient, PrismaStoreCore } from './prisma-store-core.js';
+export { prismaSchemaAdmin } from './prisma-schema-admin.js';
 export type { PrismaInboxStoreConfig } from './prisma-inbox-store.js';
 export { PrismaInboxStore } from './prisma-inbox-store.js';
 export type { PrismaOutboxStoreConfig } from './prisma-outbox-store.js';

@@ -5,7 +5,7 @@ import { ConfigError, createBus, defineMessage, InMemoryBroker } from '@courier/
 import { uniqueId } from '@courier/conformance';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { courierMigrationSql, PrismaOutboxStore } from '../src/index.js';
+import { courierMigrationSql, PrismaOutboxStore, prismaSchemaAdmin } from '../src/index.js';
 import { createPrismaFixture, FIXTURE_TRANSACTION_OPTIONS, openPrisma, PG_URL, type PrismaFixture } from './support/fixture.js';
 
 const Ping = defineMessage('prisma.Ping', { version: 1 });
@@ -84,12 +84,29 @@ describe('@courier/prisma on PostgreSQL', () => {
     const prisma = await openPrisma('postgresql', tablePrefix);
     const outbox = new PrismaOutboxStore({ prisma, tablePrefix });
     try {
+      const admin = prismaSchemaAdmin({ prisma, tablePrefix });
+      expect(await admin.pendingSql()).toEqual([]);
+      expect((await admin.status()).current).toBe((await admin.status()).target);
       const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
       const id = await prisma.$transaction((tx) => bus.outbox(tx).publish(Ping, { n: 1 }), FIXTURE_TRANSACTION_OPTIONS);
       const batch = await outbox.claim({ owner: 'test', limit: 10, leaseMs: 30_000, perKey: 1 });
       expect(batch.records.map((record) => record.envelope.messageId)).toEqual([id]);
     } finally {
       await outbox.close();
+      await prisma.$disconnect();
+    }
+  });
+
+  it('prismaSchemaAdmin (courier migrate) reads a missing schema as version 0 with the SQL to create it, creating nothing', async () => {
+    const tablePrefix = `${uniqueId()}_`;
+    const prisma = await openPrisma('postgresql', tablePrefix);
+    try {
+      const admin = prismaSchemaAdmin({ prisma, tablePrefix });
+      expect((await admin.status()).current).toBe(0);
+      expect((await admin.pendingSql()).length).toBeGreaterThan(0);
+      const tables = await prisma.$queryRawUnsafe<unknown[]>(`SELECT 1 FROM pg_tables WHERE tablename LIKE '${tablePrefix}%'`);
+      expect(tables).toEqual([]);
+    } finally {
       await prisma.$disconnect();
     }
   });
