@@ -17,7 +17,7 @@ import {
   type SqlRow,
 } from '@courier/sql-engine';
 import type BetterSqlite3 from 'better-sqlite3';
-import { beginWithRetry, describe, gateOf, sqliteValue } from './write-gate.js';
+import { beginWithRetry, describe, gateOf, settleWrites, sqliteValue, trackWrite } from './write-gate.js';
 
 /** A better-sqlite3 connection (`new Database(file)`). */
 export type Database = BetterSqlite3.Database;
@@ -31,10 +31,12 @@ export type Database = BetterSqlite3.Database;
 export interface BetterSqlite3Tx {
   readonly database: Database;
   readonly transactionId: number | undefined;
+  /** The transaction object of this package's own transaction (its pending writes are kept under it), if it is one. */
+  readonly owner?: BetterSqlite3Tx;
 }
 
 /** The transaction of this package open on a connection, by connection. */
-const OPEN = new WeakMap<Database, number>();
+const OPEN = new WeakMap<Database, BetterSqlite3Tx>();
 let lastTransactionId = 0;
 
 /** Statements prepared per connection (better-sqlite3 compiles on `prepare`; the engine's texts repeat). */
@@ -137,7 +139,7 @@ export class BetterSqlite3Executor implements SqlExecutor<BetterSqlite3Tx> {
  */
 function assertStillOpen(tx: BetterSqlite3Tx): void {
   const { database } = tx;
-  if (database.open && database.inTransaction && OPEN.get(database) === tx.transactionId) return;
+  if (database.open && database.inTransaction && OPEN.get(database)?.transactionId === tx.transactionId) return;
   throw new ConfigError(
     `'publish' wrote after its better-sqlite3 transaction had ended: better-sqlite3's db.transaction(fn) is synchronous and commits before an awaited write can run, ` +
       `so publish inside withTransaction(db, async (db) => { …; await bus.outbox(db).publish(…) }) from '@courier/sqlite', or between db.exec('BEGIN IMMEDIATE') and db.exec('COMMIT'), awaiting the publish`,
@@ -150,12 +152,15 @@ async function runTransaction<T>(database: Database, work: (tx: BetterSqlite3Tx)
     await beginWithRetry(() => beginImmediate(database));
     lastTransactionId += 1;
     const tx: BetterSqlite3Tx = { database, transactionId: lastTransactionId };
-    OPEN.set(database, tx.transactionId!);
+    OPEN.set(database, tx);
     try {
       const result = await work(tx);
+      // A publish not awaited is part of this transaction: wait for it, roll back if it failed.
+      await settleWrites(tx);
       database.exec('COMMIT');
       return result;
     } catch (error) {
+      await settleWrites(tx).catch(() => undefined);
       if (database.inTransaction) {
         try {
           database.exec('ROLLBACK');
@@ -303,11 +308,13 @@ function databaseJoin(storeDatabase: Database, writer: OutboxWriter<BetterSqlite
           { code: 'UNIT_OF_WORK_REQUIRED' },
         );
       }
-      return { database: unit, transactionId: OPEN.get(unit) };
+      const own = OPEN.get(unit);
+      return own === undefined ? { database: unit, transactionId: undefined } : { database: unit, transactionId: own.transactionId, owner: own };
     },
-    async add(tx: BetterSqlite3Tx, rows: OutboxPendingRow[]): Promise<void> {
-      await writer.write(rows, tx);
-      writer.committed();
+    add(tx: BetterSqlite3Tx, rows: OutboxPendingRow[]): Promise<void> {
+      const write = writer.write(rows, tx).then(() => writer.committed());
+      if (tx.owner !== undefined) trackWrite(tx.owner, write);
+      return write;
     },
   };
 }

@@ -17,7 +17,7 @@ import {
   type SqlRow,
 } from '@courier/sql-engine';
 import type { Client, InArgs, ResultSet, Transaction } from '@libsql/client';
-import { beginWithRetry, describe, gateOf, sqliteValue } from './write-gate.js';
+import { beginWithRetry, describe, gateOf, settleWrites, sqliteValue, trackWrite } from './write-gate.js';
 
 /**
  * The `@libsql/client` implementation of the engine's {@link SqlExecutor}, for a local file
@@ -95,9 +95,12 @@ async function runTransaction<T>(client: Client, work: (tx: Transaction) => Prom
     const tx = await beginWithRetry(() => client.transaction('write'));
     try {
       const result = await work(tx);
+      // A publish not awaited is part of this transaction: wait for it, roll back if it failed.
+      await settleWrites(tx);
       await tx.commit();
       return result;
     } catch (error) {
+      await settleWrites(tx).catch(() => undefined);
       if (!tx.closed) await tx.rollback().catch(() => undefined);
       throw error;
     } finally {
@@ -208,16 +211,17 @@ function transactionJoin(writer: OutboxWriter<Transaction>) {
       if (unit.closed) throw endedError();
       return unit;
     },
-    async add(tx: Transaction, rows: OutboxPendingRow[]): Promise<void> {
-      try {
-        await writer.write(rows, tx);
-      } catch (error) {
-        // libsql refuses every statement of a settled transaction ('TRANSACTION_CLOSED'):
-        // a misuse of the unit of work, not a storage fault.
-        if (closedTransaction(error)) throw endedError(error);
-        throw error;
-      }
-      writer.committed();
+    add(tx: Transaction, rows: OutboxPendingRow[]): Promise<void> {
+      const write = writer.write(rows, tx).then(
+        () => writer.committed(),
+        (error: unknown) => {
+          // libsql refuses every statement of a settled transaction ('TRANSACTION_CLOSED'):
+          // a misuse of the unit of work, not a storage fault.
+          throw closedTransaction(error) ? endedError(error) : error;
+        },
+      );
+      trackWrite(tx, write);
+      return write;
     },
   };
 }

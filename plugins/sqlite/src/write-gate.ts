@@ -92,3 +92,32 @@ export function describe(value: unknown): string {
   if (typeof value !== 'object') return typeof value;
   return value.constructor?.name ?? 'an object';
 }
+
+/**
+ * Outbox writes started in a transaction and not yet finished, by the connection owner's
+ * transaction object, so the transaction this package runs waits for them before its COMMIT
+ * (a `publish` the caller did not await is still part of it) and rolls back if one failed.
+ */
+const PENDING = new WeakMap<object, Set<Promise<void>>>();
+
+/** Records `write` as started in the transaction `key` stands for; its outcome is reported by {@link settleWrites}. */
+export function trackWrite(key: object, write: Promise<void>): void {
+  let writes = PENDING.get(key);
+  if (writes === undefined) {
+    writes = new Set();
+    PENDING.set(key, writes);
+  }
+  writes.add(write);
+  // Reported by settleWrites (or by the caller's own await): never an unhandled rejection.
+  write.catch(() => undefined);
+}
+
+/** Waits for every write started under `key` and forgets them; throws the first one's error. */
+export async function settleWrites(key: object): Promise<void> {
+  const writes = PENDING.get(key);
+  if (writes === undefined) return;
+  PENDING.delete(key);
+  const outcomes = await Promise.allSettled(writes);
+  const failed = outcomes.find((outcome) => outcome.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
+}

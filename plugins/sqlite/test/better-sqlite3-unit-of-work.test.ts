@@ -86,6 +86,23 @@ describe('@courier/sqlite better-sqlite3: what joining a transaction means', () 
     expect(await pending(f)).toEqual(['kept-1']);
   });
 
+  it('withTransaction waits for a publish that was not awaited before its COMMIT, and rolls back when that write failed', async () => {
+    const f = await setup();
+    const bus = createBus({ outbox: f.outbox, transport: new InMemoryBroker().connect() });
+    await withTransaction(f.database, async (db) => {
+      await f.recordEffect(db, 'kept');
+      void bus.outbox(db).publish(Placed, {}, { messageId: 'unawaited-1' });
+    });
+    const failure = await withTransaction(f.database, async (db) => {
+      await f.recordEffect(db, 'lost');
+      // A duplicate: the write fails. Not awaited (its own rejection is caught here, unobserved).
+      bus.outbox(db).publish(Placed, {}, { messageId: 'unawaited-1' }).catch(() => undefined);
+    }).catch((error: unknown) => error);
+    expect((failure as { code?: unknown }).code).toBe('DUPLICATE_MESSAGE_ID');
+    expect(await f.readEffects()).toEqual(['kept']);
+    expect(await pending(f)).toEqual(['unawaited-1']);
+  });
+
   it('a relay claim in the same process waits for a transaction held across an await instead of failing with SQLITE_BUSY, on the same and on a second connection', async () => {
     const f = await setup();
     const bus = createBus({ outbox: f.outbox, transport: new InMemoryBroker().connect() });

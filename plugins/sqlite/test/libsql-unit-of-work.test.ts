@@ -59,6 +59,23 @@ describe('@courier/sqlite libsql: what joining a transaction means', () => {
     expect(await pending(f)).toEqual(['kept-1']);
   });
 
+  it('withLibsqlTransaction waits for a publish that was not awaited before its COMMIT, and rolls back when that write failed', async () => {
+    const f = await setup();
+    const bus = createBus({ outbox: f.outbox, transport: new InMemoryBroker().connect() });
+    await withLibsqlTransaction(f.client, async (db) => {
+      await f.recordEffect(db, 'kept');
+      void bus.outbox(db).publish(Placed, {}, { messageId: 'unawaited-1' });
+    });
+    const failure = await withLibsqlTransaction(f.client, async (db) => {
+      await f.recordEffect(db, 'lost');
+      // A duplicate: the write fails. Not awaited (its own rejection is caught here, unobserved).
+      bus.outbox(db).publish(Placed, {}, { messageId: 'unawaited-1' }).catch(() => undefined);
+    }).catch((error: unknown) => error);
+    expect((failure as { code?: unknown }).code).toBe('DUPLICATE_MESSAGE_ID');
+    expect(await f.readEffects()).toEqual(['kept']);
+    expect(await pending(f)).toEqual(['unawaited-1']);
+  });
+
   it('store transactions of one process wait for a write transaction held across an await (the queue, and timers on SQLITE_BUSY), instead of failing or blocking the event loop', async () => {
     const f = await setup();
     const bus = createBus({ outbox: f.outbox, transport: new InMemoryBroker().connect() });
