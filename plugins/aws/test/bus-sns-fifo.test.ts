@@ -5,9 +5,9 @@
 import { fileURLToPath } from 'node:url';
 import { describeBus } from '@courier/conformance';
 import { createPostgresFixture } from '../../mikro-orm/test/support/fixture.js';
-import { createSnsSqsFixture } from './support/fixture.js';
+import { createSnsSqsFixture, snsProcessScenarios } from './support/fixture.js';
 
 describeBus('aws sns-sqs fifo', { store: createPostgresFixture, transport: (context) => createSnsSqsFixture(context, { fifo: true }) }, {
   inProcess: 'throw',
-  process: { module: fileURLToPath(new URL('./support/bus-process-fixture-sns-fifo.ts', import.meta.url)), execArgv: ['--conditions=@courier/source'] },
+  ...snsProcessScenarios(fileURLToPath(new URL('./support/bus-process-fixture-sns-fifo.ts', import.meta.url))),
 });

@@ -4,10 +4,10 @@
 import { fileURLToPath } from 'node:url';
 import { describeBus } from '@courier/conformance';
 import { createPostgresFixture } from '../../mikro-orm/test/support/fixture.js';
-import { createSnsSqsFixture } from './support/fixture.js';
+import { createSnsSqsFixture, snsProcessScenarios } from './support/fixture.js';
 
 describeBus('aws sns-sqs', { store: createPostgresFixture, transport: createSnsSqsFixture }, {
   inProcess: 'throw',
   tuning: { ordered: false },
-  process: { module: fileURLToPath(new URL('./support/bus-process-fixture-sns.ts', import.meta.url)), execArgv: ['--conditions=@courier/source'] },
+  ...snsProcessScenarios(fileURLToPath(new URL('./support/bus-process-fixture-sns.ts', import.meta.url))),
 });

@@ -301,3 +301,20 @@ export async function deleteTestTopics(testId: string): Promise<void> {
     client.destroy();
   }
 }
+
+/**
+ * The SIGKILL (process) scenarios of the bus suite through SNS, or why they are skipped.
+ * They run with COURIER_AWS_FULL=1, or whenever a real SNS is named (COURIER_SNS_ENDPOINT,
+ * COURIER_SQS_REAL=1). In the default run (CI) they are skipped: the same scenarios run on
+ * SQS standard and FIFO (bus.test.ts, bus-fifo.test.ts), where the relay and the consumer
+ * they kill are the same code and only the publish call differs (PublishBatch instead of
+ * SendMessageBatch, which the in-process scenarios here still exercise at every fault
+ * point). On the 2-core CI machine at load ~25 the two SNS files took ~5 and ~9 minutes
+ * with them; all passed when last run in full (2026-12-05: 38 passed, 9 capability skips each).
+ */
+export function snsProcessScenarios(module: string): { process: { module: string; execArgv: string[] } } | { processSkipReason: string } {
+  const full = process.env['COURIER_AWS_FULL'] === '1' || onRealAws || process.env['COURIER_SNS_ENDPOINT'] !== undefined;
+  return full
+    ? { process: { module, execArgv: ['--conditions=@courier/source'] } }
+    : { processSkipReason: 'SIGKILL scenarios through SNS run with COURIER_AWS_FULL=1 (CI runs them on SQS standard and FIFO: same relay and consumer, only the publish call differs)' };
+}
