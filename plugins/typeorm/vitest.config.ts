@@ -1,0 +1,3 @@
+import { courierProject } from '../../vitest.shared.js';
+
+export default courierProject('typeorm');
