@@ -822,8 +822,13 @@ export interface CliStats {
    * naming the consumers), its halted keys and the messages held behind them.
    */
   readonly consumerHalts: readonly { readonly consumer: string; readonly haltedKeys: number; readonly held: number }[] | null;
-  /** Dead letters per consumer; `atLeast` when the transport listed its maximum. */
-  readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean }[] | null;
+  /**
+   * Dead letters per consumer; `atLeast` when the transport listed its maximum; `noQueue` for
+   * a configured consumer the broker has no dead-letter place for while another configured
+   * consumer has one (it never subscribed yet). When none has one, the prefix is taken to be
+   * mistyped and each is reported under "could not read" (exit 1).
+   */
+  readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean; readonly noQueue?: true }[] | null;
   /**
    * What could not be read (a database or broker away), each with the error: the rest is
    * still reported, so a broker outage does not hide the outbox backlog. Empty when all was read.
@@ -863,6 +868,9 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   const inbox = setup.inbox;
   const inboxStats = inbox?.stats;
   const deadLetters = setup.transport?.deadLetters;
+  let anyPlace: Promise<boolean> | undefined;
+  const anyDeadLetterPlace = (): Promise<boolean> =>
+    (anyPlace ??= Promise.all((setup.consumers ?? []).map((consumer) => deadLetters!.exists!(consumer))).then((found) => found.includes(true)));
   const [outbox, inboxResult, consumerHalts, transport] = await Promise.all([
     setup.outbox ? read('outbox', () => setup.outbox!.stats()) : null,
     typeof inboxStats === 'function' ? read('inbox', () => inboxStats.call(inbox)) : null,
@@ -882,6 +890,12 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
       ? Promise.all(
           (setup.consumers ?? []).map((consumer) =>
             read(`transport dead letters of '${consumer}'`, async () => {
+              // A consumer without a dead-letter place is "no queue yet" when some configured
+              // consumer has one (the prefix is right; this one never subscribed), and an
+              // error when none has (a mistyped prefix reads as all empty otherwise).
+              if (deadLetters.exists && !(await deadLetters.exists(consumer)) && (await anyDeadLetterPlace())) {
+                return { consumer, deadLetters: 0, atLeast: false, noQueue: true as const };
+              }
               await requireDeadLetterPlaces(deadLetters, [consumer]);
               if (deadLetters.count) return { consumer, deadLetters: await deadLetters.count(consumer), atLeast: false };
               const count = (await deadLetters.list(consumer, { limit: DEPTH_LIMIT })).length;
@@ -930,7 +944,7 @@ function renderStats(stats: CliStats): string {
     lines.push(
       stats.transport.length === 0
         ? '(no consumers listed in the config: add `consumers: [...]`)'
-        : table(['CONSUMER', 'DEAD LETTERS'], stats.transport.map((row) => [row.consumer, `${row.atLeast ? '≥' : ''}${row.deadLetters}`])),
+        : table(['CONSUMER', 'DEAD LETTERS'], stats.transport.map((row) => [row.consumer, row.noQueue ? 'no queue yet (never subscribed)' : `${row.atLeast ? '≥' : ''}${row.deadLetters}`])),
     );
   }
   if (stats.unavailable.length > 0) {

@@ -90,6 +90,12 @@ describe('courier dead: concurrent reads of RabbitMQ dead letters', () => {
     const unknown = await runCli(['dead', 'list', '--source', 'transport', '--consumer', `${prefix}nobody`], env);
     expect(unknown.code, unknown.stderr).toBe(1);
     expect(unknown.stderr).toContain(`'${prefix}nobody'`);
+    // stats, with the right prefix, shows a configured consumer that never subscribed as
+    // "no queue yet" beside one that has a queue, and succeeds (the prefix is evidently right).
+    const mixed = await runCli(['stats'], { ...env, CLI_TEST_CONSUMERS: `${consumer},${prefix}nobody` });
+    expect(mixed.code, `${mixed.stdout} ${mixed.stderr}`).toBe(0);
+    expect(mixed.stdout).toMatch(new RegExp(`${prefix}nobody\\s+no queue yet`));
+    expect(mixed.stdout).not.toContain('could not read');
     const { connect } = await import('amqplib');
     const connection = await connect(AMQP_URL);
     try {
