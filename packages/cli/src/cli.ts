@@ -822,6 +822,8 @@ export interface CliStats {
    * naming the consumers), its halted keys and the messages held behind them.
    */
   readonly consumerHalts: readonly { readonly consumer: string; readonly haltedKeys: number; readonly held: number }[] | null;
+  /** Consumers' parked heads (`halted resume --park`) per consumer, counted in full: dead letters that need a person. */
+  readonly parkedHeads: readonly { readonly consumer: string; readonly parked: number }[] | null;
   /**
    * Dead letters per consumer; `atLeast` when the transport listed its maximum; `noQueue` for
    * a configured consumer the broker has no dead-letter place for while another configured
@@ -871,7 +873,7 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   let anyPlace: Promise<boolean> | undefined;
   const anyDeadLetterPlace = (): Promise<boolean> =>
     (anyPlace ??= Promise.all((setup.consumers ?? []).map((consumer) => deadLetters!.exists!(consumer))).then((found) => found.includes(true)));
-  const [outbox, inboxResult, consumerHalts, transport] = await Promise.all([
+  const [outbox, inboxResult, consumerHalts, transport, parkedHeads] = await Promise.all([
     setup.outbox ? read('outbox', () => setup.outbox!.stats()) : null,
     typeof inboxStats === 'function' ? read('inbox', () => inboxStats.call(inbox)) : null,
     inbox && hasInboxHalts(inbox as object)
@@ -904,8 +906,18 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
           ),
         ).then((rows) => rows.filter((row) => row !== null))
       : null,
+    inbox && hasInboxHalts(inbox as object)
+      ? read('consumer parked heads', async () => {
+          const perConsumer = new Map<string, number>();
+          // No limit short of every row: a count that stopped early would hide parked heads.
+          for (const head of await (inbox as unknown as InboxHalts).listParked({ limit: Number.MAX_SAFE_INTEGER })) {
+            perConsumer.set(head.consumer, (perConsumer.get(head.consumer) ?? 0) + 1);
+          }
+          return [...perConsumer].map(([consumer, parked]) => ({ consumer, parked })).sort((a, b) => (a.consumer < b.consumer ? -1 : a.consumer > b.consumer ? 1 : 0));
+        })
+      : null,
   ]);
-  return { outbox, inbox: inboxResult, consumerHalts, transport, unavailable };
+  return { outbox, inbox: inboxResult, consumerHalts, parkedHeads, transport, unavailable };
 }
 
 /** One `remedy:` line per distinct remedy of the parts `courier stats` could not read. */
@@ -938,6 +950,10 @@ function renderStats(stats: CliStats): string {
         ? '(none)'
         : table(['CONSUMER', 'HALTED KEYS', 'MESSAGES HELD'], stats.consumerHalts.map((row) => [row.consumer, String(row.haltedKeys), String(row.held)])),
     );
+  }
+  if (stats.parkedHeads) {
+    lines.push('', 'consumer parked heads');
+    lines.push(stats.parkedHeads.length === 0 ? '(none)' : table(['CONSUMER', 'PARKED'], stats.parkedHeads.map((row) => [row.consumer, String(row.parked)])));
   }
   if (stats.transport) {
     lines.push('', 'transport dead letters');

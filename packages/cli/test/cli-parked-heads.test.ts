@@ -47,6 +47,10 @@ describe('courier dead: parked consumer heads against postgresql', () => {
     const items = JSON.parse(listed.stdout) as { ref: string; parkedAt: string }[];
     expect(items).toMatchObject([{ ref, source: 'inbox', state: 'parked', consumer: 'billing', code: 'HANDLER_FAILED', error: 'card 4242 declined', attempts: null, envelope: { messageId: head.messageId, topic } }]);
     expect(Math.abs(Date.parse(items[0]!.parkedAt) - Date.now())).toBeLessThan(10 * 60_000);
+    // stats counts it per consumer, as it counts halted keys.
+    const stats = await runCli(['stats', '--json'], env);
+    expect(stats.code, stats.stderr).toBe(0);
+    expect(JSON.parse(stats.stdout).parkedHeads).toEqual([{ consumer: 'billing', parked: 1 }]);
 
     const text = await runCli(['dead', 'list'], env);
     expect(text.code, text.stderr).toBe(0);
