@@ -39,7 +39,7 @@ const ESSENTIAL: Record<'mikro-orm' | 'sql-transport', string[]> = {
     'test/conformance-sqlite.test.ts',
     'test/unit-of-work.test.ts',
   ],
-  'sql-transport': ['test/conformance-postgresql.test.ts', 'test/conformance-mariadb.test.ts', 'test/conformance-sqlite.test.ts'],
+  'sql-transport': ['test/fixture-bounds.test.ts', 'test/conformance-postgresql.test.ts', 'test/conformance-mariadb.test.ts', 'test/conformance-sqlite.test.ts'],
 };
 
 function project(plugin: keyof typeof ESSENTIAL) {

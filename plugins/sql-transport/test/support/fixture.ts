@@ -44,8 +44,11 @@ export const FIXTURE_LEASE_MS = 2_000;
  */
 export async function openOrm(dialect: QueueDialectName, testId: string, proxy?: TcpProxy, extra: Partial<Options> = {}): Promise<MikroORM> {
   const common = { entities: [], debug: false, discovery: { warnWhenNoEntities: false }, ...extra };
-  // Connecting through a closed proxy is refused at once; knex would retry for 60 s.
-  const pooled = { pool: { min: 0, max: 10 }, driverOptions: { acquireConnectionTimeout: 3_000 } };
+  // Connecting through a closed proxy is refused at once; knex would retry for 60 s. The
+  // bound must reach whichever pool the MikroORM version uses: knex (6) takes
+  // acquireConnectionTimeout, pg's own pool (7 on PostgreSQL) connectionTimeoutMillis, and
+  // without it a connect the server never answers waits for minutes (test/fixture-bounds).
+  const pooled = { pool: { min: 0, max: 10 }, driverOptions: { acquireConnectionTimeout: 3_000, ...(dialect === 'postgresql' ? { connectionTimeoutMillis: 3_000 } : {}) } };
   let orm: MikroORM;
   try {
     switch (dialect) {
