@@ -5,6 +5,7 @@ import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type Inbo
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
 import { actOnParked, failureFacts, findParked, listParked, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { logSlotOf, readLogSlot, renderLogSlot, type CliLogSlot } from './log-slot.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -822,6 +823,8 @@ export interface CliStats {
    * naming the consumers), its halted keys and the messages held behind them.
    */
   readonly consumerHalts: readonly { readonly consumer: string; readonly haltedKeys: number; readonly held: number }[] | null;
+  /** Present when the outbox tails a replication slot (`@courier/pg-logical`): the slot as the server sees it. */
+  readonly logSlot?: CliLogSlot | null;
   /** Dead letters per consumer; `atLeast` when the transport listed its maximum. */
   readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean }[] | null;
   /**
@@ -863,8 +866,10 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   const inbox = setup.inbox;
   const inboxStats = inbox?.stats;
   const deadLetters = setup.transport?.deadLetters;
-  const [outbox, inboxResult, consumerHalts, transport] = await Promise.all([
+  const slotSource = logSlotOf(setup.outbox);
+  const [outbox, logSlot, inboxResult, consumerHalts, transport] = await Promise.all([
     setup.outbox ? read('outbox', () => setup.outbox!.stats()) : null,
+    slotSource ? read(`log-tail slot '${slotSource.slot}'`, () => readLogSlot(slotSource)) : null,
     typeof inboxStats === 'function' ? read('inbox', () => inboxStats.call(inbox)) : null,
     inbox && hasInboxHalts(inbox as object)
       ? read('consumer halted keys', async () => {
@@ -891,7 +896,7 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
         ).then((rows) => rows.filter((row) => row !== null))
       : null,
   ]);
-  return { outbox, inbox: inboxResult, consumerHalts, transport, unavailable };
+  return { outbox, ...(slotSource ? { logSlot } : {}), inbox: inboxResult, consumerHalts, transport, unavailable };
 }
 
 /** One `remedy:` line per distinct remedy of the parts `courier stats` could not read. */
@@ -906,6 +911,7 @@ function renderStats(stats: CliStats): string {
     const o = stats.outbox;
     lines.push('outbox', table(['PENDING', 'OLDEST PENDING', 'IN FLIGHT', 'DEAD', 'HALTED KEYS'], [[String(o.pending), formatDuration(o.oldestPendingAgeMs), String(o.inFlight), String(o.dead), String(o.haltedKeys)]]));
   }
+  if (stats.logSlot) lines.push(...(lines.length > 0 ? [''] : []), ...renderLogSlot(stats.logSlot));
   if (stats.inbox) {
     lines.push('', 'inbox');
     lines.push(
