@@ -5,6 +5,7 @@ import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type Inbo
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
 import { actOnParked, failureFacts, findParked, listParked, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { logSlotOf, readLogSlot, renderLogSlot, type CliLogSlot } from './log-slot.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
 /** Exit codes of `courier`: documented in the package README and `courier --help`. */
@@ -822,6 +823,8 @@ export interface CliStats {
    * naming the consumers), its halted keys and the messages held behind them.
    */
   readonly consumerHalts: readonly { readonly consumer: string; readonly haltedKeys: number; readonly held: number }[] | null;
+  /** Present when the outbox tails a replication slot (`@courier/pg-logical`): the slot as the server sees it. */
+  readonly logSlot?: CliLogSlot | null;
   /** Consumers' parked heads (`halted resume --park`) per consumer, counted in full: dead letters that need a person. */
   readonly parkedHeads: readonly { readonly consumer: string; readonly parked: number }[] | null;
   /**
@@ -873,8 +876,10 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
   let anyPlace: Promise<boolean> | undefined;
   const anyDeadLetterPlace = (): Promise<boolean> =>
     (anyPlace ??= Promise.all((setup.consumers ?? []).map((consumer) => deadLetters!.exists!(consumer))).then((found) => found.includes(true)));
-  const [outbox, inboxResult, consumerHalts, transport, parkedHeads] = await Promise.all([
+  const slotSource = logSlotOf(setup.outbox);
+  const [outbox, logSlot, inboxResult, consumerHalts, transport, parkedHeads] = await Promise.all([
     setup.outbox ? read('outbox', () => setup.outbox!.stats()) : null,
+    slotSource ? read(`log-tail slot '${slotSource.slot}'`, () => readLogSlot(slotSource)) : null,
     typeof inboxStats === 'function' ? read('inbox', () => inboxStats.call(inbox)) : null,
     inbox && hasInboxHalts(inbox as object)
       ? read('consumer halted keys', async () => {
@@ -917,7 +922,7 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
         })
       : null,
   ]);
-  return { outbox, inbox: inboxResult, consumerHalts, parkedHeads, transport, unavailable };
+  return { outbox, ...(slotSource ? { logSlot } : {}), inbox: inboxResult, consumerHalts, parkedHeads, transport, unavailable };
 }
 
 /** One `remedy:` line per distinct remedy of the parts `courier stats` could not read. */
@@ -932,6 +937,7 @@ function renderStats(stats: CliStats): string {
     const o = stats.outbox;
     lines.push('outbox', table(['PENDING', 'OLDEST PENDING', 'IN FLIGHT', 'DEAD', 'HALTED KEYS'], [[String(o.pending), formatDuration(o.oldestPendingAgeMs), String(o.inFlight), String(o.dead), String(o.haltedKeys)]]));
   }
+  if (stats.logSlot) lines.push(...(lines.length > 0 ? [''] : []), ...renderLogSlot(stats.logSlot));
   if (stats.inbox) {
     lines.push('', 'inbox');
     lines.push(

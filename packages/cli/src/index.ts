@@ -1,4 +1,5 @@
 export type { CliIo, CliStats } from './cli.js';
+export type { CliLogSlot } from './log-slot.js';
 export { EXIT, runCli } from './cli.js';
 export type { CourierCliSetup, CourierConfig, CourierConfigContext, CourierRelaySetup, SchemaAdmin } from './config.js';
 export { CONFIG_FILES, defineCourierConfig, loadConfig } from './config.js';

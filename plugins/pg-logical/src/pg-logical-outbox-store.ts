@@ -132,6 +132,7 @@ const STATUS_INTERVAL_MS = 10_000;
  * - `close()` stops the stream, ends the pool and closes the wrapped store; idempotent.
  */
 export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements OutboxStore<Tx, A> {
+  /** The slot's name. With `slotStats()`, what `courier stats` looks for to show the slot (read only: it never creates it). */
   readonly slot: string;
   readonly publication: string;
   readonly limits?: PortLimits;
@@ -227,7 +228,8 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
   /**
    * The slot's lag and state from the server, plus how long the oldest transaction this
    * store has received but not yet acknowledged has waited (`unacknowledgedAgeMs`, 0 when
-   * none): a gauge for the WAL the slot holds back.
+   * none): a gauge for the WAL the slot holds back. `undefined` when the server has no such
+   * slot. One query on the store's pool; creates nothing, and does not start reading the slot.
    */
   async slotStats(): Promise<(ReplicationSlotStats & { readonly unacknowledgedAgeMs: number }) | undefined> {
     const stats = await readSlotStats(this.#pool, this.slot);

@@ -21,6 +21,11 @@ export interface ReplicationSlotStats {
   readonly lagBytes: number;
   /** PostgreSQL's own verdict on the WAL the slot holds (`reserved`, `extended`, `unreserved`, `lost`). */
   readonly walStatus: string | null;
+  /**
+   * How long nobody has read the slot (server clock), from `inactive_since`: null while it is
+   * read, and on servers before PostgreSQL 17, which do not record it.
+   */
+  readonly inactiveForMs: number | null;
 }
 
 const SLOT_NAME = /^[a-z0-9_]{1,63}$/;
@@ -70,8 +75,10 @@ export async function ensureReplicationSlot(client: PgQueryable, options: { read
 export async function readSlotStats(client: PgQueryable, slot: string): Promise<ReplicationSlotStats | undefined> {
   const { rows } = await client.query(
     'SELECT slot_name, active, active_pid, confirmed_flush_lsn::text AS confirmed, wal_status, ' +
-      'coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(confirmed_flush_lsn, restart_lsn)), 0)::float8 AS lag_bytes ' +
-      'FROM pg_replication_slots WHERE slot_name = $1',
+      'coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(confirmed_flush_lsn, restart_lsn)), 0)::float8 AS lag_bytes, ' +
+      // Read through to_jsonb: the column exists from PostgreSQL 17 on, and naming it would fail before.
+      "floor(extract(epoch from (now() - (to_jsonb(s) ->> 'inactive_since')::timestamptz)) * 1000)::float8 AS inactive_ms " +
+      'FROM pg_replication_slots s WHERE slot_name = $1',
     [slot],
   );
   const row = rows[0];
@@ -83,6 +90,7 @@ export async function readSlotStats(client: PgQueryable, slot: string): Promise<
     confirmedLsn: row['confirmed'] === null || row['confirmed'] === undefined ? null : String(row['confirmed']),
     lagBytes: Number(row['lag_bytes']),
     walStatus: row['wal_status'] === null || row['wal_status'] === undefined ? null : String(row['wal_status']),
+    inactiveForMs: row['inactive_ms'] === null || row['inactive_ms'] === undefined ? null : Math.max(0, Number(row['inactive_ms'])),
   };
 }
 

@@ -1,5 +1,5 @@
 // Vitest globalSetup of the CLI tests: compiles the `courier` binary and the workspace
-// packages it and the test configs load (core, cli, sql-engine, mikro-orm, pg, rabbitmq) to JavaScript in
+// packages it and the test configs load (core, cli, sql-engine, mikro-orm, pg, pg-logical, rabbitmq) to JavaScript in
 // each package's `dist/`, once per test run, so every child process starts plain Node on
 // compiled code, as an installed `courier` does, instead of compiling the sources through
 // tsx at each start (seconds of CPU per run on this machine). Only the config stays
@@ -20,7 +20,7 @@ import { PACKAGE_DIR } from './run-cli.js';
 
 const ROOT = join(PACKAGE_DIR, '..', '..');
 /** Every workspace package a child process loads: the CLI, what it imports, and what the test configs import (the MikroORM and node-postgres stores sit on @courier/sql-engine). */
-const PACKAGES = ['packages/core', 'packages/cli', 'packages/sql-engine', 'plugins/mikro-orm', 'plugins/pg', 'plugins/rabbitmq'];
+const PACKAGES = ['packages/core', 'packages/cli', 'packages/sql-engine', 'plugins/mikro-orm', 'plugins/pg', 'plugins/pg-logical', 'plugins/rabbitmq'];
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { recursive: true, withFileTypes: true })
