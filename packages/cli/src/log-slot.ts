@@ -2,22 +2,8 @@
 // relay reads. A slot nobody reads keeps WAL on the server until the disk fills, so an
 // operator looking at the backlog must see the slot too. Kept apart from cli.ts: the CLI
 // does not depend on the plugin and finds the slot through optional members, at runtime.
+import { hasLogSlot, type LogSlotOperations } from '@courier/core';
 import { formatDuration, table } from './format.js';
-
-/** What the CLI reads from a log-tailing outbox store: its slot name and the server's view of the slot. */
-interface LogSlotSource {
-  readonly slot: string;
-  slotStats(): Promise<
-    | {
-        readonly active: boolean;
-        readonly activePid: number | null;
-        readonly lagBytes: number;
-        readonly walStatus: string | null;
-        readonly inactiveForMs?: number | null;
-      }
-    | undefined
-  >;
-}
 
 /**
  * The log-tail slot as `courier stats` reports it. `exists: false` when the server has no
@@ -35,14 +21,9 @@ export interface CliLogSlot {
   readonly walStatus: string | null;
 }
 
-/**
- * The outbox's log-tail slot reader, when the outbox is a log-tailing store (it has a string
- * `slot` and a `slotStats()` method, as `PgLogicalOutboxStore` does); undefined otherwise.
- */
-export function logSlotOf(outbox: unknown): LogSlotSource | undefined {
-  if (typeof outbox !== 'object' || outbox === null) return undefined;
-  const candidate = outbox as Partial<LogSlotSource>;
-  return typeof candidate.slot === 'string' && typeof candidate.slotStats === 'function' ? (candidate as LogSlotSource) : undefined;
+/** The outbox's slot members when the outbox tails a replication slot (`PgLogicalOutboxStore`); undefined otherwise. */
+export function logSlotOf(outbox: unknown): LogSlotOperations | undefined {
+  return hasLogSlot(outbox) ? outbox : undefined;
 }
 
 /**
@@ -51,7 +32,7 @@ export function logSlotOf(outbox: unknown): LogSlotSource | undefined {
  * (`unacknowledgedAgeMs`) are left out: in the CLI's process nobody streams the slot, so they
  * would always read 0.
  */
-export async function readLogSlot(source: LogSlotSource): Promise<CliLogSlot> {
+export async function readLogSlot(source: LogSlotOperations): Promise<CliLogSlot> {
   const stats = await source.slotStats();
   if (!stats) return { slot: source.slot, exists: false, active: false, activePid: null, lagBytes: 0, inactiveForMs: null, walStatus: null };
   return {

@@ -5,10 +5,12 @@ import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import {
   describeError,
   hasInboxHalts,
+  hasLogSlot,
   defaultLogger,
   observeDeadLetters,
   observeInbox,
   observeInboxHalts,
+  observeLogSlot,
   observeOutbox,
   observeRelay,
   PROMETHEUS_VIEWS,
@@ -128,6 +130,8 @@ export async function serveCourierMetrics(options: CourierMetricsOptions): Promi
         cleanups.push(observeRelay(sources.bus));
       }
       if (sources.outbox) cleanups.push(observeOutbox(sources.outbox, { logger }));
+      // A log-tailing outbox (@courier/pg-logical): its slot's lag, found at runtime.
+      if (sources.outbox && hasLogSlot(sources.outbox)) cleanups.push(observeLogSlot(sources.outbox, { logger }));
       if (sources.deadLetters && sources.deadLetters.consumers.length > 0) {
         cleanups.push(observeDeadLetters(sources.deadLetters.deadLetters, sources.deadLetters.consumers, { logger }));
       }

@@ -5,9 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { PgOutboxStore } from '@courier/pg';
-import { dropReplicationSlot, ensureReplicationSlot } from '@courier/pg-logical';
+import { dropReplicationSlot, ensureReplicationSlot, PgLogicalOutboxStore } from '@courier/pg-logical';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serveCourierMetrics } from '../src/index.js';
 import { PACKAGE_DIR, runCli } from './support/run-cli.js';
 import { PG_URL } from './support/setup.js';
 
@@ -52,5 +53,31 @@ describe('courier stats with a log-tailing outbox (postgresql)', () => {
     expect(shown['lagBytes']).toBeGreaterThan(0);
     const table = await runCli(['stats'], env, 60_000, CONFIG);
     expect(table.stdout).toMatch(new RegExp(`log-tail slot\\n[^\\n]*SLOT[^\\n]*READER[^\\n]*LAG[^\\n]*\\n${slot}\\s+none\\s+\\d`));
+  });
+
+  // Runs after the first case: the slot exists, unread, holding the WAL written since.
+  it('the metrics endpoint exports the slot lag in bytes and the unacknowledged age, and nothing for a missing slot', { timeout: 60_000 }, async () => {
+    const server = await serveCourierMetrics({ port: 0, metricsMaxAgeMs: 0 });
+    const connection = { connectionString: PG_URL };
+    const store = new PgLogicalOutboxStore({ store: new PgOutboxStore({ pool, tablePrefix: prefix }), connection, slot, tables: { tablePrefix: prefix } });
+    const missingSlot = `${prefix}missing`;
+    const missing = new PgLogicalOutboxStore({ store: new PgOutboxStore({ pool, tablePrefix: prefix }), connection, slot: missingSlot, tables: { tablePrefix: prefix } });
+    try {
+      server.watch({ outbox: store });
+      server.watch({ outbox: missing });
+      await pool.query("SELECT pg_logical_emit_message(false, 'courier-cli-test', repeat('x', 4096))");
+      const scraped = await (await fetch(`http://127.0.0.1:${server.address.port}/metrics`)).text();
+      const lag = new RegExp(`^courier_outbox_log_slot_lag_bytes\\{[^}]*courier_log_slot="${slot}"[^}]*\\} (\\d+)`, 'm').exec(scraped);
+      expect(lag, scraped).not.toBeNull();
+      expect(Number(lag![1])).toBeGreaterThan(4096);
+      expect(scraped).toMatch(new RegExp(`^courier_outbox_log_slot_unacknowledged_age_seconds\\{[^}]*courier_log_slot="${slot}"[^}]*\\} 0$`, 'm'));
+      expect(scraped).not.toContain(missingSlot);
+      expect((await pool.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [missingSlot])).rowCount).toBe(0);
+    } finally {
+      await server.close();
+      // Ends each store's own small pool; the wrapped PgOutboxStore leaves the test's pool to afterAll.
+      await store.close();
+      await missing.close();
+    }
   });
 });

@@ -23,7 +23,79 @@ export const OPERATOR_GAUGES = {
   inboxOldestRecordAge: 'courier.inbox.oldest_record.age',
   relayPaused: 'courier.relay.paused',
   transportDeadLetters: 'courier.transport.dead_letters',
+  logSlotLag: 'courier.outbox.log_slot.lag_bytes',
+  logSlotUnacknowledgedAge: 'courier.outbox.log_slot.unacknowledged.age',
 } as const;
+
+/**
+ * The optional operator members of an outbox that tails a replication slot (as
+ * `PgLogicalOutboxStore` of `@courier/pg-logical` does): its slot's name, and the slot as the
+ * server sees it (`undefined` when there is no such slot). Reading creates nothing. Detected
+ * at runtime with {@link hasLogSlot}, so the CLI and the metrics need not depend on the plugin.
+ */
+export interface LogSlotOperations {
+  readonly slot: string;
+  slotStats(): Promise<
+    | {
+        readonly active: boolean;
+        readonly activePid: number | null;
+        /** WAL bytes the server keeps for the slot. */
+        readonly lagBytes: number;
+        readonly walStatus: string | null;
+        /** How long nobody has read the slot (PostgreSQL 17+; null otherwise or while read). */
+        readonly inactiveForMs?: number | null;
+        /** In the reading process: how long the oldest received, not yet acknowledged transaction has waited (0 when none). */
+        readonly unacknowledgedAgeMs?: number;
+      }
+    | undefined
+  >;
+}
+
+/** Whether `outbox` has the {@link LogSlotOperations} members (a string `slot` and a `slotStats()` method). */
+export function hasLogSlot(outbox: unknown): outbox is LogSlotOperations {
+  if (typeof outbox !== 'object' || outbox === null) return false;
+  const candidate = outbox as Partial<LogSlotOperations>;
+  return typeof candidate.slot === 'string' && typeof candidate.slotStats === 'function';
+}
+
+/**
+ * Registers the gauges of a log-tailing outbox's replication slot, with attribute
+ * `courier.log_slot` (the slot's name): `courier.outbox.log_slot.lag_bytes` (bytes of WAL the
+ * server keeps for the slot; it grows while nobody reads or acknowledges it, until the disk
+ * fills) and `courier.outbox.log_slot.unacknowledged.age` (seconds the oldest transaction
+ * received here has waited for its acknowledgement; meaningful in the process that reads
+ * the slot, 0 elsewhere).
+ *
+ * Guarantees: `slotStats()` runs once per collection and only when a metrics SDK collects;
+ * a failing one is logged and reports nothing (never zeros). A slot that does not exist
+ * reports nothing either (no WAL is held for it); nothing is created by reading. Returns a
+ * function that unregisters the gauges; call it before closing the store.
+ */
+export function observeLogSlot(outbox: LogSlotOperations, options: ObserveOptions = {}): () => void {
+  const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
+  const attributes = { ...(options.attributes ?? {}), 'courier.log_slot': outbox.slot };
+  const logger = options.logger ?? defaultLogger;
+  const lag = meter.createObservableGauge(OPERATOR_GAUGES.logSlotLag, { description: 'WAL bytes the server keeps for the log-tail replication slot (alert when it grows)', unit: 'By' });
+  const age = meter.createObservableGauge(OPERATOR_GAUGES.logSlotUnacknowledgedAge, {
+    description: 'age of the oldest transaction the log-tail relay received and has not yet acknowledged on its slot',
+    unit: 's',
+  });
+  const callback = async (observer: { observe(instrument: typeof lag, value: number, attributes?: Attributes): void }): Promise<void> => {
+    let stats;
+    try {
+      stats = await outbox.slotStats();
+    } catch (error) {
+      logger.warn('log-tail slot stats for metrics failed', { slot: outbox.slot, error: describeError(error) });
+      return;
+    }
+    if (!stats) return;
+    observer.observe(lag, stats.lagBytes, attributes);
+    observer.observe(age, (stats.unacknowledgedAgeMs ?? 0) / 1000, attributes);
+  };
+  const instruments = [lag, age];
+  meter.addBatchObservableCallback(callback, instruments);
+  return () => meter.removeBatchObservableCallback(callback, instruments);
+}
 
 /** Options of {@link observeOutbox} and {@link observeRelay}. */
 export interface ObserveOptions {

@@ -106,7 +106,7 @@ const PUBLISH_ATTRIBUTES = Object.freeze({ 'messaging.system': 'courier', 'messa
  * no SDK; an OTLP pipeline keeps the semantic-convention names by not passing them.
  */
 export const PROMETHEUS_VIEWS: readonly { readonly instrumentName: string; readonly name: string }[] = Object.freeze(
-  [...Object.values(DURATION_HISTOGRAMS), OPERATOR_GAUGES.outboxOldestPendingAge, OPERATOR_GAUGES.inboxOldestRecordAge].map((name) =>
+  [...Object.values(DURATION_HISTOGRAMS), OPERATOR_GAUGES.outboxOldestPendingAge, OPERATOR_GAUGES.inboxOldestRecordAge, OPERATOR_GAUGES.logSlotUnacknowledgedAge].map((name) =>
     Object.freeze({ instrumentName: name, name: `${name}_seconds` }),
   ),
 );
