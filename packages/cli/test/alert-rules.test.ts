@@ -25,7 +25,7 @@ describe('alert rules and dashboard', () => {
 
   it('promtool check rules and promtool test rules pass', async () => {
     const checked = await run(promtool, ['check', 'rules', 'courier.rules.yml'], { cwd: ALERTS });
-    expect(checked.stdout).toContain('SUCCESS: 11 rules found');
+    expect(checked.stdout).toContain('SUCCESS: 13 rules found');
     const tested = await run(promtool, ['test', 'rules', 'courier.rules.test.yml'], { cwd: ALERTS });
     expect(tested.stdout).toContain('SUCCESS');
   });
@@ -77,7 +77,10 @@ describe('alert rules and dashboard', () => {
       const dashboard = JSON.parse(readFileSync(join(ALERTS, 'courier.dashboard.json'), 'utf8')) as { panels: { targets: { expr: string }[] }[] };
       for (const panel of dashboard.panels) for (const target of panel.targets) for (const [name] of namesIn(target.expr)) queried.add(name);
       expect(queried.size).toBeGreaterThan(20);
-      const missing = [...queried].filter((name) => !new RegExp(`^${name}(\\{| )`, 'm').test(scraped));
+      // Exported only for an outbox that tails a PostgreSQL replication slot (@courier/pg-logical),
+      // which the in-memory process here has not: cli-log-slot.test.ts finds them in /metrics.
+      const logSlotOnly = new Set(['courier_outbox_log_slot_lag_bytes', 'courier_outbox_log_slot_unacknowledged_age_seconds']);
+      const missing = [...queried].filter((name) => !logSlotOnly.has(name) && !new RegExp(`^${name}(\\{| )`, 'm').test(scraped));
       expect(missing, `queried but not in /metrics:\n${scraped}`).toEqual([]);
       await bus.stop();
     } finally {
