@@ -16,6 +16,7 @@ import {
   PROMETHEUS_VIEWS,
   type Bus,
   type InboxOperations,
+  type LogSlotOperations,
   type Logger,
   type OutboxOperations,
   type TransportDeadLetters,
@@ -47,8 +48,17 @@ export interface CourierMetricsOptions {
 export interface CourierMetricsSources {
   /** `/health` answers with its health (200 when ready, 503 when not); `courier.relay.paused` follows it. */
   readonly bus?: Pick<Bus<unknown>, 'health'>;
-  /** The outbox gauges (pending, oldest pending age, in flight, dead, halted keys). */
+  /**
+   * The outbox gauges (pending, oldest pending age, in flight, dead, halted keys); and, when
+   * it tails a replication slot (`PgLogicalOutboxStore`) and `logSlot` is not given, the slot's.
+   */
   readonly outbox?: OutboxOperations;
+  /**
+   * The log-tailing store whose slot gauges to report (lag bytes, unacknowledged age), when it
+   * is not `outbox`: `courier relay` passes the relay's own store, the one reading the slot,
+   * whose unacknowledged age is the real one (another instance on the same slot reads 0).
+   */
+  readonly logSlot?: LogSlotOperations;
   /** The inbox gauges: halted keys per consumer (a store with halts), records and dead letters per consumer (a store with `stats()`). */
   readonly inbox?: InboxOperations;
   /** The transport's dead letters per consumer, counted at most once a minute. */
@@ -131,7 +141,8 @@ export async function serveCourierMetrics(options: CourierMetricsOptions): Promi
       }
       if (sources.outbox) cleanups.push(observeOutbox(sources.outbox, { logger }));
       // A log-tailing outbox (@courier/pg-logical): its slot's lag, found at runtime.
-      if (sources.outbox && hasLogSlot(sources.outbox)) cleanups.push(observeLogSlot(sources.outbox, { logger }));
+      const logSlot = sources.logSlot ?? (hasLogSlot(sources.outbox) ? sources.outbox : undefined);
+      if (logSlot) cleanups.push(observeLogSlot(logSlot, { logger }));
       if (sources.deadLetters && sources.deadLetters.consumers.length > 0) {
         cleanups.push(observeDeadLetters(sources.deadLetters.deadLetters, sources.deadLetters.consumers, { logger }));
       }

@@ -2,6 +2,7 @@ import {
   consoleLogger,
   createBus,
   describeError,
+  hasLogSlot,
   type InboxOperations,
   type Logger,
   type OutboxOperations,
@@ -128,6 +129,8 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
       served?.watch({
         bus,
         outbox: prepared.operations ?? setup.outbox,
+        // The slot's gauges from the store that reads it (the config's operator outbox may be another instance).
+        ...(hasLogSlot(setup.outbox) ? { logSlot: setup.outbox } : {}),
         ...(prepared.inbox ? { inbox: prepared.inbox } : {}),
         ...(prepared.deadLetters ? { deadLetters: prepared.deadLetters } : {}),
       });

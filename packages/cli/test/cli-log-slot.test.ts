@@ -4,13 +4,16 @@
 // side effect of reading). One slot is created by the test itself and dropped after.
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { PgOutboxStore } from '@courier/pg';
+import { createInterface } from 'node:readline';
+import { eventually } from '@courier/conformance';
+import { createBus, defineMessage } from '@courier/core';
+import { PgOutboxStore, withTransaction } from '@courier/pg';
 import { dropReplicationSlot, ensureReplicationSlot, PgLogicalOutboxStore } from '@courier/pg-logical';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { serveCourierMetrics } from '../src/index.js';
-import { PACKAGE_DIR, runCli } from './support/run-cli.js';
-import { PG_URL } from './support/setup.js';
+import { PACKAGE_DIR, runCli, startCli } from './support/run-cli.js';
+import { deleteBrokerObjects, openTransport, PG_URL } from './support/setup.js';
 
 const CONFIG = join(PACKAGE_DIR, 'test', 'support', 'pg-logical.config.ts');
 
@@ -78,6 +81,49 @@ describe('courier stats with a log-tailing outbox (postgresql)', () => {
       // Ends each store's own small pool; the wrapped PgOutboxStore leaves the test's pool to afterAll.
       await store.close();
       await missing.close();
+    }
+  });
+
+  // Runs after the cases above (the slot exists). ~5 s: one relay process, one message.
+  it('courier relay reads the slot: stats shows its reader, /metrics its gauges from the relay\'s own store', { timeout: 120_000 }, async () => {
+    const sinkName = `${prefix}sink`;
+    const relayEnv = { ...env, CLI_TEST_BROKER_PREFIX: prefix };
+    const transport = await openTransport(prefix);
+    const Work = defineMessage('cli.SlotWork', { version: 1, topic: `${prefix}work` });
+    const received: string[] = [];
+    const subscription = await transport.subscribe({ consumer: sinkName, topics: [Work.topic], ordered: false, concurrency: 4 }, async (delivery) => {
+      received.push(delivery.envelope.messageId);
+      await delivery.ack();
+    });
+    const child = startCli(['relay', '--port', '0', '--stop-timeout', '20s'], relayEnv, CONFIG);
+    const logs: Record<string, unknown>[] = [];
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        logs.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        logs.push({ message: 'not json', line });
+      }
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    try {
+      await eventually(() => expect(logs.find((entry) => entry['message'] === 'relay http listening'), JSON.stringify(logs)).toBeDefined(), { timeoutMs: 60_000 });
+      const port = Number(logs.find((entry) => entry['message'] === 'relay http listening')!['port']);
+      const producer = createBus({ outbox, transport });
+      const id = await withTransaction(pool, (client) => producer.outbox(client).publish(Work, { n: 1 }));
+      await eventually(() => expect(received).toContain(id), { timeoutMs: 60_000 });
+      await eventually(async () => expect((await runCli(['stats', '--json'], env, 60_000, CONFIG)).stdout).toMatch(/"active": ?true/), { timeoutMs: 60_000 });
+      const shown = (JSON.parse((await runCli(['stats', '--json'], env, 60_000, CONFIG)).stdout) as { logSlot: { active: boolean; activePid: number | null } }).logSlot;
+      expect(shown.activePid).toBeGreaterThan(0);
+      const scraped = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const series = scraped.split('\n').filter((line) => line.startsWith('courier_outbox_log_slot_lag_bytes{'));
+      expect(series, scraped).toEqual([expect.stringContaining(`courier_log_slot="${slot}"`)]);
+      expect(scraped).toMatch(new RegExp(`^courier_outbox_log_slot_unacknowledged_age_seconds\\{[^}]*courier_log_slot="${slot}"[^}]*\\} \\d`, 'm'));
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+      await subscription.close();
+      await transport.close();
+      await deleteBrokerObjects(prefix, [sinkName]).catch(() => undefined);
     }
   });
 });
