@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, hasLogSlot, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -99,6 +99,40 @@ describe('operator gauges', () => {
     observeOutbox(failing, { meter: metrics.meter, logger });
     expect(await metrics.read()).not.toHaveProperty(OPERATOR_GAUGES.outboxPending);
     expect(warnings).toEqual(['outbox stats for metrics failed']);
+  });
+
+  it('log-slot gauges: lag and unacknowledged age while the slot exists; nothing when it is gone or its read fails (never zeros)', async () => {
+    // The slot's members as PgLogicalOutboxStore has them (tested against PostgreSQL in packages/cli/test/cli-log-slot.test.ts).
+    let state: 'present' | 'missing' | 'away' = 'present';
+    const source = {
+      slot: 'orders_slot',
+      slotStats: () =>
+        state === 'away'
+          ? Promise.reject(new Error('database away'))
+          : Promise.resolve(state === 'missing' ? undefined : { active: false, activePid: null, lagBytes: 1_048_576, walStatus: 'reserved', unacknowledgedAgeMs: 2_500 }),
+    };
+    expect(hasLogSlot(source)).toBe(true);
+    expect(hasLogSlot(new InMemoryDatabase())).toBe(false);
+    expect(hasLogSlot({ slot: 'orders_slot' })).toBe(false);
+    expect(hasLogSlot(null)).toBe(false);
+    const metrics = sdk();
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, error() {}, warn: (message) => warnings.push(message) };
+    const stop = observeLogSlot(source, { meter: metrics.meter, logger });
+    expect(await metrics.points(OPERATOR_GAUGES.logSlotLag, 'courier.log_slot')).toEqual([['orders_slot', 1_048_576]]);
+    expect(await metrics.points(OPERATOR_GAUGES.logSlotUnacknowledgedAge, 'courier.log_slot')).toEqual([['orders_slot', 2.5]]);
+    stop();
+    // Each on a provider of its own: a cumulative reader repeats a gauge's last value, which would hide what this collection observed.
+    state = 'missing';
+    const fresh = sdk();
+    observeLogSlot(source, { meter: fresh.meter, logger });
+    expect(await fresh.read()).not.toHaveProperty(OPERATOR_GAUGES.logSlotLag);
+    expect(warnings).toEqual([]);
+    state = 'away';
+    const away = sdk();
+    observeLogSlot(source, { meter: away.meter, logger });
+    expect(await away.read()).not.toHaveProperty(OPERATOR_GAUGES.logSlotLag);
+    expect(warnings).toEqual(['log-tail slot stats for metrics failed']);
   });
 
   it('courier.relay.paused is 1 only while the running relay is paused', async () => {
