@@ -148,9 +148,14 @@ try {
   }
 
   // ---------------------------------------------------------------- install
+  // TypeORM 1.1.3 declares an optional peer `ioredis@^5` (its query cache), and npm refuses
+  // the install when the project has ioredis 6 (which @courier/redis and
+  // @courier/redis-streams need), optional or not. A user with both does what this does: an
+  // npm `overrides` entry letting TypeORM see the project's ioredis (plugins/typeorm/README.md).
+  const overrides = dependencies['typeorm'] && dependencies['ioredis'] ? { typeorm: { ioredis: '$ioredis' } } : undefined;
   writeFileSync(
     join(app, 'package.json'),
-    `${JSON.stringify({ name: 'courier-pack-smoke', private: true, type: 'module', dependencies }, null, 2)}\n`,
+    `${JSON.stringify({ name: 'courier-pack-smoke', private: true, type: 'module', dependencies, ...(overrides ? { overrides } : {}) }, null, 2)}\n`,
   );
   console.log(`npm install in the scratch project: ${Object.keys(dependencies).join(', ')}`);
   execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', '--prefer-offline'], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
