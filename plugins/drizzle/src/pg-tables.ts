@@ -47,6 +47,10 @@ export function courierPgTables(config: CourierTablesConfig = {}) {
         attempts: integer('attempts').notNull().default(0),
         lastError: text('last_error'),
         failedAt: ts('failed_at'),
+        // Schema version 5: a dead row's error code and class, and when it first failed.
+        errorCode: varchar('error_code', { length: 64 }),
+        errorName: varchar('error_name', { length: 200 }),
+        firstFailedAt: ts('first_failed_at'),
         leaseOwner: varchar('lease_owner', { length: 200 }),
         leaseToken: bigint('lease_token', { mode: 'bigint' }),
         createdAt: ts('created_at').notNull().defaultNow(),
