@@ -99,6 +99,8 @@ export async function settle<Tx>(
   let fewest = Number.POSITIVE_INFINITY;
   let unsettled: string[] = [];
   let lastError: unknown;
+  // When the last read that succeeded happened: after it, `unsettled` is that read's picture.
+  let lastReadAt: number | undefined;
   for (;;) {
     if (signal?.aborted) throw signal.reason;
     try {
@@ -107,6 +109,7 @@ export async function settle<Tx>(
       const observed = await within(observe(world, store, transport), { ms: Math.min(options.readTimeoutMs ?? READ_TIMEOUT_MS, Math.max(1_000, giveUpAt - Date.now())), cut: false }, 'reading the end state (effects, dead letters, halted keys)');
       const report = checkInvariants(ledger, observed, { ordered });
       unsettled = unsettledIds(ledger, observed);
+      lastReadAt = Date.now();
       if (unsettled.length === 0) return { report, observed };
       if (unsettled.length < fewest) {
         fewest = unsettled.length;
@@ -122,8 +125,14 @@ export async function settle<Tx>(
   }
   const waited = `${Math.round((Date.now() - startedAt) / 1000)} s, the last ${Math.round((Date.now() - lastProgressAt) / 1000)} s without a message settling`;
   if (unsettled.length === 0) throw new Error(`scenario could not be observed for ${waited}: ${describeError(lastError)}`, { cause: lastError });
+  // A failing read leaves the picture of the last one that succeeded: say so, and why, or
+  // messages applied since then read as stuck (they are not: the end state is unreadable).
+  const stale =
+    lastError === undefined || lastReadAt === undefined
+      ? ''
+      : `\nthe end state has not been readable for the last ${Math.round((Date.now() - lastReadAt) / 1000)} s (this list is from the last read that succeeded): ${describeError(lastError)}`;
   const where = await whereAre(unsettled, store, options.transport);
-  throw new Error(`scenario did not settle in ${waited}: ${unsettled.length} of ${ledger.committed.size} committed messages have no end state\n${where}`);
+  throw new Error(`scenario did not settle in ${waited}: ${unsettled.length} of ${ledger.committed.size} committed messages have no end state${stale}\n${where}`);
 }
 
 /** Default of {@link SettleOptions.readTimeoutMs}. */

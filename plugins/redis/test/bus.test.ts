@@ -13,6 +13,10 @@ import { connectRedis, deleteUnder } from './support/redis.js';
 const Charged = defineMessage('billing.Charged', { version: 1 });
 const Receipt = defineMessage('receipts.ReceiptSent', { version: 1 });
 
+// Each step is a few Redis round trips and a relay poll; on a loaded 2-core CI machine one
+// took over eventually's default 5 s. Slow is not wrong here: wait for it.
+const LOADED = { timeoutMs: 30_000 };
+
 let redis: Redis;
 const prefix = `courier-test:${uniqueId()}:`;
 beforeAll(async () => {
@@ -61,26 +65,26 @@ describe('RedisInboxStore in a bus', () => {
 
     const id = newMessageId();
     await connection.publish([envelope(id), envelope(id), envelope(id)]);
-    await eventually(() => expect(bus.health().counters.duplicates).toBe(2));
+    await eventually(() => expect(bus.health().counters.duplicates).toBe(2), LOADED);
     await connection.publish([envelope(id)]);
-    await eventually(() => expect(bus.health().counters.duplicates).toBe(3));
+    await eventually(() => expect(bus.health().counters.duplicates).toBe(3), LOADED);
     expect(runs).toEqual([id]);
     // The receipt published in the handler's unit of work went out through the outbox.
-    await eventually(() => expect(receipts).toEqual([id]));
+    await eventually(() => expect(receipts).toEqual([id]), LOADED);
 
     await connection.publish([envelope(declined)]);
-    await eventually(() => expect(bus.health().counters.deadLettered).toBe(1));
+    await eventually(() => expect(bus.health().counters.deadLettered).toBe(1), LOADED);
     await connection.publish([envelope(declined)]);
-    await eventually(() => expect(bus.health().counters.duplicates).toBe(4));
+    await eventually(() => expect(bus.health().counters.duplicates).toBe(4), LOADED);
     const letters = await connection.deadLetters.list('billing');
     expect(letters.map((letter) => letter.envelope.messageId)).toEqual([declined]);
     declined = 'none';
     expect(await connection.deadLetters.replay('billing', letters.map((letter) => letter.id))).toBe(1);
-    await eventually(() => expect(runs).toEqual([id, letters[0]!.envelope.messageId, letters[0]!.envelope.messageId]));
-    await eventually(() => expect(receipts.sort()).toEqual([id, letters[0]!.envelope.messageId].sort()));
+    await eventually(() => expect(runs).toEqual([id, letters[0]!.envelope.messageId, letters[0]!.envelope.messageId]), LOADED);
+    await eventually(() => expect(receipts.sort()).toEqual([id, letters[0]!.envelope.messageId].sort()), LOADED);
     // billing: the handled message, the dead letter's own record (so its copy is a duplicate) and its replay's.
     expect(await inbox.stats()).toMatchObject({ consumers: [{ consumer: 'billing', records: 3, deadLetters: 1, replayed: 1 }, { consumer: 'receipts', records: 2 }] });
     await bus.stop();
     await broker.close();
-  });
+  }, 120_000);
 });
