@@ -42,7 +42,14 @@ export async function locateInQueues(prefix: string, consumers: readonly string[
         try {
           const { messageCount, consumerCount } = await channel.checkQueue(queue.name);
           const seen: GetMessage[] = [];
-          for (let message = await channel.get(queue.name); message && seen.length < MOST_PER_QUEUE; message = await channel.get(queue.name)) seen.push(message);
+          try {
+            for (let message = await channel.get(queue.name); message && seen.length < MOST_PER_QUEUE; message = await channel.get(queue.name)) seen.push(message);
+          } catch (error) {
+            // 405: a quorum queue with single active consumer refuses basic.get. Its depth is
+            // still worth saying (0 ready: nothing of these waits there).
+            if ((error as { code?: unknown }).code !== 405) throw error;
+            for (const id of wanted) add(id, `${queue.name}: ${messageCount} ready, ${consumerCount} consumer(s) (cannot be browsed: single active consumer)`);
+          }
           seen.forEach((message, index) => {
             const id = String(message.properties.messageId ?? '');
             if (wanted.has(id)) add(id, `${queue.where}: ready, ${index + 1} of ${messageCount} ready, ${consumerCount} consumer(s) on the queue${message.fields.redelivered ? ', redelivered' : ''}`);
