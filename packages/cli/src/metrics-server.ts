@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import { metrics } from '@opentelemetry/api';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { AggregationTemporality, InstrumentType, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import {
   describeError,
   hasInboxHalts,
@@ -22,6 +22,28 @@ import {
   type TransportDeadLetters,
 } from '@courier/core';
 import { isLoopback, serveRelayHttp } from './relay-http.js';
+
+/**
+ * The reader `/metrics` collects through: cumulative for counters and histograms (what
+ * Prometheus expects), delta for observable gauges. A cumulative reader of
+ * `@opentelemetry/sdk-metrics` keeps every series a gauge ever observed and repeats its last
+ * value when a callback observes nothing, so an outbox whose `stats()` fails kept serving its
+ * last backlog (and `CourierOutboxMetricsAbsent` could never fire), a dropped replication slot
+ * its last lag, a resumed consumer its halted keys, until a restart. With delta, a gauge
+ * exposes exactly what this collection observed; a gauge's value is not a sum, so nothing
+ * else changes.
+ */
+class ScrapeReader extends MetricReader {
+  constructor() {
+    super({
+      aggregationTemporalitySelector: (type) => (type === InstrumentType.OBSERVABLE_GAUGE ? AggregationTemporality.DELTA : AggregationTemporality.CUMULATIVE),
+    });
+  }
+
+  protected override async onForceFlush(): Promise<void> {}
+
+  protected override async onShutdown(): Promise<void> {}
+}
 
 /** Arguments of {@link serveCourierMetrics}. */
 export interface CourierMetricsOptions {
@@ -96,10 +118,10 @@ export async function serveCourierMetrics(options: CourierMetricsOptions): Promi
   // Loaded here, not with the module: `@courier/cli`'s index (which every courier.config.ts
   // imports for defineCourierConfig) re-exports this function, and the exporter with its
   // HTTP server was 0.7 s of a 7.3 s `courier stats` (CPU profile, loaded 2-core machine).
-  const { PrometheusExporter, PrometheusSerializer } = await import('@opentelemetry/exporter-prometheus');
-  const exporter = new PrometheusExporter({ preventServerStart: true });
+  const { PrometheusSerializer } = await import('@opentelemetry/exporter-prometheus');
+  const reader = new ScrapeReader();
   const provider = new MeterProvider({
-    readers: [exporter],
+    readers: [reader],
     views: [...PROMETHEUS_VIEWS],
     resource: resourceFromAttributes({ 'service.name': options.serviceName ?? (process.env['OTEL_SERVICE_NAME'] || 'courier') }),
   });
@@ -115,7 +137,7 @@ export async function serveCourierMetrics(options: CourierMetricsOptions): Promi
       token: options.token,
       health: () => bus?.health() ?? { ready: false, status: 'starting' },
       collect: async () => {
-        const { resourceMetrics, errors } = await exporter.collect();
+        const { resourceMetrics, errors } = await reader.collect();
         if (errors.length > 0) logger.warn('metrics collection errors', { errors: errors.map((error) => describeError(error)) });
         return serializer.serialize(resourceMetrics);
       },

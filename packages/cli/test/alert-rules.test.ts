@@ -25,7 +25,7 @@ describe('alert rules and dashboard', () => {
 
   it('promtool check rules and promtool test rules pass', async () => {
     const checked = await run(promtool, ['check', 'rules', 'courier.rules.yml'], { cwd: ALERTS });
-    expect(checked.stdout).toContain('SUCCESS: 13 rules found');
+    expect(checked.stdout).toContain('SUCCESS: 14 rules found');
     const tested = await run(promtool, ['test', 'rules', 'courier.rules.test.yml'], { cwd: ALERTS });
     expect(tested.stdout).toContain('SUCCESS');
   });

@@ -74,7 +74,10 @@ describe('courier stats with a log-tailing outbox (postgresql)', () => {
       expect(lag, scraped).not.toBeNull();
       expect(Number(lag![1])).toBeGreaterThan(4096);
       expect(scraped).toMatch(new RegExp(`^courier_outbox_log_slot_unacknowledged_age_seconds\\{[^}]*courier_log_slot="${slot}"[^}]*\\} 0$`, 'm'));
-      expect(scraped).not.toContain(missingSlot);
+      // No gauge for the missing slot; only its read-failure counter, at 0 (a missing slot is not a failed read).
+      expect(scraped.split('\n').filter((line) => line.includes(missingSlot))).toEqual([
+        `courier_metrics_read_failures_total{courier_log_slot="${missingSlot}",courier_metrics_source="log_slot"} 0`,
+      ]);
       expect((await pool.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [missingSlot])).rowCount).toBe(0);
     } finally {
       await server.close();

@@ -106,8 +106,8 @@ export type {
 } from './bus-types.js';
 export type { Bus, StopOptions } from './bus.js';
 export { createBus } from './bus.js';
-export type { ObserveOptions } from './operator-metrics.js';
-export { hasLogSlot, OPERATOR_GAUGES, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, type LogSlotOperations, type ObserveDeadLettersOptions, type ObserveInboxOptions } from './operator-metrics.js';
+export type { MetricsReadSource, ObserveOptions } from './operator-metrics.js';
+export { hasLogSlot, METRICS_READ_FAILURES, OPERATOR_GAUGES, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, type LogSlotOperations, type ObserveDeadLettersOptions, type ObserveInboxOptions } from './operator-metrics.js';
 export { BATCH_SIZE_HISTOGRAM, DURATION_HISTOGRAMS, PROMETHEUS_VIEWS } from './timed-transport.js';
 export { CONNECTIVITY_CODES, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';

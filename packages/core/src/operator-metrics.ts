@@ -28,6 +28,29 @@ export const OPERATOR_GAUGES = {
 } as const;
 
 /**
+ * Name of the counter of failed operator reads behind the gauges (Prometheus
+ * `courier_metrics_read_failures_total`), attribute `courier.metrics.source`: `outbox`,
+ * `log_slot`, `inbox`, `inbox_halts` or `transport_dead_letters`.
+ *
+ * A failed read reports no gauge values for that collection (never zeros, never the last
+ * values — the endpoint of `@courier/cli` drops a series nobody observed), so an operator
+ * sees the failure here and the gauges' absence. Each observer adds 0 for its source when it
+ * registers, so the first failure after a start is an `increase()` too.
+ */
+export const METRICS_READ_FAILURES = 'courier.metrics.read_failures';
+
+/** Which operator read failed: the value of `courier.metrics.source` on {@link METRICS_READ_FAILURES}. */
+export type MetricsReadSource = 'outbox' | 'log_slot' | 'inbox' | 'inbox_halts' | 'transport_dead_letters';
+
+/** Creates the failure counter's series for `source` at 0 and returns the function that counts one failure. */
+function readFailures(meter: Meter, attributes: Attributes, source: MetricsReadSource): () => void {
+  const counter = meter.createCounter(METRICS_READ_FAILURES, { description: 'operator reads behind the gauges that failed (the gauges report nothing for that collection)' });
+  const observed = { ...attributes, 'courier.metrics.source': source };
+  counter.add(0, observed);
+  return () => counter.add(1, observed);
+}
+
+/**
  * The optional operator members of an outbox that tails a replication slot (as
  * `PgLogicalOutboxStore` of `@courier/pg-logical` does): its slot's name, and the slot as the
  * server sees it (`undefined` when there is no such slot). Reading creates nothing. Detected
@@ -67,7 +90,8 @@ export function hasLogSlot(outbox: unknown): outbox is LogSlotOperations {
  * the slot, 0 elsewhere).
  *
  * Guarantees: `slotStats()` runs once per collection and only when a metrics SDK collects;
- * a failing one is logged and reports nothing (never zeros). A slot that does not exist
+ * a failing one is logged, counted in {@link METRICS_READ_FAILURES} (source `log_slot`) and
+ * reports nothing (never zeros). A slot that does not exist
  * reports nothing either (no WAL is held for it); nothing is created by reading. Returns a
  * function that unregisters the gauges; call it before closing the store.
  */
@@ -75,6 +99,7 @@ export function observeLogSlot(outbox: LogSlotOperations, options: ObserveOption
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = { ...(options.attributes ?? {}), 'courier.log_slot': outbox.slot };
   const logger = options.logger ?? defaultLogger;
+  const failed = readFailures(meter, attributes, 'log_slot');
   const lag = meter.createObservableGauge(OPERATOR_GAUGES.logSlotLag, { description: 'WAL bytes the server keeps for the log-tail replication slot (alert when it grows)', unit: 'By' });
   const age = meter.createObservableGauge(OPERATOR_GAUGES.logSlotUnacknowledgedAge, {
     description: 'age of the oldest transaction the log-tail relay received and has not yet acknowledged on its slot',
@@ -85,6 +110,7 @@ export function observeLogSlot(outbox: LogSlotOperations, options: ObserveOption
     try {
       stats = await outbox.slotStats();
     } catch (error) {
+      failed();
       logger.warn('log-tail slot stats for metrics failed', { slot: outbox.slot, error: describeError(error) });
       return;
     }
@@ -114,13 +140,15 @@ export interface ObserveOptions {
  * Guarantees: `stats()` runs at most once per collection (all five gauges share it),
  * only when a metrics SDK collects (so with the no-op API it never runs), and a failing
  * `stats()` (database away) is logged and leaves that collection without values rather
- * than reporting zeros that would silence a backlog alert. Returns a function that
+ * than reporting zeros that would silence a backlog alert; each failure counts in
+ * {@link METRICS_READ_FAILURES} (source `outbox`). Returns a function that
  * unregisters the gauges; call it before closing the store.
  */
 export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions = {}): () => void {
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
   const logger = options.logger ?? defaultLogger;
+  const failed = readFailures(meter, attributes, 'outbox');
   const pending = meter.createObservableGauge(OPERATOR_GAUGES.outboxPending, { description: 'outbox rows not yet published (due or not)' });
   const age = meter.createObservableGauge(OPERATOR_GAUGES.outboxOldestPendingAge, { description: 'age of the oldest due pending outbox row (database clock)', unit: 's' });
   const inFlight = meter.createObservableGauge(OPERATOR_GAUGES.outboxInFlight, { description: 'outbox rows claimed by a relay and awaiting the broker' });
@@ -133,6 +161,7 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
     try {
       stats = await outbox.stats();
     } catch (error) {
+      failed();
       logger.warn('outbox stats for metrics failed', { error: describeError(error) });
       return;
     }
@@ -153,8 +182,9 @@ export function observeOutbox(outbox: OutboxOperations, options: ObserveOptions 
  * `messaging.consumer.group.name`).
  *
  * Guarantees: `listHalted()` runs once per collection and only when a metrics SDK
- * collects; a failing one is logged and leaves that collection without values (never
- * zeros, which would clear an alert while the database is away). A consumer whose keys
+ * collects; a failing one is logged, counted in {@link METRICS_READ_FAILURES} (source
+ * `inbox_halts`) and leaves that collection without values (never zeros, which would clear
+ * an alert while the database is away). A consumer whose keys
  * were all resumed and drained is no longer observed. Returns a function that unregisters
  * the gauge; call it before closing the store.
  */
@@ -162,12 +192,14 @@ export function observeInboxHalts(inbox: Pick<InboxHalts, 'listHalted'>, options
   const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION);
   const attributes = options.attributes ?? {};
   const logger = options.logger ?? defaultLogger;
+  const failed = readFailures(meter, attributes, 'inbox_halts');
   const halted = meter.createObservableGauge(OPERATOR_GAUGES.inboxHaltedKeys, { description: "keys halted by ordered subscriptions with poison 'halt' (resume them)" });
   const callback = async (result: ObservableResult): Promise<void> => {
     let keys;
     try {
       keys = await inbox.listHalted({ limit: 100_000 });
     } catch (error) {
+      failed();
       logger.warn('inbox halts for metrics failed', { error: describeError(error) });
       return;
     }
@@ -221,7 +253,8 @@ export interface ObserveDeadLettersOptions extends ObserveOptions {
  * `minIntervalMs`, one count at a time however many collections overlap, and the
  * collections in between report the last counts. A depth of `limit` or more reports
  * `limit` (an alert on "above zero" or "growing" still fires). A consumer whose count
- * fails (broker away) is logged and reports nothing until a count succeeds, rather than a
+ * fails (broker away) is logged, counted in {@link METRICS_READ_FAILURES} (source
+ * `transport_dead_letters`) and reports nothing until a count succeeds, rather than a
  * zero that would silence an alert. Returns a function that unregisters the gauge.
  */
 export function observeDeadLetters(
@@ -234,6 +267,7 @@ export function observeDeadLetters(
   const logger = options.logger ?? defaultLogger;
   const limit = options.limit ?? 10_000;
   const minIntervalMs = options.minIntervalMs ?? 60_000;
+  const failed = readFailures(meter, attributes, 'transport_dead_letters');
   const depth = meter.createObservableGauge(OPERATOR_GAUGES.transportDeadLetters, {
     description: 'dead letters the transport holds per consumer (replay or purge them with `courier dead`)',
   });
@@ -248,6 +282,7 @@ export function observeDeadLetters(
           // `count` reads a depth without taking messages; `list` is the fallback for a transport without it.
           next.set(consumer, deadLetters.count ? await deadLetters.count(consumer) : Math.min(limit, (await deadLetters.list(consumer, { limit })).length));
         } catch (error) {
+          failed();
           logger.warn('transport dead-letter count for metrics failed', { consumer, error: describeError(error) });
         }
       }),
@@ -287,8 +322,8 @@ export interface ObserveInboxOptions extends ObserveOptions {
  *
  * Guarantees: nothing is read until a metrics SDK collects; then `stats()` runs at most
  * once per `minIntervalMs`, one read at a time however many collections overlap, and the
- * collections in between report the last values. A failing read (database away) is logged
- * and reports nothing until one succeeds (the next collection reads again), never zeros that would clear an alert. Throws a
+ * collections in between report the last values. A failing read (database away) is logged,
+ * counted in {@link METRICS_READ_FAILURES} (source `inbox`) and reports nothing until one succeeds (the next collection reads again), never zeros that would clear an alert. Throws a
  * `TypeError` naming the remedy when the store has no `stats()`. Returns a function that
  * unregisters the gauges; call it before closing the store.
  */
@@ -301,6 +336,7 @@ export function observeInbox(inbox: Pick<InboxOperations, 'stats'>, options: Obs
   const attributes = options.attributes ?? {};
   const logger = options.logger ?? defaultLogger;
   const minIntervalMs = options.minIntervalMs ?? 60_000;
+  const failed = readFailures(meter, attributes, 'inbox');
   const dead = meter.createObservableGauge(OPERATOR_GAUGES.inboxDeadLetters, {
     description: 'messages a consumer dead-lettered whose mark is still in the inbox (replay them with `courier dead`)',
   });
@@ -317,6 +353,7 @@ export function observeInbox(inbox: Pick<InboxOperations, 'stats'>, options: Obs
       // Nothing reported, and the next collection reads again.
       last = undefined;
       readAt = -Infinity;
+      failed();
       logger.warn('inbox stats for metrics failed', { error: describeError(error) });
     }
   };
