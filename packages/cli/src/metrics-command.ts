@@ -58,7 +58,7 @@ export function renderMetrics(report: MetricsReport, json: boolean): string {
     table(['ENDPOINT', 'METRICS', 'HEALTH', 'RELAY', 'CONSUMERS', 'ERROR'], rows),
     '',
     `over ${window}: published ${r.publishedPerSecond.toFixed(2)}/s, handled ${r.processedPerSecond.toFixed(2)}/s, publish failures ${r.publishFailuresPerSecond.toFixed(2)}/s, dead-lettered ${r.deadLettered}`,
-    `p99: commit → confirm ${seconds(r.commitToConfirmP99)}, handler ${seconds(r.handlerP99)}, delivery → ack ${seconds(r.deliveryToAckP99)}`,
+    `p99: commit → confirm ${seconds(r.commitToConfirmP99)}, publish → handler ${seconds(r.occurredToHandlerP99)}, handler ${seconds(r.handlerP99)}, delivery → ack ${seconds(r.deliveryToAckP99)}`,
     report.firing.length > 0 ? `FIRING: ${report.firing.join(', ')}` : 'no alert the endpoints decide would fire',
   ].join('\n');
 }

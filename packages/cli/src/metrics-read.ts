@@ -49,6 +49,12 @@ export interface MetricsTotals {
   readonly handler: ReadonlyMap<number, number>;
   /** Of `courier_consumer_delivery_to_ack_duration_seconds` (a delivery → its acknowledgement). */
   readonly deliveryToAck: ReadonlyMap<number, number>;
+  /**
+   * Of `courier_consumer_occurred_to_handler_duration_seconds`: a message's `occurredAt` (its
+   * publish call, producer's clock) → its handler's first start (consumer's clock). Empty
+   * from a process built before that histogram existed.
+   */
+  readonly occurredToHandler: ReadonlyMap<number, number>;
 }
 
 /** One read of one endpoint. */
@@ -79,6 +85,8 @@ export interface MetricsRates {
   readonly commitToConfirmP99: number | null;
   readonly handlerP99: number | null;
   readonly deliveryToAckP99: number | null;
+  /** 0.99 quantile of occurredAt (publish) → handler start in the window (seconds), null without observations. */
+  readonly occurredToHandlerP99: number | null;
 }
 
 /** The alerts of docs/operations.md ("Alerts worth setting") that the endpoints can decide. */
@@ -146,6 +154,7 @@ export function totalsOf(samples: readonly PromSample[]): MetricsTotals {
     commitToConfirm: buckets('courier_relay_commit_to_confirm_duration_seconds'),
     handler: buckets('messaging_process_duration_seconds'),
     deliveryToAck: buckets('courier_consumer_delivery_to_ack_duration_seconds'),
+    occurredToHandler: buckets('courier_consumer_occurred_to_handler_duration_seconds'),
   };
 }
 
@@ -221,7 +230,7 @@ export function ratesBetween(before: readonly EndpointRead[], after: readonly En
   let failures = 0;
   let processed = 0;
   let dead = 0;
-  const windows = { commitToConfirm: new Map<number, number>(), handler: new Map<number, number>(), deliveryToAck: new Map<number, number>() };
+  const windows = { commitToConfirm: new Map<number, number>(), handler: new Map<number, number>(), deliveryToAck: new Map<number, number>(), occurredToHandler: new Map<number, number>() };
   const from = Math.min(...before.map((read) => read.at), Infinity);
   const to = Math.max(...after.map((read) => read.at), -Infinity);
   for (const later of after) {
@@ -232,7 +241,7 @@ export function ratesBetween(before: readonly EndpointRead[], after: readonly En
     failures += delta(earlier.totals.publishFailures, later.totals.publishFailures);
     processed += delta(earlier.totals.processed, later.totals.processed);
     dead += delta(earlier.totals.deadLettered, later.totals.deadLettered);
-    for (const key of ['commitToConfirm', 'handler', 'deliveryToAck'] as const) {
+    for (const key of ['commitToConfirm', 'handler', 'deliveryToAck', 'occurredToHandler'] as const) {
       for (const [le, count] of later.totals[key]) windows[key].set(le, (windows[key].get(le) ?? 0) + delta(earlier.totals[key].get(le) ?? 0, count));
     }
   }
@@ -248,6 +257,7 @@ export function ratesBetween(before: readonly EndpointRead[], after: readonly En
     commitToConfirmP99: quantile(0.99, windows.commitToConfirm),
     handlerP99: quantile(0.99, windows.handler),
     deliveryToAckP99: quantile(0.99, windows.deliveryToAck),
+    occurredToHandlerP99: quantile(0.99, windows.occurredToHandler),
   };
 }
 

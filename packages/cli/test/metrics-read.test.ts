@@ -48,8 +48,8 @@ describe('metrics reader', () => {
   });
 
   it('decides the alerts of docs/operations.md the endpoints can: latency over 5 s, paused, failing, dead-lettering', () => {
-    const quiet: MetricsRates = { from: 0, to: 1000, publishedPerSecond: 1, publishFailuresPerSecond: 0, processedPerSecond: 1, deadLettered: 0, commitToConfirmP99: 5, handlerP99: null, deliveryToAckP99: null };
-    const read = (relayPaused: number | null): EndpointRead => ({ name: 'r', url: 'http://r/', at: 0, up: true, error: null, health: null, totals: { published: 0, publishFailures: 0, processed: 0, deadLettered: 0, relayPaused, commitToConfirm: new Map(), handler: new Map(), deliveryToAck: new Map() } });
+    const quiet: MetricsRates = { from: 0, to: 1000, publishedPerSecond: 1, publishFailuresPerSecond: 0, processedPerSecond: 1, deadLettered: 0, commitToConfirmP99: 5, handlerP99: null, deliveryToAckP99: null, occurredToHandlerP99: null };
+    const read = (relayPaused: number | null): EndpointRead => ({ name: 'r', url: 'http://r/', at: 0, up: true, error: null, health: null, totals: { published: 0, publishFailures: 0, processed: 0, deadLettered: 0, relayPaused, commitToConfirm: new Map(), handler: new Map(), deliveryToAck: new Map(), occurredToHandler: new Map() } });
     expect(firingOf([read(0)], quiet)).toEqual([]);
     expect(firingOf([read(1)], { ...quiet, commitToConfirmP99: 5.01, publishFailuresPerSecond: 0.1, deadLettered: 2 })).toEqual(['CourierPublishLatency', 'CourierRelayPaused', 'CourierPublishFailing', 'CourierDeadLettering']);
   });
@@ -79,7 +79,8 @@ describe('metrics reader', () => {
       expect(before[1]!.error).toMatch(/\/metrics: fetch failed/);
 
       await db.transaction(async (tx) => {
-        for (let index = 0; index < 5; index += 1) bus.outbox(tx).publish(Placed, { index });
+        // One whose fact (occurredAt) is 30 s older than its publish: the publish → handler p99 shows it.
+        for (let index = 0; index < 5; index += 1) bus.outbox(tx).publish(Placed, { index }, index === 0 ? { occurredAt: new Date(Date.now() - 30_000) } : {});
         bus.outbox(tx).publish(Placed, { poison: true });
       });
       await eventually(() => expect(bus.health().counters).toMatchObject({ processed: 5, deadLettered: 1 }), { timeoutMs: 30_000 });
@@ -92,6 +93,9 @@ describe('metrics reader', () => {
       expect(rates.deadLettered).toBe(1);
       expect(rates.commitToConfirmP99).toBeGreaterThan(0);
       expect(rates.handlerP99).toBeGreaterThan(0);
+      // Six first starts, one just over 30 s after its occurredAt: the p99 lies in the 30–60 s bucket (interpolated as histogram_quantile does).
+      expect(rates.occurredToHandlerP99).toBeGreaterThan(30);
+      expect(rates.occurredToHandlerP99).toBeLessThanOrEqual(60);
       expect(after[0]!.health?.consumers).toEqual([expect.objectContaining({ consumer: 'billing', connected: true })]);
 
       // Without its token the endpoint answers 401, and the reader says what to do.
@@ -106,7 +110,7 @@ describe('metrics reader', () => {
       const human = await runCli(['metrics', '--window', '100ms'], { CLI_TEST_METRICS: JSON.stringify([{ url, name: 'billing', token }]) });
       expect(human.code, human.stderr).toBe(0);
       expect(human.stdout).toMatch(/^billing\s+up\s+running\s+running, last claim/m);
-      expect(human.stdout).toMatch(/p99: commit → confirm/);
+      expect(human.stdout).toMatch(/p99: commit → confirm \S+, publish → handler \S+, handler/);
       // A config entry that is not an endpoint: explained (its index, what is wrong), not an unexpected error.
       const badEntry = await runCli(['metrics'], { CLI_TEST_METRICS: JSON.stringify(['relay:9464']) });
       expect(badEntry.code).toBe(2);

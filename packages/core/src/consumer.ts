@@ -448,6 +448,9 @@ export class Consumer<Tx> {
     const messageIds = [envelope.messageId];
 
     const attempt = delivery.attempt;
+    // Publish → handler latency is of a message's first run only: a retry's backoff, a crash
+    // redelivery, a replay's days in the dead letters are not the pipeline's latency.
+    let firstStart = attempt === 1 && !delivery.redelivered && !delivery.replayed && inboxKey === consumer;
     for (;;) {
       if (this.#abort.signal.aborted) return;
       // Whether the store got as far as the handler: before it, a retriable failure is the
@@ -465,6 +468,10 @@ export class Consumer<Tx> {
           inboxKey,
           async (tx) => {
             handlerRan = true;
+            if (firstStart) {
+              firstStart = false;
+              this.#recordOccurredToHandler(envelope);
+            }
             await this.#invoke(tx, envelope, registration, payload, attempt);
           },
           hold,
@@ -517,6 +524,20 @@ export class Consumer<Tx> {
       }
       return;
     }
+  }
+
+  /**
+   * Records `occurredAt` → now in `courier.consumer.occurred_to_handler.duration`. The two
+   * instants are read on different hosts' clocks: a consumer whose clock runs behind the
+   * producer's would record a negative time, recorded as 0 (a histogram of seconds has no
+   * negative bucket; the skew is documented, not hidden in a sum).
+   */
+  #recordOccurredToHandler(envelope: Envelope): void {
+    const histogram = this.#deps.durations?.occurredToHandler;
+    if (!histogram) return;
+    const occurredAt = Date.parse(envelope.occurredAt);
+    if (Number.isNaN(occurredAt)) return;
+    histogram.record(Math.max(0, Date.now() - occurredAt) / 1000, this.#ackAttributes.of(envelope.topic));
   }
 
   /** Runs the handler of `envelope` in the unit of work `tx`, in its span. */

@@ -17,6 +17,15 @@ export const DURATION_HISTOGRAMS = {
    * due → the broker's confirm of it, per message, recorded by the relay.
    */
   commitToConfirm: 'courier.relay.commit_to_confirm.duration',
+  /**
+   * Courier: the envelope's `occurredAt` → the first start of the handler, per message and
+   * consumer, recorded by the consumer on the first attempt of a first delivery (not a
+   * retry, a crash redelivery, a replay or a halted key's drain). `occurredAt` is the
+   * `publish()` call inside the producer's transaction unless the producer set it, so this
+   * is commit → handler plus the rest of that transaction; it compares the producer's clock
+   * with the consumer's (a negative difference is recorded as 0).
+   */
+  occurredToHandler: 'courier.consumer.occurred_to_handler.duration',
 } as const;
 
 /**
@@ -60,6 +69,7 @@ export class DurationHistograms {
   readonly process: Histogram;
   readonly deliveryToAck: Histogram;
   readonly commitToConfirm: Histogram;
+  readonly occurredToHandler: Histogram;
   /**
    * Messages per publish call (`courier.publish.batch.size`). A histogram rather than the
    * `messaging.batch.message_count` attribute on the duration: as an attribute every batch
@@ -82,6 +92,11 @@ export class DurationHistograms {
     this.commitToConfirm = meter.createHistogram(DURATION_HISTOGRAMS.commitToConfirm, {
       unit: 's',
       description: 'outbox row due (its insert, or its delay/notBefore) until the broker confirmed it',
+      advice: { explicitBucketBoundaries: LATENCY_BUCKETS_S },
+    });
+    this.occurredToHandler = meter.createHistogram(DURATION_HISTOGRAMS.occurredToHandler, {
+      unit: 's',
+      description: "envelope occurredAt (the producer's publish call, its clock) until the handler's first start (the consumer's clock)",
       advice: { explicitBucketBoundaries: LATENCY_BUCKETS_S },
     });
     this.batchSize = meter.createHistogram(BATCH_SIZE_HISTOGRAM, {

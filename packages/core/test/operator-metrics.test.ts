@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, hasLogSlot, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, UnrecoverableError, hasLogSlot, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -344,6 +344,56 @@ describe('commit → confirm histogram', () => {
     const names = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics.map((metric) => metric.descriptor.name)));
     expect(names).toContain(DURATION_HISTOGRAMS.publish);
     expect(names).not.toContain(DURATION_HISTOGRAMS.commitToConfirm);
+  });
+});
+
+describe('occurredAt → handler histogram', () => {
+  afterEach(() => {
+    otelMetrics.disable();
+  });
+
+  it("records a message's first handler start from its occurredAt, once per message: not its retry, not a replay", async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    providers.push(provider);
+    expect(otelMetrics.setGlobalMeterProvider(provider)).toBe(true);
+    await using h = harness();
+    const runs: string[] = [];
+    h.bus.subscribe('billing', Placed, async (message) => {
+      const { orderId } = message.payload as { orderId: string };
+      runs.push(orderId);
+      if (orderId === 'flaky' && runs.filter((run) => run === 'flaky').length === 1) throw new Error('first run fails');
+      if (orderId === 'poison') throw new UnrecoverableError('never');
+    });
+    await h.bus.start();
+    await h.commit((tx) => {
+      // Set by the producer: the fact happened 20 s before its publish.
+      h.bus.outbox(tx).publish(Placed, { orderId: 'old' }, { occurredAt: new Date(Date.now() - 20_000) });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'now' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'flaky' });
+      h.bus.outbox(tx).publish(Placed, { orderId: 'poison' });
+    });
+    await eventually(() => expect(h.bus.health().counters).toMatchObject({ processed: 3, deadLettered: 1 }));
+    const [dead] = await h.connection.deadLetters!.list('billing', { limit: 10 });
+    expect(await h.connection.deadLetters!.replay('billing', [dead!.id])).toBe(1);
+    await eventually(() => expect(runs.filter((run) => run === 'poison')).toHaveLength(2));
+    await eventually(() => expect(h.bus.health().counters.deadLettered).toBe(2));
+    exporter.reset();
+    await reader.forceFlush();
+    const points = exporter
+      .getMetrics()
+      .flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics as HistogramMetricData[]))
+      .filter((metric) => metric.descriptor.name === DURATION_HISTOGRAMS.occurredToHandler)
+      .flatMap((metric) => metric.dataPoints);
+    expect(points).toHaveLength(1);
+    expect(points[0]!.attributes).toEqual({ 'messaging.system': 'courier', 'messaging.consumer.group.name': 'billing', 'messaging.destination.name': Placed.topic });
+    // Four messages, each counted at its first start: the flaky one's retry and the poison one's replay add nothing.
+    expect(points[0]!.value.count).toBe(4);
+    expect(points[0]!.value.max ?? -1).toBeGreaterThanOrEqual(20);
+    expect(points[0]!.value.min ?? -1).toBeGreaterThanOrEqual(0);
+    expect(points[0]!.value.min ?? Infinity).toBeLessThan(20);
+    expect(points[0]!.value.buckets.boundaries.at(-1)).toBe(900);
   });
 });
 
