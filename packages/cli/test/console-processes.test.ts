@@ -108,6 +108,13 @@ describe('courier console: rates, processes and named tokens', () => {
     });
     await expect.poll(async () => page.getByTestId('rate-failures').getAttribute('class'), { timeout: 60_000 }).toMatch(/alert/);
     await page.getByTestId('p99-confirm').waitFor();
+    // Publish → handler: five messages whose occurredAt is 3 minutes back make a window's p99
+    // minutes long (the tile reads the worst window of the last minute); the latency chart has the series.
+    await db.transaction(async (tx) => {
+      for (let index = 0; index < 5; index += 1) bus.outbox(tx).publish(Placed, { late: index }, { occurredAt: new Date(Date.now() - 180_000) });
+    });
+    await expect.poll(async () => page.getByTestId('p99-publish-handler').locator('.value').textContent(), { timeout: 60_000, interval: 300 }).toMatch(/^\d+ min$/);
+    expect(await page.getByTestId('chart-latency').locator('canvas').getAttribute('data-series')).toContain('publish → handler');
     await page.screenshot({ path: join(ARTIFACTS, 'overview-rates.png'), fullPage: true });
     } finally {
       clearInterval(flow);

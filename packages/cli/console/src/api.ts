@@ -22,6 +22,8 @@ export interface Rates {
   readonly commitToConfirmP99: number | null;
   readonly handlerP99: number | null;
   readonly deliveryToAckP99: number | null;
+  /** occurredAt (the producer's publish call) → the handler's first start; absent from a server older than this page. */
+  readonly occurredToHandlerP99?: number | null;
 }
 
 export interface Alerts {

@@ -96,6 +96,7 @@ function LineChart({ samples, series, title, testid, decimals = 0, alert = false
     });
     current.update('none');
     canvas.current?.setAttribute('data-points', String(samples.length));
+    canvas.current?.setAttribute('data-series', series.map((one) => one.label).join('|'));
   }, [samples]);
   return html`<section class=${`card chart${alert ? ' alert' : ''}`} data-testid=${testid} data-alert=${String(alert)}><h3>${title}</h3><div class="chart-box"><canvas ref=${canvas}></canvas></div></section>`;
 }
@@ -121,6 +122,7 @@ function lastMinute(samples: Sample[]): Rates | null {
     commitToConfirmP99: worst((rates) => rates.commitToConfirmP99),
     handlerP99: worst((rates) => rates.handlerP99),
     deliveryToAckP99: worst((rates) => rates.deliveryToAckP99),
+    occurredToHandlerP99: worst((rates) => rates.occurredToHandlerP99 ?? null),
   };
 }
 
@@ -145,6 +147,7 @@ function Overview() {
       <${Stat} testid="rate-failures" label="publish failures / s (CourierPublishFailing)" value=${fixed(latest.publishFailuresPerSecond)} alert=${failingAlert} />
       <${Stat} testid="rate-dead" label="dead-lettered (CourierDeadLettering)" value=${latest.deadLettered} alert=${deadAlert} />
       <${Stat} testid="p99-confirm" label="commit → confirm p99, worst window (CourierPublishLatency)" value=${latest.commitToConfirmP99 === null ? '–' : age(latest.commitToConfirmP99 * 1000)} alert=${latencyAlert} />
+      <${Stat} testid="p99-publish-handler" label="publish → handler p99, worst window (occurredAt → first start; two hosts' clocks)" value=${latest.occurredToHandlerP99 == null ? '–' : age(latest.occurredToHandlerP99 * 1000)} />
     </div></section>`}
     ${error && html`<p class="error">could not read the stats: ${error}</p>`}
     ${stats?.unavailable.map((part) => html`<p class="error">could not read ${part.what}: ${part.error}${part.remedy ? html`<br /><small>remedy: ${part.remedy}</small>` : ''}</p>`)}
@@ -174,6 +177,7 @@ function Overview() {
         ]} />
         <${LineChart} testid="chart-latency" title="Latency p99 (seconds)" decimals=${3} alert=${latencyAlert} samples=${rated} series=${[
           { label: 'commit → confirm', pick: (s: Sample) => s.rates?.commitToConfirmP99 ?? null, color: '#7c3aed' },
+          { label: 'publish → handler', pick: (s: Sample) => s.rates?.occurredToHandlerP99 ?? null, color: '#be185d' },
           { label: 'handler run', pick: (s: Sample) => s.rates?.handlerP99 ?? null, color: '#0891b2' },
           { label: 'delivery → ack', pick: (s: Sample) => s.rates?.deliveryToAckP99 ?? null, color: '#ea580c' },
         ]} />`}
