@@ -103,14 +103,19 @@ export interface CourierMetricsServer {
  * histograms, and the gauges of what you `watch`.
  *
  * Call it **before** `createBus`: it registers the process's global meter provider (with a
- * Prometheus exporter, `PROMETHEUS_VIEWS` for `_seconds` names, and `service.name`), and a
+ * Prometheus reader, `PROMETHEUS_VIEWS` for `_seconds` names, and `service.name`), and a
  * bus takes its instruments from the global provider when it is created. A process that
- * already registers an OpenTelemetry SDK should add a Prometheus reader to it instead.
+ * already registers an OpenTelemetry SDK should add a Prometheus reader to it instead, with
+ * delta temporality for observable gauges (as this endpoint's reader has): a cumulative reader
+ * repeats a gauge's last value after a failed read, and the gauge's absence — what
+ * `CourierOutboxMetricsAbsent` alerts on — never shows.
  *
  * Guarantees: the same as the relay's endpoint — one collection at a time, reused for
  * `metricsMaxAgeMs`; with `token`, a request without it is answered 401 before anything is
  * read; a non-loopback `host` without a token is logged as a warning. `/health` answers 503
- * until a bus is watched.
+ * until a bus is watched. A gauge whose read failed, or whose subject is gone, is absent from
+ * that scrape (never zero, never its last value), and the failure counts in
+ * `courier_metrics_read_failures_total`.
  */
 export async function serveCourierMetrics(options: CourierMetricsOptions): Promise<CourierMetricsServer> {
   const logger = options.logger ?? defaultLogger;

@@ -4,7 +4,7 @@
 import { metrics as otelMetrics } from '@opentelemetry/api';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type GaugeMetricData, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineMessage, DURATION_HISTOGRAMS, UnrecoverableError, hasLogSlot, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
+import { defineMessage, DURATION_HISTOGRAMS, InMemoryOutboxStore, METRICS_READ_FAILURES, UnrecoverableError, hasLogSlot, InMemoryBroker, InMemoryDatabase, InMemoryInboxStore, newMessageId, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, OPERATOR_GAUGES, type Logger, type OutboxOperations, type TransportDeadLetters } from '@courier/core';
 import { eventually, harness } from './support/harness.js';
 
 const Placed = defineMessage('orders.OrderPlaced', { version: 1 });
@@ -344,6 +344,27 @@ describe('commit → confirm histogram', () => {
     const names = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics.map((metric) => metric.descriptor.name)));
     expect(names).toContain(DURATION_HISTOGRAMS.publish);
     expect(names).not.toContain(DURATION_HISTOGRAMS.commitToConfirm);
+  });
+});
+
+describe('metrics read failures counter', () => {
+  it('counts every failed read by source, each source created at 0 when its gauges are registered', async () => {
+    const metrics = sdk();
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, warn: (message) => void warnings.push(message), error() {} };
+    const away = async (): Promise<never> => {
+      throw new Error('database away');
+    };
+    observeOutbox(pick(new InMemoryOutboxStore({ database: new InMemoryDatabase() })), { meter: metrics.meter, logger });
+    observeInbox({ stats: away }, { meter: metrics.meter, logger, minIntervalMs: 0 });
+    observeInboxHalts({ listHalted: away }, { meter: metrics.meter, logger });
+    observeDeadLetters({ list: away, count: away }, ['billing'], { meter: metrics.meter, logger, minIntervalMs: 0 });
+    const source = 'courier.metrics.source';
+    expect(await metrics.points(METRICS_READ_FAILURES, source)).toEqual([['inbox', 1], ['inbox_halts', 1], ['outbox', 0], ['transport_dead_letters', 1]]);
+    expect(await metrics.points(METRICS_READ_FAILURES, source)).toEqual([['inbox', 2], ['inbox_halts', 2], ['outbox', 0], ['transport_dead_letters', 2]]);
+    // Nothing observed for the failed sources' gauges, and each failure logged.
+    expect(await metrics.points(OPERATOR_GAUGES.inboxRecords, 'messaging.consumer.group.name')).toEqual([]);
+    expect(warnings.filter((warning) => warning === 'transport dead-letter count for metrics failed')).toHaveLength(3);
   });
 });
 
