@@ -8,6 +8,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { openPostgresOrm, openSqliteOrm } from './databases.js';
+import type { DataLayer, WorkerRole } from './options.js';
 
 /**
  * Retry delay tiers of the demo's RabbitMQ queues (one queue per tier per consumer):
@@ -37,6 +38,8 @@ export interface WorkerConfig {
   readonly snsEndpoint: string;
   /** postgres-sqs: the workers run no relay; the runner calls relayOnce on a schedule. */
   readonly relayOnce: boolean;
+  /** postgres-rabbitmq: each service's data layer (MikroORM or Prisma), chosen per process. */
+  readonly dataLayers: Readonly<Record<WorkerRole, DataLayer>>;
   /** RabbitMQ exchange and queue name prefix, Kafka topic and group prefix, or SNS topic and SQS queue prefix of the run. */
   readonly prefix: string;
   readonly maxCrashes: number;
@@ -45,7 +48,8 @@ export interface WorkerConfig {
 
 /** Messages a worker sends its runner over the IPC channel. */
 export type WorkerMessage =
-  | { readonly kind: 'ready' }
+  /** `dataLayer`: what the process's service writes through, as the service itself built it. */
+  | { readonly kind: 'ready'; readonly dataLayer: DataLayer }
   | { readonly kind: 'progress'; readonly counters: BusCounters }
   | { readonly kind: 'placed'; readonly placed: number }
   | { readonly kind: 'stopped'; readonly counters: BusCounters };

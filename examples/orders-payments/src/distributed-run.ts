@@ -1,7 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { DeleteTopicCommand, ListTopicsCommand, SNSClient } from '@aws-sdk/client-sns';
 import { DeleteQueueCommand, GetQueueAttributesCommand, GetQueueUrlCommand, ListQueuesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { relayOnce, SqsTransport } from '@courier/aws';
@@ -19,7 +19,7 @@ import { openBackend, sqsClient, type RunBackend } from './distributed-config.js
 import { patientInspector, sqlInspector } from './inspectors.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
-import type { ExampleOptions, WorkerRole } from './options.js';
+import { LAYER_NAMES, type ExampleOptions, type WorkerRole } from './options.js';
 import { ORDERS_CONSUMER } from './orders-service.js';
 import { PAYMENTS_CONSUMER } from './payments-service.js';
 import { progressLine } from './progress.js';
@@ -67,7 +67,16 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
           ? `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), SNS ${options.snsEndpoint ?? 'stand-in (started by this run)'} → SQS ${options.sqsEndpoint} (topics and queues ${prefix}-*)` +
             `${options.relayOnce ? '; relay-once: the outboxes are drained by relayOnce every second, no relay in the workers' : ''}`
           : `PostgreSQL ${redact(options.pgUrl)} (schema ${schema}), RabbitMQ ${redact(options.rabbitMqUrl)} (prefix ${prefix})`;
-  write(`setup ${setup}: ${where}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
+  const layers = options.dataLayers;
+  const onPrisma = layers.orders === 'prisma' || layers.payments === 'prisma';
+  const dataLayer = onPrisma ? `; data layer: orders on ${LAYER_NAMES[layers.orders]}, payments on ${LAYER_NAMES[layers.payments]}` : '';
+  write(`setup ${setup}: ${where}${dataLayer}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
+  // Generated once here, offline, before any worker imports it (see prisma-shop-client.ts).
+  if (onPrisma) {
+    const began = Date.now();
+    const dir = (await import('./prisma-shop-client.js')).generateShopPrismaClient();
+    write(`Prisma Client from prisma/schema.prisma: ${relative(process.cwd(), dir) || dir} (${Date.now() - began} ms)`);
+  }
   // postgres-sqs: the SQS server must answer first; then SNS is the user's or a stand-in of the run's.
   const standIn = setup === 'postgres-sqs' ? await startSns(options) : undefined;
   const snsEndpoint = options.snsEndpoint ?? standIn?.endpoint ?? '';
@@ -145,6 +154,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         sqsEndpoint: options.sqsEndpoint,
         snsEndpoint,
         relayOnce: options.relayOnce,
+        dataLayers: options.dataLayers,
         prefix,
         // Chaos SIGKILLs handlers mid-flight; allow a few more unfinished runs before a
         // message counts as a crash loop, so only the deliberate poison is dead-lettered.

@@ -10,6 +10,16 @@ export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
 /** The setups whose services run as separate worker processes (and so support `--chaos`). */
 export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest', 'postgres-sqs'];
 
+/** The data layers a service of the postgres-rabbitmq setup can write its business rows and Courier's tables with. */
+export const DATA_LAYERS = ['mikro-orm', 'prisma'] as const;
+export type DataLayer = (typeof DATA_LAYERS)[number];
+
+/** How messages name a data layer. */
+export const LAYER_NAMES: Readonly<Record<DataLayer, string>> = Object.freeze({ 'mikro-orm': 'MikroORM', prisma: 'Prisma' });
+
+/** Each service's data layer when `--data-layer` does not choose: MikroORM, as every SQL setup. */
+export const DEFAULT_DATA_LAYERS: Readonly<Record<WorkerRole, DataLayer>> = Object.freeze({ orders: 'mikro-orm', payments: 'mikro-orm' });
+
 /** What one run of the demo does. */
 export interface ExampleOptions {
   readonly setup: SetupName;
@@ -38,6 +48,11 @@ export interface ExampleOptions {
    * `relayOnce` (the Lambda entry point) every second, as an EventBridge schedule would.
    */
   readonly relayOnce: boolean;
+  /**
+   * postgres-rabbitmq: the data layer of each service (`--data-layer`): its business rows and
+   * its outbox and inbox through MikroORM or through Prisma, chosen per service.
+   */
+  readonly dataLayers: Readonly<Record<WorkerRole, DataLayer>>;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -54,6 +69,8 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
                     and the SQL transport, no server needed)
   --orders <n>      orders to place (default 200)
   --chaos           the setups with worker processes: SIGKILL and restart them at random while it runs
+  --data-layer <l>  postgres-rabbitmq: the services' data layer, mikro-orm (default) or prisma for both, or
+                    per service: orders=prisma,payments=mikro-orm (Prisma Client generated at run time)
   --relay-once      postgres-sqs: no relay in the workers; the outboxes are drained by calling relayOnce
                     (the Lambda entry point) every second, as a scheduled function would
   --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
@@ -91,6 +108,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         orders: { type: 'string' },
         chaos: { type: 'boolean', default: false },
         'relay-once': { type: 'boolean', default: false },
+        'data-layer': { type: 'string' },
         timeout: { type: 'string' },
         stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
@@ -124,6 +142,9 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
     problems.push(`--chaos needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
   }
   if (values['relay-once'] && setup !== 'postgres-sqs') problems.push(`--relay-once needs the postgres-sqs setup (the Lambda entry point of @courier/aws), got '${setupText}'`);
+  const dataLayers = values['data-layer'] === undefined ? DEFAULT_DATA_LAYERS : parseDataLayers(values['data-layer'], problems);
+  // The other setups' services are fixed: MikroORM (a NestJS module on it in -nest), or in memory.
+  if (values['data-layer'] !== undefined && setup !== 'postgres-rabbitmq') problems.push(`--data-layer needs the postgres-rabbitmq setup, got '${setupText}'`);
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',
@@ -141,6 +162,30 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       sqsEndpoint: env['COURIER_SQS_ENDPOINT'] || 'http://127.0.0.1:9324',
       snsEndpoint: env['COURIER_SNS_ENDPOINT'] || undefined,
       relayOnce: values['relay-once'],
+      dataLayers,
     },
   };
+}
+
+/**
+ * Reads `--data-layer`: one layer for both services (`prisma`), or `service=layer` pairs separated
+ * by commas (`orders=prisma`); a service not named keeps MikroORM. Adds what is wrong to `problems`.
+ */
+function parseDataLayers(text: string, problems: string[]): Readonly<Record<WorkerRole, DataLayer>> {
+  const isLayer = (value: string): value is DataLayer => (DATA_LAYERS as readonly string[]).includes(value);
+  if (isLayer(text)) return { orders: text, payments: text };
+  const layers: Record<WorkerRole, DataLayer> = { ...DEFAULT_DATA_LAYERS };
+  const seen = new Set<string>();
+  for (const part of text.split(',')) {
+    const [service = '', layer = '', ...rest] = part.split('=').map((piece) => piece.trim());
+    if ((service !== 'orders' && service !== 'payments') || rest.length > 0 || !part.includes('=')) {
+      problems.push(`--data-layer must be ${DATA_LAYERS.join(' or ')}, or service=layer pairs such as orders=prisma,payments=mikro-orm; got '${text}'`);
+      return DEFAULT_DATA_LAYERS;
+    }
+    if (seen.has(service)) problems.push(`--data-layer names '${service}' twice`);
+    seen.add(service);
+    if (isLayer(layer)) layers[service] = layer;
+    else problems.push(`--data-layer: '${service}' must be ${DATA_LAYERS.join(' or ')}, got '${layer}'`);
+  }
+  return layers;
 }

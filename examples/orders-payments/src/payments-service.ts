@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { UnrecoverableError, type Bus } from '@courier/core';
+import { UnrecoverableError, type Bus, type SubscribeOptions } from '@courier/core';
 import { isFlaky } from './catalog.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import type { ShopStorage } from './shop-storage.js';
@@ -23,12 +23,7 @@ export function subscribePayments<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, op
     OrderPlaced,
     async (message, ctx) => {
       const { orderId, total } = message.payload;
-      if (total.amountCents <= 0) {
-        throw new UnrecoverableError(`order '${orderId}' has a total of ${total.amountCents} ${total.currency} cents; nothing to capture`);
-      }
-      if (ctx.attempt === 1 && isFlaky(orderId)) {
-        throw new Error(`payment gateway timed out for order '${orderId}' (simulated; retried)`);
-      }
+      refuseUnpayable(orderId, total, ctx.attempt);
       const paymentId = randomUUID();
       const capturedMessageId = ctx.publish(
         PaymentCaptured,
@@ -44,6 +39,23 @@ export function subscribePayments<Tx>(bus: Bus<Tx>, storage: ShopStorage<Tx>, op
         capturedMessageId,
       });
     },
-    { concurrency: 8, retry: { maxAttempts: 5, initialDelayMs: 200, maxDelayMs: 2_000 }, ...options },
+    { ...PAYMENTS_SUBSCRIPTION, ...options },
   );
+}
+
+/** The payments consumer's subscription options (the Prisma variant subscribes with them too). */
+export const PAYMENTS_SUBSCRIPTION = { concurrency: 8, retry: { maxAttempts: 5, initialDelayMs: 200, maxDelayMs: 2_000 } } as const satisfies SubscribeOptions;
+
+/**
+ * Throws what the payment gateway would for this order, before anything is written: a
+ * non-positive total is refused with `UnrecoverableError` (dead-lettered at once); a flaky
+ * order's first attempt fails like a gateway timeout (retried later).
+ */
+export function refuseUnpayable(orderId: string, total: { readonly amountCents: number; readonly currency: string }, attempt: number): void {
+  if (total.amountCents <= 0) {
+    throw new UnrecoverableError(`order '${orderId}' has a total of ${total.amountCents} ${total.currency} cents; nothing to capture`);
+  }
+  if (attempt === 1 && isFlaky(orderId)) {
+    throw new Error(`payment gateway timed out for order '${orderId}' (simulated; retried)`);
+  }
 }

@@ -2,7 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { BusCounters } from '@courier/core';
 import type { RunnerMessage, WorkerConfig, WorkerMessage } from './distributed-config.js';
-import type { WorkerRole } from './options.js';
+import { LAYER_NAMES, type WorkerRole } from './options.js';
 import { addCounters, serviceCounters } from './run-result.js';
 import type { ServiceCounters } from './reconciliation.js';
 
@@ -78,7 +78,7 @@ export class WorkerPool {
       if (message.kind === 'placed') this.allPlaced = true;
       if (message.kind === 'ready') {
         running.readyAt = Date.now();
-        this.#write(`worker ${key} ready (pid ${String(child.pid)}, ${((running.readyAt - forkedAt) / 1000).toFixed(1)}s to start)`);
+        this.#write(`worker ${key} ready (${LAYER_NAMES[message.dataLayer]}, pid ${String(child.pid)}, ${((running.readyAt - forkedAt) / 1000).toFixed(1)}s to start)`);
       }
     });
     const running: Running = {

@@ -1,13 +1,13 @@
-import { createBus, describeError, type Bus } from '@courier/core';
+import { createBus, describeError, type Bus, type BusHealth, type Logger } from '@courier/core';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import type { EntityManager } from '@mikro-orm/core';
-import { catalog } from './catalog.js';
+import { catalog, type CatalogOrder } from './catalog.js';
 import { ConciseLogger } from './concise-logger.js';
 import { TABLE_PREFIXES } from './databases.js';
-import { openBackend, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
+import { openBackend, rabbitMqTransport, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
 import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
-import type { WorkerRole } from './options.js';
+import type { DataLayer, WorkerRole } from './options.js';
 import { placeOrders, subscribeOrders } from './orders-service.js';
 import { subscribePayments } from './payments-service.js';
 import { DEMO_RELAY } from './run-result.js';
@@ -28,35 +28,7 @@ function send(message: WorkerMessage): void {
 export async function runWorker(role: WorkerRole, configText: string): Promise<number> {
   const config = JSON.parse(configText) as WorkerConfig;
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
-  // A worker comes up while the database restarts (the runner checked it before starting any).
-  const { orm, transport, schema } = await openBackend(config, logger, 8, { waitForServer: true });
-  let service: { readonly bus: Bus<EntityManager>; readonly shop: MikroOrmShop; start(): Promise<void>; close(): Promise<void> };
-  if (config.setup === 'postgres-rabbitmq-nest' && role === 'orders') {
-    // The orders service as a NestJS application: CourierModule starts the bus, and app.close() drains it and closes the rest.
-    const nest = await (await import('./nest-orders-app.js')).startNestOrders({ orm, transport, schema }, logger, config.maxCrashes);
-    service = { ...nest, start: async () => undefined };
-  } else {
-    const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
-    const outbox = new MikroOrmOutboxStore({ ...tables, logger });
-    const inbox = new MikroOrmInboxStore(tables);
-    const shop = new MikroOrmShop(orm);
-    const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
-    if (role === 'orders') subscribeOrders(bus, shop, { maxCrashes: config.maxCrashes });
-    else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
-    service = {
-      bus,
-      shop,
-      // --relay-once: this process only consumes; the runner drains its outbox with relayOnce on a schedule.
-      start: () => bus.start(config.relayOnce ? { relay: false } : {}),
-      close: async () => {
-        await bus.stop({ timeoutMs: 5_000 });
-        await transport.close();
-        await Promise.all([outbox.close(), inbox.close()]);
-        await orm.close();
-      },
-    };
-  }
-  const { bus, shop } = service;
+  const service = config.dataLayers[role] === 'prisma' ? await prismaService(role, config, logger) : await mikroOrmService(role, config, logger);
 
   const abort = new AbortController();
   let stopping: Promise<void> | undefined;
@@ -67,9 +39,9 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       clearInterval(reporter);
       await placing.catch(() => undefined);
       await service.close();
-      send({ kind: 'stopped', counters: bus.health().counters });
+      send({ kind: 'stopped', counters: service.health().counters });
     })());
-  const reporter = setInterval(() => send({ kind: 'progress', counters: bus.health().counters }), 1_000);
+  const reporter = setInterval(() => send({ kind: 'progress', counters: service.health().counters }), 1_000);
   process.on('disconnect', () => process.exit(1));
   // Ctrl-C reaches the whole process group; the runner decides when workers stop.
   process.on('SIGINT', () => undefined);
@@ -80,9 +52,9 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
     });
   });
   await service.start();
-  send({ kind: 'ready' });
+  send({ kind: 'ready', dataLayer: service.dataLayer });
   if (role === 'orders') {
-    placing = placeOrders(bus, shop, catalog(config.orders), { signal: abort.signal }).then(
+    placing = service.placeOrders(catalog(config.orders), abort.signal).then(
       (placed) => send({ kind: 'placed', placed }),
       (error: unknown) => {
         if (!abort.signal.aborted) logger.error('placing orders failed', { error: describeError(error) });
@@ -97,4 +69,72 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
   }
   await stopped;
   return 0;
+}
+
+/** One service of a worker process, whatever its data layer. */
+interface WorkerService {
+  /** What the service writes its rows and Courier's tables through. */
+  readonly dataLayer: DataLayer;
+  health(): BusHealth;
+  /** Starts the bus (a NestJS application has started it already). */
+  start(): Promise<void>;
+  /** Drains the bus, then closes the stores, the transport and the database client. */
+  close(): Promise<void>;
+  /** The orders service: places the orders not committed yet (see placeOrders). */
+  placeOrders(orders: readonly CatalogOrder[], signal: AbortSignal): Promise<number>;
+}
+
+/** The service on MikroORM (every setup; the orders service of postgres-rabbitmq-nest as a NestJS application). */
+async function mikroOrmService(role: WorkerRole, config: WorkerConfig, logger: Logger): Promise<WorkerService> {
+  // A worker comes up while the database restarts (the runner checked it before starting any).
+  const { orm, transport, schema } = await openBackend(config, logger, 8, { waitForServer: true });
+  if (config.setup === 'postgres-rabbitmq-nest' && role === 'orders') {
+    // The orders service as a NestJS application: CourierModule starts the bus, and app.close() drains it and closes the rest.
+    const nest = await (await import('./nest-orders-app.js')).startNestOrders({ orm, transport, schema }, logger, config.maxCrashes);
+    return { dataLayer: 'mikro-orm', health: () => nest.bus.health(), start: async () => undefined, close: () => nest.close(), placeOrders: (orders, signal) => placeOrders(nest.bus, nest.shop, orders, { signal }) };
+  }
+  const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
+  const outbox = new MikroOrmOutboxStore({ ...tables, logger });
+  const inbox = new MikroOrmInboxStore(tables);
+  const shop = new MikroOrmShop(orm);
+  const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
+  if (role === 'orders') subscribeOrders(bus, shop, { maxCrashes: config.maxCrashes });
+  else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
+  return {
+    dataLayer: 'mikro-orm',
+    health: () => bus.health(),
+    // --relay-once: this process only consumes; the runner drains its outbox with relayOnce on a schedule.
+    start: () => bus.start(config.relayOnce ? { relay: false } : {}),
+    close: async () => {
+      await bus.stop({ timeoutMs: 5_000 });
+      await transport.close();
+      await Promise.all([outbox.close(), inbox.close()]);
+      await orm.close();
+    },
+    placeOrders: (orders, signal) => placeOrders(bus, shop, orders, { signal }),
+  };
+}
+
+/**
+ * The service on Prisma (postgres-rabbitmq `--data-layer prisma`): the example's generated
+ * Prisma Client on the run's schema, the run's RabbitMQ transport, and no MikroORM at all.
+ */
+async function prismaService(role: WorkerRole, config: WorkerConfig, logger: Logger): Promise<WorkerService> {
+  const { openShopPrisma } = await import('./prisma-shop-client.js');
+  const { createPrismaService, placeOrdersOnPrisma } = await import('./prisma-services.js');
+  // The client connects on first use: a worker started while PostgreSQL restarts still comes up.
+  const prisma = await openShopPrisma(config.pgUrl, config.schema, 8);
+  const transport = rabbitMqTransport(config.rabbitMqUrl, config.prefix, logger);
+  const { bus, close } = createPrismaService(role, prisma, transport, { schema: config.schema, logger, maxCrashes: config.maxCrashes });
+  return {
+    dataLayer: 'prisma',
+    health: () => bus.health(),
+    start: () => bus.start(),
+    close: async () => {
+      await close();
+      await transport.close();
+      await prisma.$disconnect();
+    },
+    placeOrders: (orders, signal) => placeOrdersOnPrisma(bus, prisma, orders, { signal }),
+  };
 }
