@@ -13,8 +13,8 @@ const ORDERS = 40;
 const OUTAGE_MS = 6_000;
 const pgUrl = process.env['COURIER_PG_URL'] ?? 'postgres://courier:courier@127.0.0.1:5432/courier_test';
 
-function optionsThrough(proxy: TcpProxy): ExampleOptions {
-  const command = parseCommand(['postgres-rabbitmq', '--orders', String(ORDERS), '--timeout', '150'], { ...process.env, COURIER_PG_URL: throughProxy(pgUrl, proxy) });
+function optionsThrough(proxy: TcpProxy, extra: readonly string[]): ExampleOptions {
+  const command = parseCommand(['postgres-rabbitmq', ...extra, '--orders', String(ORDERS), '--timeout', '150'], { ...process.env, COURIER_PG_URL: throughProxy(pgUrl, proxy) });
   if (command.kind !== 'run') throw new Error(`expected a run command, got ${command.kind}`);
   return command.options;
 }
@@ -28,7 +28,7 @@ afterEach(async () => {
  * Runs the example with the proxy closed for OUTAGE_MS from the first output line that
  * `begins` matches; returns the run's result and its output.
  */
-async function runWithOutage(begins: RegExp): Promise<{ ok: boolean; output: string; outageAt: number | undefined }> {
+async function runWithOutage(begins: RegExp, extra: readonly string[]): Promise<{ ok: boolean; output: string; outageAt: number | undefined }> {
   const proxy = await TcpProxy.create(targetOf(pgUrl, 5432));
   proxies.push(proxy);
   await proxy.open();
@@ -48,16 +48,21 @@ async function runWithOutage(begins: RegExp): Promise<{ ok: boolean; output: str
       })();
     }
   };
-  const result = await runDistributed(optionsThrough(proxy), write);
+  const result = await runDistributed(optionsThrough(proxy, extra), write);
   await outage;
   return { ok: result.ok, output: lines.join('\n'), outageAt };
 }
 
-describe('the postgres-rabbitmq setup through a PostgreSQL outage', () => {
+// Both data layers: MikroORM (opened with `connect: false`) and Prisma (its adapter's pool
+// connects on first use), each service's producer retrying what a retry can cure.
+describe.each([
+  { layer: 'MikroORM', extra: [] },
+  { layer: 'Prisma', extra: ['--data-layer', 'prisma'] },
+])('the postgres-rabbitmq setup on $layer through a PostgreSQL outage', ({ extra }) => {
   it('workers started while the database is unreachable come up, wait for it, and the run reconciles', async () => {
     // The first progress line is printed right after both workers were forked: they open
-    // MikroORM and start their buses during the outage.
-    const { ok, output, outageAt } = await runWithOutage(/orders 0\/\d+ committed/);
+    // their database clients and start their buses during the outage.
+    const { ok, output, outageAt } = await runWithOutage(/orders 0\/\d+ committed/, extra);
     expect(outageAt, output).toBeDefined();
     expect(output).not.toContain('exited on its own');
     expect(ok, output).toBe(true);
@@ -67,7 +72,7 @@ describe('the postgres-rabbitmq setup through a PostgreSQL outage', () => {
   it('the orders worker keeps placing orders across the outage, and the run reconciles', async () => {
     // From the moment the orders worker is ready, it places orders: the outage cuts its
     // transactions and its read of what is placed already.
-    const { ok, output, outageAt } = await runWithOutage(/worker orders#1 ready/);
+    const { ok, output, outageAt } = await runWithOutage(/worker orders#1 ready/, extra);
     expect(outageAt, output).toBeDefined();
     expect(output).not.toContain('exited on its own');
     expect(ok, output).toBe(true);
