@@ -487,6 +487,34 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
   {
+    name: 'halts: listParked pages by seq with after: a walk neither skips nor repeats a head when others are replayed or purged between pages',
+    async run(env) {
+      const halts = haltsOf(env);
+      const topic = `${env.testId}.parked-pages`;
+      const heads = await parkHeads(halts, env.consumer, topic, [1, 2, 3, 4, 5].map((n) => [`k${n}`, `E: ${n}`] as const));
+      const all = await halts.listParked({ consumer: env.consumer });
+      expect(all.map((entry) => entry.envelope.messageId)).toEqual(heads.map((head) => head.messageId));
+      const seqs = all.map((entry) => entry.seq);
+      expect(seqs.every((seq) => typeof seq === 'bigint'), 'listParked gives every head its seq (the cursor)').toBe(true);
+      expect([...seqs].sort((a, b) => (a! < b! ? -1 : a! > b! ? 1 : 0))).toEqual(seqs);
+      const first = await halts.listParked({ consumer: env.consumer, limit: 2 });
+      expect(first.map((entry) => entry.envelope.messageId)).toEqual(heads.slice(0, 2).map((head) => head.messageId));
+      // Between pages: one already shown and one not yet shown leave the parked heads.
+      expect(await halts.replayParked(env.consumer, heads[0]!.messageId)).toBe('resumed');
+      expect(await halts.purgeParked(env.consumer, heads[3]!.messageId)).toBe(true);
+      const rest: string[] = [];
+      let after = first[first.length - 1]!.seq!;
+      for (;;) {
+        const page = await halts.listParked({ consumer: env.consumer, limit: 2, after });
+        if (page.length === 0) break;
+        rest.push(...page.map((entry) => entry.envelope.messageId));
+        after = page[page.length - 1]!.seq!;
+      }
+      expect(rest).toEqual([heads[2]!.messageId, heads[4]!.messageId]);
+      expect(await halts.listParked({ consumer: env.consumer, after: seqs[4]! })).toEqual([]);
+    },
+  },
+  {
     name: 'halts: a drain settles the head (parked is listed), reads held messages in arrival order, and lifts only when none is held',
     async run(env) {
       const halts = haltsOf(env);

@@ -4,7 +4,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { describeError, groupFailures, hasInboxHalts, type InboxHalts, type InboxStats, type OutboxOperations } from '@courier/core';
 import { loadConfig, type CourierCliSetup } from './config.js';
 import { diagnose, isCourierShaped } from './diagnose.js';
-import { actOnParked, failureFacts, findParked, listParked, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
+import { actOnParked, countParked, failureFacts, findParked, listParked, listParkedPage, requireDeadLetterPlaces, unreadParkedHeads, unreadTransportLetters, NotFoundError, type ParkedFilter, type ParkedMessage, type ParkingPlaces } from './dead-letters.js';
 import { logSlotOf, readLogSlot, renderLogSlot, type CliLogSlot } from './log-slot.js';
 import { formatDuration, parseDuration, parsePositiveInt, table, toJson, UsageError } from './format.js';
 
@@ -202,24 +202,31 @@ Examples:
   const placesOf = parkingPlacesOf;
 
   examples(
-    filterOptions(dead.command('list').description("List parked messages: outbox rows first, then consumers' parked heads, then transport dead letters."))
-      .option('--limit <n>', 'most to list', '100')
-      .option('--json', 'print a JSON array')
-      .action(async (options: RawFilter & { limit: string; json?: boolean }) => {
+    filterOptions(dead.command('list').description("List parked messages a page at a time: outbox rows first, then consumers' parked heads, then transport dead letters; each page ends with the cursor of the next (--after)."))
+      .option('--limit <n>', 'most to list (one page)', '100')
+      .option('--after <cursor>', 'start after this cursor: the one the previous page printed (or the "cursor" of an item in --json); with the same filters')
+      .option('--json', 'print a JSON array; each item carries its "cursor"')
+      .action(async (options: RawFilter & { limit: string; after?: string; json?: boolean }) => {
         const limit = parsePositiveInt(options.limit, '--limit');
         const filter = filterOf(options);
         const places = placesOf(await open('dead list', configOf()));
-        // Everything that matches is read, so the cut says how much it left out: never cut silently.
-        const found = await listParked(places, filter, Number.MAX_SAFE_INTEGER);
-        const items = found.slice(0, limit);
-        io.out(options.json ? toJson(items) : renderParked(items));
-        if (found.length > limit) io.err(`courier: ${limit} of ${found.length} shown (raise --limit, or narrow the filters)`);
-        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, filter, found))]) io.err(`courier: ${note}`);
+        // Keyset pages (dead-letters.ts): a page never shifts when messages are replayed or
+        // purged between pages, and a cut is never silent: the next cursor is printed.
+        const page = await listParkedPage(places, filter, { limit, ...(options.after !== undefined ? { after: options.after } : {}) });
+        io.out(options.json ? toJson(page.items) : renderParked(page.items));
+        if (page.next !== null) {
+          // "N of M" only where M is counted, not read (dead-letters.ts, countParked).
+          const total = await countParked(places, filter);
+          const shown = total === null ? `${page.items.length}${options.after !== undefined ? ' more' : ''} shown` : `${page.items.length}${options.after !== undefined ? ' more' : ''} of ${total} shown`;
+          io.err(`courier: ${shown}; more follow: courier dead list --after ${page.next} (with the same filters)`);
+        }
+        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, filter, page.items))]) io.err(`courier: ${note}`);
       }),
     `  courier dead list
   courier dead list --source transport --consumer payments --code HANDLER_FAILED
   courier dead list --source inbox --consumer billing
-  courier dead list --topic orders --older-than 1h --json`,
+  courier dead list --topic orders --older-than 1h --json
+  courier dead list --limit 500 --after eyJ...   # the next page: the cursor the previous one printed`,
   );
 
   examples(

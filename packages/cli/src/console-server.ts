@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describeError, groupFailures, hasInboxHalts } from '@courier/core';
 import { collectStats, listHaltedEverywhere, parkingPlacesOf, resumeHaltedEntry, type CliStats, type HaltedEntry } from './cli.js';
 import type { CourierCliSetup } from './config.js';
-import { actOnParked, failureFacts, listParked, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
+import { actOnParked, failureFacts, listParked, listParkedPage, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
 import { diagnose } from './diagnose.js';
 import { endpointOf, METRIC_ALERTS, ratesBetween, readMetrics, type EndpointRead, type MetricsRates } from './metrics-read.js';
 import { toJson, UsageError } from './format.js';
@@ -259,6 +259,20 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
         const found = await listParked(places, {}, Number.MAX_SAFE_INTEGER);
         const groups = groupFailures(found, failureFacts).map(({ members, ...group }) => ({ ...group, members: members.map(summary) }));
         return { groups, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, {}, found))] };
+      }
+      if (path === '/api/dead') {
+        // The failed-messages list a page at a time: the same keyset pages as `courier dead
+        // list` (one function, no query of its own), so the two agree and neither shifts.
+        const limitText = url.searchParams.get('limit') ?? '100';
+        const limit = Number(limitText);
+        if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new HttpError(400, `limit '${limitText}' is not a whole number from 1 to 10000`);
+        const after = url.searchParams.get('after');
+        try {
+          return await listParkedPage(parkingPlacesOf(setup), {}, { limit, ...(after !== null ? { after } : {}) });
+        } catch (error) {
+          if (error instanceof UsageError) throw new HttpError(400, error.message);
+          throw error;
+        }
       }
       if (path.startsWith('/api/dead/')) {
         const ref = decodeURIComponent(path.slice('/api/dead/'.length));

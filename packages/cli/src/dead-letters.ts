@@ -33,6 +33,12 @@ export interface ParkedMessage {
   readonly attempts: number | null;
   /** When it was parked; null when the store did not record it. */
   readonly parkedAt: Date | null;
+  /**
+   * Its position in the listing's order, as `courier dead list --after` takes it: the next
+   * page starts after the last item's cursor. Absent only for a parked head of an inbox store
+   * that gives no `seq` (it cannot be paged).
+   */
+  readonly cursor?: string;
 }
 
 /** Filters of the `courier dead` commands; every given one must match. */
@@ -61,17 +67,18 @@ export interface ParkingPlaces {
 const PAGE = 500;
 /** Most dead letters read per consumer (RabbitMQ reads through its queue: a bound on one command's work). */
 const TRANSPORT_READ_LIMIT = 10_000;
-/** Most parked heads read in one command (`listParked` has no paging; a bound on one command's work). */
+/** Most parked heads read from an inbox store that gives no `seq` (so cannot be paged): a bound on one command's work. */
 const PARKED_READ_LIMIT = 10_000;
 
 /**
- * A note when more parked heads exist than one command reads ({@link PARKED_READ_LIMIT}):
- * a listing that left some out says so.
+ * A note when more parked heads exist than one command reads ({@link PARKED_READ_LIMIT}): only
+ * for an inbox store that gives no `seq` (the listing pages every other store's heads in full).
  */
 export async function unreadParkedHeads(places: ParkingPlaces, filter: ParkedFilter): Promise<string[]> {
   const source = filter.source ?? 'all';
   if (!places.inbox || (source !== 'all' && source !== 'inbox')) return [];
   const read = await places.inbox.listParked({ ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), limit: PARKED_READ_LIMIT + 1 });
+  if (read[0]?.seq !== undefined) return [];
   return read.length > PARKED_READ_LIMIT ? [`parked consumer heads: read the oldest ${PARKED_READ_LIMIT}, more exist (narrow with --consumer)`] : [];
 }
 
@@ -93,15 +100,104 @@ export async function unreadTransportLetters(places: ParkingPlaces, filter: Park
 }
 
 /**
+ * A position in the order {@link listParked} lists in: outbox rows by sequence, then parked
+ * heads by the store's `seq`, then per consumer (in the order given) transport dead letters
+ * by (deadAt, id). Every item has one, and none moves when others leave the list.
+ */
+type Position =
+  | { readonly part: 'outbox'; readonly seq: bigint }
+  | { readonly part: 'inbox'; readonly seq: bigint }
+  | { readonly part: 'transport'; readonly consumer: string; readonly deadAtMs: number; readonly id: string };
+
+const PART_ORDER = { outbox: 0, inbox: 1, transport: 2 } as const;
+
+function encodeCursor(position: Position): string {
+  const fields = position.part === 'transport' ? ['t', position.consumer, String(position.deadAtMs), position.id] : [position.part === 'outbox' ? 'o' : 'i', position.seq.toString()];
+  return Buffer.from(JSON.stringify(fields)).toString('base64url');
+}
+
+/**
+ * Reads a cursor as `courier dead list` printed it (an opaque string); throws a `UsageError`
+ * naming it when it is not one.
+ */
+export function parseCursor(cursor: string): Position {
+  const bad = new UsageError(`--after '${cursor}' is not a cursor (pass the one \`courier dead list\` printed, or an item's "cursor" in its --json)`);
+  let fields: unknown;
+  try {
+    fields = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw bad;
+  }
+  if (!Array.isArray(fields) || !fields.every((field) => typeof field === 'string')) throw bad;
+  const [kind, ...rest] = fields as string[];
+  if ((kind === 'o' || kind === 'i') && rest.length === 1 && /^\d+$/.test(rest[0]!)) return { part: kind === 'o' ? 'outbox' : 'inbox', seq: BigInt(rest[0]!) };
+  if (kind === 't' && rest.length === 3 && /^\d+$/.test(rest[1]!)) return { part: 'transport', consumer: rest[0]!, deadAtMs: Number(rest[1]), id: rest[2]! };
+  throw bad;
+}
+
+/** One page of {@link listParkedPage}. */
+export interface ParkedPage {
+  readonly items: readonly ParkedMessage[];
+  /** The cursor to pass as `after` for the next page; null when nothing follows. */
+  readonly next: string | null;
+}
+
+/**
+ * One page of the parked messages matching `filter`, after the cursor `after` (from a
+ * previous page's `next` or an item's `cursor`): at most `limit`, in {@link listParked}'s
+ * order. Keyset pages: a message replayed or purged between two pages neither shifts the
+ * rest nor makes one show twice, so a walk over every page shows each message that stayed
+ * parked exactly once (a message parked again after a replay is a new parking, shown again
+ * at its new place; a transport's order holds only within the dead letters it reads, see
+ * `TRANSPORT_READ_LIMIT`). The `courier dead list` command and the console's failed-messages
+ * list both read through this.
+ */
+export async function listParkedPage(places: ParkingPlaces, filter: ParkedFilter, options: { readonly after?: string; readonly limit: number }): Promise<ParkedPage> {
+  const after = options.after === undefined ? undefined : parseCursor(options.after);
+  const found = await walkParked(places, filter, after, options.limit + 1);
+  const items = found.slice(0, options.limit);
+  const last = items[items.length - 1];
+  if (found.length > options.limit && last?.cursor === undefined) throw new UsageError("the inbox store gives its parked heads no seq, so this listing cannot be paged: narrow it with --source or --consumer, or raise --limit");
+  return { items, next: found.length > options.limit ? last!.cursor! : null };
+}
+
+/**
+ * How many parked messages `filter` matches in all, when the places can say without reading
+ * them: the outbox's dead count (`stats().dead`) and the broker's depth (`deadLetters.count`).
+ * Null when a filter narrows by what only a read can tell (topic, type, code, age, group) or a
+ * place has no count (an inbox store's parked heads): then the listing says only how many it
+ * shows and that more follow, never a guessed total.
+ */
+export async function countParked(places: ParkingPlaces, filter: ParkedFilter): Promise<number | null> {
+  if (filter.topic !== undefined || filter.type !== undefined || filter.code !== undefined || filter.olderThanMs !== undefined || filter.group !== undefined) return null;
+  const source = filter.source ?? 'all';
+  let total = 0;
+  if ((source === 'all' || source === 'outbox') && places.outbox && filter.consumer === undefined) total += (await places.outbox.stats()).dead;
+  if ((source === 'all' || source === 'inbox') && places.inbox) return null;
+  if ((source === 'all' || source === 'transport') && places.deadLetters) {
+    const count = places.deadLetters.count?.bind(places.deadLetters);
+    if (!count) return null;
+    for (const consumer of filter.consumer !== undefined ? [filter.consumer] : places.consumers) total += await count(consumer);
+  }
+  return total;
+}
+
+/**
  * Lists parked messages matching `filter`: outbox rows first (by sequence), then consumers'
- * parked heads (oldest first, at most {@link PARKED_READ_LIMIT}), then each consumer's
- * transport dead letters.
+ * parked heads (in the order they were parked), then each consumer's transport dead letters
+ * (by deadAt, then id; at most {@link TRANSPORT_READ_LIMIT} read per consumer). Each item
+ * carries its `cursor`.
  */
 export async function listParked(places: ParkingPlaces, filter: ParkedFilter, limit: number): Promise<ParkedMessage[]> {
+  return walkParked(places, filter, undefined, limit);
+}
+
+async function walkParked(places: ParkingPlaces, filter: ParkedFilter, from: Position | undefined, limit: number): Promise<ParkedMessage[]> {
   const found: ParkedMessage[] = [];
   const source = filter.source ?? 'all';
-  if ((source === 'all' || source === 'outbox') && places.outbox && filter.consumer === undefined) {
-    let after: bigint | undefined;
+  const reached = (part: Position['part']): boolean => from === undefined || PART_ORDER[from.part] <= PART_ORDER[part];
+  if ((source === 'all' || source === 'outbox') && places.outbox && filter.consumer === undefined && reached('outbox')) {
+    let after: bigint | undefined = from?.part === 'outbox' ? from.seq : undefined;
     for (;;) {
       const page = await places.outbox.listDead({ limit: PAGE, ...(after !== undefined ? { after } : {}), ...(filter.topic !== undefined ? { topic: filter.topic } : {}) });
       for (const row of page) {
@@ -117,6 +213,7 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
           error: row.lastError,
           attempts: row.attempts,
           parkedAt: row.failedAt,
+          cursor: encodeCursor({ part: 'outbox', seq: row.sequence }),
         };
         if (matches(item, filter)) found.push(item);
         if (found.length >= limit) return found;
@@ -125,18 +222,34 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
       after = page[page.length - 1]!.sequence;
     }
   }
-  if ((source === 'all' || source === 'inbox') && places.inbox) {
-    for (const head of await places.inbox.listParked({ ...(filter.consumer !== undefined ? { consumer: filter.consumer } : {}), limit: PARKED_READ_LIMIT })) {
-      const item = parkedHead(head.consumer, head.envelope, head.error, head.parkedAt);
-      if (matches(item, filter)) found.push(item);
-      if (found.length >= limit) return found;
+  if ((source === 'all' || source === 'inbox') && places.inbox && reached('inbox')) {
+    const consumer = filter.consumer !== undefined ? { consumer: filter.consumer } : {};
+    let after: bigint | undefined = from?.part === 'inbox' ? from.seq : undefined;
+    for (;;) {
+      const page = await places.inbox.listParked({ ...consumer, limit: PAGE, ...(after !== undefined ? { after } : {}) });
+      // A store without `seq` cannot be paged: one bounded read, as before paging existed.
+      const heads = page.length > 0 && page[0]!.seq === undefined ? await places.inbox.listParked({ ...consumer, limit: PARKED_READ_LIMIT }) : page;
+      for (const head of heads) {
+        const item = parkedHead(head.consumer, head.envelope, head.error, head.parkedAt, head.seq);
+        if (matches(item, filter)) found.push(item);
+        if (found.length >= limit) return found;
+      }
+      if (heads !== page || page.length < PAGE) break;
+      after = page[page.length - 1]!.seq!;
     }
   }
-  if ((source === 'all' || source === 'transport') && places.deadLetters) {
+  if ((source === 'all' || source === 'transport') && places.deadLetters && reached('transport')) {
     const consumers = filter.consumer !== undefined ? [filter.consumer] : places.consumers;
-    await requireDeadLetterPlaces(places.deadLetters, consumers);
-    for (const consumer of consumers) {
-      for (const letter of await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT })) {
+    let start = 0;
+    if (from?.part === 'transport') {
+      start = consumers.indexOf(from.consumer);
+      if (start < 0) throw new UsageError(`--after: the cursor is at consumer '${from.consumer}', which this listing does not cover (take the cursor with the same --consumer and config)`);
+    }
+    await requireDeadLetterPlaces(places.deadLetters, consumers.slice(start));
+    for (const consumer of consumers.slice(start)) {
+      const letters = [...(await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT }))].sort((a, b) => a.deadAt.getTime() - b.deadAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      for (const letter of letters) {
+        if (from?.part === 'transport' && from.consumer === consumer && (letter.deadAt.getTime() < from.deadAtMs || (letter.deadAt.getTime() === from.deadAtMs && letter.id <= from.id))) continue;
         const item: ParkedMessage = {
           ref: `dlq:${consumer}:${letter.id}`,
           source: 'transport',
@@ -147,6 +260,7 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
           error: letter.reason.message,
           attempts: letter.attempt,
           parkedAt: letter.deadAt,
+          cursor: encodeCursor({ part: 'transport', consumer, deadAtMs: letter.deadAt.getTime(), id: letter.id }),
         };
         if (matches(item, filter)) found.push(item);
         if (found.length >= limit) return found;
@@ -156,7 +270,6 @@ export async function listParked(places: ParkingPlaces, filter: ParkedFilter, li
   return found;
 }
 
-/** A parked consumer head as a {@link ParkedMessage}; its error is `<CODE>: <message>` as the consumer stores it. */
 /**
  * The code of an outbox row dead-lettered before the store kept codes (schema < 5): the relay
  * wrote `describeError`'s `Name [CODE]: message`, so only a code in that position counts, not
@@ -166,7 +279,8 @@ function legacyOutboxCode(lastError: string | null): string | null {
   return /^[A-Za-z_$][\w$]* \[([A-Z][A-Z0-9_]*)\]: /.exec(lastError ?? '')?.[1] ?? null;
 }
 
-function parkedHead(consumer: string, envelope: Envelope, error: string, parkedAt: Date): ParkedMessage {
+/** A parked consumer head as a {@link ParkedMessage}; its error is `<CODE>: <message>` as the consumer stores it. */
+function parkedHead(consumer: string, envelope: Envelope, error: string, parkedAt: Date, seq: bigint | undefined): ParkedMessage {
   const coded = /^([A-Z][A-Z0-9_]*): ([\s\S]*)$/.exec(error);
   return {
     ref: `parked:${consumer}:${envelope.messageId}`,
@@ -178,6 +292,7 @@ function parkedHead(consumer: string, envelope: Envelope, error: string, parkedA
     error: coded ? coded[2]! : error,
     attempts: null,
     parkedAt,
+    ...(seq !== undefined ? { cursor: encodeCursor({ part: 'inbox', seq }) } : {}),
   };
 }
 

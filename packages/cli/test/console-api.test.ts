@@ -88,6 +88,24 @@ describe('courier console API on PostgreSQL', () => {
     expect(detail.status).toBe(200);
     expect(detail.body).toMatchObject({ ref: refs[0], envelope: { topic } });
 
+    // The failed-messages list pages through `courier dead list`'s own function: walked two at
+    // a time it shows what the CLI lists, in the same order; a bad cursor or limit is a 400.
+    const walked: string[] = [];
+    let after: string | null = null;
+    for (let round = 0; round < 10; round += 1) {
+      const listed = await api(`/api/dead?limit=2${after !== null ? `&after=${encodeURIComponent(after)}` : ''}`);
+      expect(listed.status).toBe(200);
+      walked.push(...(listed.body['items'] as { ref: string }[]).map((item) => item.ref));
+      after = listed.body['next'] as string | null;
+      if (after === null) break;
+    }
+    expect(after).toBeNull();
+    const cliListed = JSON.parse((await runCli(['dead', 'list', '--json'], env)).stdout) as { ref: string }[];
+    expect(walked).toEqual(cliListed.map((item) => item.ref));
+    expect(walked.length).toBeGreaterThanOrEqual(4);
+    expect((await api('/api/dead?after=nonsense')).status).toBe(400);
+    expect((await api('/api/dead?limit=0')).status).toBe(400);
+
     // No token, a wrong token, a foreign Host: refused, nothing changed.
     expect((await api('/api/dead/replay', { method: 'POST', body: { refs } })).status).toBe(401);
     expect((await api('/api/dead/replay', { method: 'POST', body: { refs }, token: 'wrong' })).status).toBe(401);

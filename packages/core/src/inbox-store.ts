@@ -91,6 +91,25 @@ export interface InboxParkedMessage {
   readonly envelope: Envelope;
   readonly error: string;
   readonly parkedAt: Date;
+  /**
+   * The head's place in the order of parking, increasing with every head parked (a replayed
+   * head parked again gets a new one): what `listParked`'s `after` takes. Optional so that a
+   * store written before paging still type-checks; such a store cannot be paged with a cursor.
+   */
+  readonly seq?: bigint;
+}
+
+/** Options of {@link InboxHalts.listParked}. */
+export interface InboxListParkedOptions {
+  /** Only this consumer's parked heads. */
+  readonly consumer?: string;
+  /** At most this many (a store's default bounds an unbounded read). */
+  readonly limit?: number;
+  /**
+   * Only heads parked after the one with this `seq` (keyset pagination): a walk page by page
+   * neither skips nor repeats a head when others are replayed or purged between pages.
+   */
+  readonly after?: bigint;
 }
 
 /** Per-call options of {@link InboxStore.run}. */
@@ -161,7 +180,8 @@ export interface InboxHalts {
   drop(consumer: string, topic: string, key: string, messageId: string, owner: string): Promise<boolean>;
   rehalt(consumer: string, topic: string, key: string, envelope: Envelope, error: string, owner: string): Promise<boolean>;
   lift(consumer: string, topic: string, key: string, owner: string): Promise<boolean>;
-  listParked(options?: { readonly consumer?: string; readonly limit?: number }): Promise<readonly InboxParkedMessage[]>;
+  /** Parked heads in the order they were parked (by `seq`), oldest first, at most `limit`, after `after` when given. */
+  listParked(options?: InboxListParkedOptions): Promise<readonly InboxParkedMessage[]>;
   /**
    * An operator's replay of a parked head (`courier dead replay parked:<consumer>:<id>`), in
    * one transaction: the head leaves the parked heads and becomes the head of a halt of its

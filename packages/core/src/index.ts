@@ -67,6 +67,7 @@ export type {
   InboxDrainClaim,
   InboxHaltedKey,
   InboxHalts,
+  InboxListParkedOptions,
   InboxParkedMessage,
   InboxResult,
   InboxResumeAction,

@@ -6,6 +6,7 @@ import {
   type InboxDrainClaim,
   type InboxHaltedKey,
   type InboxHalts,
+  type InboxListParkedOptions,
   type InboxParkedMessage,
   type InboxResult,
   type InboxResumeAction,
@@ -18,7 +19,7 @@ import {
 } from '@courier/core';
 import { haltId, haltSql, type HaltSql } from './dialects/inbox-halts-sql.js';
 import type { DialectName } from './dialects/sql-dialect.js';
-import { toNumber, type SqlRow } from './executor.js';
+import { toBigInt, toNumber, type SqlRow } from './executor.js';
 import { pruneInBatches, throwIfAborted, type SqlStoreCore } from './sql-store-core.js';
 import { isLockConflict, toStorageError } from './storage-errors.js';
 
@@ -331,21 +332,29 @@ export class SqlInboxStore<Unit, Tx> implements InboxStore<Unit>, InboxHalts {
     }, false);
   }
 
-  /** Heads parked by a resume, oldest first. */
-  async listParked(options: { readonly consumer?: string; readonly limit?: number } = {}): Promise<readonly InboxParkedMessage[]> {
+  /** Heads parked by a resume, oldest first (by `seq`), after `options.after` when given. */
+  async listParked(options: InboxListParkedOptions = {}): Promise<readonly InboxParkedMessage[]> {
     const { dialect, runner } = this.#core;
-    const where = options.consumer === undefined ? '' : 'WHERE consumer = ? ';
+    const conditions: string[] = [];
+    const params: unknown[] = [];
+    if (options.consumer !== undefined) {
+      conditions.push('consumer = ?');
+      params.push(options.consumer);
+    }
+    if (options.after !== undefined) {
+      conditions.push('seq > ?');
+      params.push(options.after.toString());
+    }
+    const where = conditions.length === 0 ? '' : `WHERE ${conditions.join(' AND ')} `;
     const rows = await this.#core.operation('listParked', undefined, () =>
-      runner.all(`SELECT consumer, envelope, error, ${dialect.epochMs('parked_at')} AS parked_ms FROM ${this.#table('inboxParked')} ${where}ORDER BY seq LIMIT ?`, [
-        ...(options.consumer === undefined ? [] : [options.consumer]),
-        options.limit ?? 1_000,
-      ]),
+      runner.all(`SELECT seq, consumer, envelope, error, ${dialect.epochMs('parked_at')} AS parked_ms FROM ${this.#table('inboxParked')} ${where}ORDER BY seq LIMIT ?`, [...params, options.limit ?? 1_000]),
     );
     return rows.map((row) => ({
       consumer: text(row['consumer']),
       envelope: JSON.parse(text(row['envelope'])) as Envelope,
       error: text(row['error']),
       parkedAt: new Date(toNumber(row['parked_ms'])),
+      seq: toBigInt(row['seq']),
     }));
   }
 

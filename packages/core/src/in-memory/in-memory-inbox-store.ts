@@ -5,6 +5,7 @@ import type {
   InboxDrainClaim,
   InboxHaltedKey,
   InboxHalts,
+  InboxListParkedOptions,
   InboxParkedMessage,
   InboxResult,
   InboxResumeAction,
@@ -43,6 +44,8 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
   readonly #parked: InboxParkedMessage[] = [];
   /** Arrival order of held messages across every halt. */
   #heldSequence = 0;
+  /** Order of parking, for `listParked`'s cursor. */
+  #parkedSequence = 0n;
   #closed = false;
 
   constructor(config: InMemoryInboxStoreConfig) {
@@ -207,7 +210,8 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
     const halt = this.#owned(consumer, topic, key, owner);
     if (!halt) return false;
     if (halt.head && options.parked) {
-      this.#parked.push({ consumer, envelope: halt.head.envelope, error: options.error ?? halt.head.error, parkedAt: new Date(this.#db.now()) });
+      this.#parkedSequence += 1n;
+      this.#parked.push({ consumer, envelope: halt.head.envelope, error: options.error ?? halt.head.error, parkedAt: new Date(this.#db.now()), seq: this.#parkedSequence });
     }
     halt.head = null;
     return true;
@@ -251,9 +255,10 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
   }
 
   /** Heads parked by a resume, oldest first. */
-  async listParked(options: { readonly consumer?: string; readonly limit?: number } = {}): Promise<readonly InboxParkedMessage[]> {
+  async listParked(options: InboxListParkedOptions = {}): Promise<readonly InboxParkedMessage[]> {
     this.#ready('listParked');
-    const parked = this.#parked.filter((entry) => options.consumer === undefined || entry.consumer === options.consumer);
+    const after = options.after;
+    const parked = this.#parked.filter((entry) => (options.consumer === undefined || entry.consumer === options.consumer) && (after === undefined || entry.seq! > after));
     return parked.slice(0, options.limit ?? parked.length);
   }
 
