@@ -22,8 +22,10 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * migrator: `migrations: { migrationsList: [...courierMigrations(), ...yours] }`.
  *
  * Guarantees: the SQL is chosen for the migrating connection's dialect when the migration
- * runs; every statement is idempotent (`IF NOT EXISTS`, insert-if-missing), so running it
- * over a schema made by `ensureSchema()` is harmless; names are unique per table prefix,
+ * runs; every statement is idempotent (`IF NOT EXISTS`, insert-if-missing; on SQLite and
+ * MySQL, where ADD COLUMN has no `IF NOT EXISTS`, an upgrade adds only the columns that are
+ * missing), so running it over a schema made by `ensureSchema()`, or again after it stopped
+ * half-way, is harmless; names are unique per table prefix,
  * so two Courier schemas (two prefixes) can live in one migrator. v1 creates the tables at
  * the current version, v2 upgrades tables created by an older release (MySQL/MariaDB: the
  * id columns become binary, compared byte for byte), v3 adds the inbox halt tables
@@ -42,12 +44,29 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect(dialectOf((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), config.dialect), names);
   // Every upgrade migration brings the tables from the version they record to the latest,
-  // so v2 to v5 are no-ops once an earlier one ran.
+  // so v2 to v5 are no-ops once an earlier one ran; each may be re-run after a partial failure.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {
     const dialect = dialectFor(migration);
     const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
     const version = Number(rows[0]?.['value'] ?? 0);
-    for (const statement of upgradeSql(dialect, version)) migration.addSql(statement);
+    const statements = upgradeSql(dialect, version);
+    if (!dialect.alreadyUpgraded) {
+      // PostgreSQL: every statement is idempotent by itself (ADD COLUMN IF NOT EXISTS).
+      for (const statement of statements) migration.addSql(statement);
+      return;
+    }
+    // SQLite and MySQL have no ADD COLUMN IF NOT EXISTS: a re-run after an upgrade that stopped
+    // half-way (a column added, the version not bumped) met "duplicate column" and failed. Run
+    // one statement at a time and pass over a change that is already there, as ensureSchema()
+    // does, so only what is missing is added. A failed statement leaves SQLite's transaction
+    // usable, and MySQL commits DDL at once either way.
+    for (const statement of statements) {
+      try {
+        await migration.execute(statement);
+      } catch (error) {
+        if (!dialect.alreadyUpgraded(error)) throw error;
+      }
+    }
   };
 
   class CourierSchemaV1 extends Migration {

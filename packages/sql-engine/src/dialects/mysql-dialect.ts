@@ -195,11 +195,12 @@ export class MySqlDialect implements SqlDialect {
             `UPDATE ${outbox} SET published_at = '${NOT_PUBLISHED_AT}' WHERE published_at IS NULL`,
             `ALTER TABLE ${outbox} MODIFY state ${STATE_COLUMN}, MODIFY published_at ${PUBLISHED_AT_COLUMN}`,
           ];
-    // Version 4 -> 5: the failure columns, in one ALTER (atomic: all three or none). Nullable
-    // columns at the end are added in place (INSTANT on MariaDB 10.3+ and MySQL 8), not by a
-    // copy. No ADD COLUMN IF NOT EXISTS on MySQL 8: a racing caller's duplicate column is
-    // {@link alreadyUpgraded}.
-    const failureColumns = from >= 5 ? [] : [`ALTER TABLE ${outbox} ${FAILURE_COLUMNS.map((column) => `ADD COLUMN ${column}`).join(', ')}`];
+    // Version 4 -> 5: the failure columns, one ALTER each. Nullable columns at the end are
+    // added in place (INSTANT on MariaDB 10.3+ and MySQL 8), not by a copy, so three cost
+    // what one does. No ADD COLUMN IF NOT EXISTS on MySQL 8: a column already there (a racing
+    // caller, an upgrade that stopped half-way) is {@link alreadyUpgraded} — per column, so the
+    // missing ones are still added (one ALTER of all three failed whole on the first duplicate).
+    const failureColumns = from >= 5 ? [] : FAILURE_COLUMNS.map((column) => `ALTER TABLE ${outbox} ADD COLUMN ${column}`);
     // Version 2 -> 3: the inbox halt tables.
     const halts = from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
     if (from >= 2) return [...halts, ...inPlace, ...failureColumns];
