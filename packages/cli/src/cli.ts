@@ -220,7 +220,7 @@ Examples:
           const shown = total === null ? `${page.items.length}${options.after !== undefined ? ' more' : ''} shown` : `${page.items.length}${options.after !== undefined ? ' more' : ''} of ${total} shown`;
           io.err(`courier: ${shown}; more follow: courier dead list --after ${page.next} (with the same filters)`);
         }
-        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, filter, page.items))]) io.err(`courier: ${note}`);
+        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, page.transportRead))]) io.err(`courier: ${note}`);
       }),
     `  courier dead list
   courier dead list --source transport --consumer payments --code HANDLER_FAILED
@@ -239,7 +239,9 @@ Examples:
       .action(async (options: RawFilter & { json?: boolean }) => {
         const filter = filterOf(options);
         const places = placesOf(await open('dead groups', configOf()));
-        const groups = groupFailures(await listParked(places, filter, Number.MAX_SAFE_INTEGER), failureFacts);
+        const reads = new Map<string, number>();
+        const groups = groupFailures(await listParked(places, filter, Number.MAX_SAFE_INTEGER, reads), failureFacts);
+        for (const note of [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, reads))]) io.err(`courier: ${note}`);
         if (options.json) {
           io.out(toJson(groups.map(({ members, ...group }) => ({ ...group, refs: members.map((member) => member.ref) }))));
           return;
@@ -305,8 +307,11 @@ Examples:
           if (refs.length === 0 && !bulk) throw new UsageError(`name what to ${action}: references (outbox:<sequence>, dlq:<consumer>:<id>), --group <id>, or --all with filters`);
           if (refs.length > 0 && bulk) throw new UsageError('give references, or --all/--group with filters, not both');
           const places = placesOf(await open(`dead ${action}`, configOf()));
-          const found = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER) : await findParked(places, refs);
+          const reads = new Map<string, number>();
+          const found = bulk ? await listParked(places, filter, Number.MAX_SAFE_INTEGER, reads) : await findParked(places, refs);
           const items = found;
+          // A bulk action acts on what could be read: say when that is not everything.
+          for (const note of bulk ? [...(await unreadParkedHeads(places, filter)), ...(await unreadTransportLetters(places, reads))] : []) io.err(`courier: ${note}`);
           if (items.length === 0) {
             io.out(`nothing to ${action}`);
             return;

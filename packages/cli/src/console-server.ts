@@ -256,9 +256,10 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
       }
       if (path === '/api/groups') {
         const places = parkingPlacesOf(setup);
-        const found = await listParked(places, {}, Number.MAX_SAFE_INTEGER);
+        const reads = new Map<string, number>();
+        const found = await listParked(places, {}, Number.MAX_SAFE_INTEGER, reads);
         const groups = groupFailures(found, failureFacts).map(({ members, ...group }) => ({ ...group, members: members.map(summary) }));
-        return { groups, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, {}, found))] };
+        return { groups, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, reads))] };
       }
       if (path === '/api/dead') {
         // The failed-messages list a page at a time: the same keyset pages as `courier dead
@@ -268,7 +269,9 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
         if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new HttpError(400, `limit '${limitText}' is not a whole number from 1 to 10000`);
         const after = url.searchParams.get('after');
         try {
-          return await listParkedPage(parkingPlacesOf(setup), {}, { limit, ...(after !== null ? { after } : {}) });
+          const places = parkingPlacesOf(setup);
+          const page = await listParkedPage(places, {}, { limit, ...(after !== null ? { after } : {}) });
+          return { items: page.items, next: page.next, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, page.transportRead))] };
         } catch (error) {
           if (error instanceof UsageError) throw new HttpError(400, error.message);
           throw error;

@@ -83,18 +83,23 @@ export async function unreadParkedHeads(places: ParkingPlaces, filter: ParkedFil
 }
 
 /**
- * Notes for the consumers whose dead letters were not all read (more than
- * {@link TRANSPORT_READ_LIMIT}, as the transport's `count` tells): a listing that left some
- * out says so, with how many.
+ * Notes for the consumers whose dead letters were not all read: the transport's `count` (a
+ * depth the broker keeps, read without taking anything) is above what its `list` returned,
+ * because one command reads at most {@link TRANSPORT_READ_LIMIT}, or because the transport
+ * cannot browse further without hiding messages from other readers (SQS: a receive with
+ * visibility 0 keeps returning the same first messages on some servers). `read` is what the
+ * listing read per consumer ({@link listParked}'s `reads`). A listing that left some out says
+ * so, with how many: "N of M", never silently.
  */
-export async function unreadTransportLetters(places: ParkingPlaces, filter: ParkedFilter, found: readonly ParkedMessage[]): Promise<string[]> {
-  const deadLetters = places.deadLetters;
-  const source = filter.source ?? 'all';
-  if (source === 'outbox' || source === 'inbox' || !deadLetters?.count) return [];
+export async function unreadTransportLetters(places: ParkingPlaces, read: ReadonlyMap<string, number>): Promise<string[]> {
+  const count = places.deadLetters?.count?.bind(places.deadLetters);
+  if (!count) return [];
   const notes: string[] = [];
-  for (const consumer of filter.consumer !== undefined ? [filter.consumer] : places.consumers) {
-    const total = await deadLetters.count(consumer);
-    if (total > TRANSPORT_READ_LIMIT) notes.push(`dead letters of '${consumer}': read ${TRANSPORT_READ_LIMIT} of ${total} (${found.filter((item) => item.consumer === consumer).length} matched); replay or purge them to see the rest`);
+  for (const [consumer, seen] of read) {
+    const total = await count(consumer);
+    if (total <= seen) continue;
+    const why = seen >= TRANSPORT_READ_LIMIT ? 'the most one command reads' : 'the transport could not read the rest without hiding them from other readers, or they came since';
+    notes.push(`dead letters of '${consumer}': read ${seen} of ${total} the broker counts (${why}); replay or purge those shown to reach the rest`);
   }
   return notes;
 }
@@ -138,6 +143,8 @@ export function parseCursor(cursor: string): Position {
 /** One page of {@link listParkedPage}. */
 export interface ParkedPage {
   readonly items: readonly ParkedMessage[];
+  /** Per consumer, how many transport dead letters the page read (for {@link unreadTransportLetters}). */
+  readonly transportRead: ReadonlyMap<string, number>;
   /** The cursor to pass as `after` for the next page; null when nothing follows. */
   readonly next: string | null;
 }
@@ -154,11 +161,12 @@ export interface ParkedPage {
  */
 export async function listParkedPage(places: ParkingPlaces, filter: ParkedFilter, options: { readonly after?: string; readonly limit: number }): Promise<ParkedPage> {
   const after = options.after === undefined ? undefined : parseCursor(options.after);
-  const found = await walkParked(places, filter, after, options.limit + 1);
+  const transportRead = new Map<string, number>();
+  const found = await walkParked(places, filter, after, options.limit + 1, transportRead);
   const items = found.slice(0, options.limit);
   const last = items[items.length - 1];
   if (found.length > options.limit && last?.cursor === undefined) throw new UsageError("the inbox store gives its parked heads no seq, so this listing cannot be paged: narrow it with --source or --consumer, or raise --limit");
-  return { items, next: found.length > options.limit ? last!.cursor! : null };
+  return { items, transportRead, next: found.length > options.limit ? last!.cursor! : null };
 }
 
 /**
@@ -186,13 +194,14 @@ export async function countParked(places: ParkingPlaces, filter: ParkedFilter): 
  * Lists parked messages matching `filter`: outbox rows first (by sequence), then consumers'
  * parked heads (in the order they were parked), then each consumer's transport dead letters
  * (by deadAt, then id; at most {@link TRANSPORT_READ_LIMIT} read per consumer). Each item
- * carries its `cursor`.
+ * carries its `cursor`. `reads`, when given, receives per consumer how many transport dead
+ * letters were read (what {@link unreadTransportLetters} compares with the broker's count).
  */
-export async function listParked(places: ParkingPlaces, filter: ParkedFilter, limit: number): Promise<ParkedMessage[]> {
-  return walkParked(places, filter, undefined, limit);
+export async function listParked(places: ParkingPlaces, filter: ParkedFilter, limit: number, reads?: Map<string, number>): Promise<ParkedMessage[]> {
+  return walkParked(places, filter, undefined, limit, reads);
 }
 
-async function walkParked(places: ParkingPlaces, filter: ParkedFilter, from: Position | undefined, limit: number): Promise<ParkedMessage[]> {
+async function walkParked(places: ParkingPlaces, filter: ParkedFilter, from: Position | undefined, limit: number, reads?: Map<string, number>): Promise<ParkedMessage[]> {
   const found: ParkedMessage[] = [];
   const source = filter.source ?? 'all';
   const reached = (part: Position['part']): boolean => from === undefined || PART_ORDER[from.part] <= PART_ORDER[part];
@@ -247,7 +256,9 @@ async function walkParked(places: ParkingPlaces, filter: ParkedFilter, from: Pos
     }
     await requireDeadLetterPlaces(places.deadLetters, consumers.slice(start));
     for (const consumer of consumers.slice(start)) {
-      const letters = [...(await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT }))].sort((a, b) => a.deadAt.getTime() - b.deadAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      const read = await places.deadLetters.list(consumer, { limit: TRANSPORT_READ_LIMIT });
+      reads?.set(consumer, read.length);
+      const letters = [...read].sort((a, b) => a.deadAt.getTime() - b.deadAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
       for (const letter of letters) {
         if (from?.part === 'transport' && from.consumer === consumer && (letter.deadAt.getTime() < from.deadAtMs || (letter.deadAt.getTime() === from.deadAtMs && letter.id <= from.id))) continue;
         const item: ParkedMessage = {

@@ -208,7 +208,9 @@ export interface TransportDeadLetters {
    * The consumer's dead letters. A read creates nothing (a consumer name nothing exists for
    * lists nothing) and neither takes messages from the broker nor hides them from another
    * reader (RabbitMQ's readers take turns under a lock for this). Oldest first (by `deadAt`),
-   * the first `limit` of them.
+   * the first `limit` of them. A transport that cannot read its whole dead-letter place
+   * without hiding messages (SQS: receives with visibility 0 may keep returning the same
+   * first messages) returns what it could read; with `count`, callers then say "N of M".
    * An entry that never was a valid envelope (dead-lettered with `ENVELOPE_INVALID`) has no
    * envelope to show: a transport may leave it out, and its README says where operators find
    * it (Kafka and NATS JetStream: with the broker's own tools).

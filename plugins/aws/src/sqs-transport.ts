@@ -709,6 +709,11 @@ export class SqsTransport implements Transport {
     }
   }
 
+  /**
+   * The dead letters a browse saw, oldest first, at most `limit`: possibly only part of the
+   * queue (a FIFO queue shows the first messages of its groups; see {@link #browse}), never
+   * hiding or taking any. `count` tells how many there are, so a caller can say "N of M".
+   */
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
     const url = await this.#deadLetterUrl(consumer);
     if (url === undefined) return [];
