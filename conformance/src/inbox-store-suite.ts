@@ -487,7 +487,7 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
     },
   },
   {
-    name: 'halts: listParked pages by seq with after: a walk neither skips nor repeats a head when others are replayed or purged between pages',
+    name: 'halts: listParked pages by seq with after: a walk neither skips nor repeats a head when others are replayed or purged between pages; countParked agrees',
     async run(env) {
       const halts = haltsOf(env);
       const topic = `${env.testId}.parked-pages`;
@@ -511,6 +511,12 @@ export const inboxStoreCases: readonly InboxStoreCase[] = [
         after = page[page.length - 1]!.seq!;
       }
       expect(rest).toEqual([heads[2]!.messageId, heads[4]!.messageId]);
+      // The optional count agrees with the listing, per consumer and in all.
+      if (halts.countParked) {
+        expect(await halts.countParked({ consumer: env.consumer })).toBe(3);
+        expect(await halts.countParked({ consumer: `${env.consumer}-none` })).toBe(0);
+        expect(await halts.countParked()).toBeGreaterThanOrEqual(3);
+      }
       expect(await halts.listParked({ consumer: env.consumer, after: seqs[4]! })).toEqual([]);
     },
   },

@@ -59,7 +59,7 @@ export interface ParkedFilter {
 export interface ParkingPlaces {
   readonly outbox?: OutboxOperations;
   /** The inbox store's parked heads (every consumer's: the store lists them without being told the consumers). */
-  readonly inbox?: Pick<InboxHalts, 'listParked' | 'replayParked' | 'purgeParked'>;
+  readonly inbox?: Pick<InboxHalts, 'listParked' | 'replayParked' | 'purgeParked' | 'countParked'>;
   readonly deadLetters?: TransportDeadLetters;
   readonly consumers: readonly string[];
 }
@@ -171,9 +171,9 @@ export async function listParkedPage(places: ParkingPlaces, filter: ParkedFilter
 
 /**
  * How many parked messages `filter` matches in all, when the places can say without reading
- * them: the outbox's dead count (`stats().dead`) and the broker's depth (`deadLetters.count`).
- * Null when a filter narrows by what only a read can tell (topic, type, code, age, group) or a
- * place has no count (an inbox store's parked heads): then the listing says only how many it
+ * them: the outbox's dead count (`stats().dead`), the inbox store's `countParked` and the
+ * broker's depth (`deadLetters.count`). Null when a filter narrows by what only a read can
+ * tell (topic, type, code, age, group) or a place has no count: then the listing says only how many it
  * shows and that more follow, never a guessed total.
  */
 export async function countParked(places: ParkingPlaces, filter: ParkedFilter): Promise<number | null> {
@@ -181,7 +181,10 @@ export async function countParked(places: ParkingPlaces, filter: ParkedFilter): 
   const source = filter.source ?? 'all';
   let total = 0;
   if ((source === 'all' || source === 'outbox') && places.outbox && filter.consumer === undefined) total += (await places.outbox.stats()).dead;
-  if ((source === 'all' || source === 'inbox') && places.inbox) return null;
+  if ((source === 'all' || source === 'inbox') && places.inbox) {
+    if (!places.inbox.countParked) return null;
+    total += await places.inbox.countParked(filter.consumer !== undefined ? { consumer: filter.consumer } : {});
+  }
   if ((source === 'all' || source === 'transport') && places.deadLetters) {
     const count = places.deadLetters.count?.bind(places.deadLetters);
     if (!count) return null;

@@ -183,6 +183,11 @@ export interface InboxHalts {
   /** Parked heads in the order they were parked (by `seq`), oldest first, at most `limit`, after `after` when given. */
   listParked(options?: InboxListParkedOptions): Promise<readonly InboxParkedMessage[]>;
   /**
+   * Optional: how many heads are parked (only `consumer`'s when given), counted without
+   * reading them: the M of an operator listing's "N of M shown". Changes nothing.
+   */
+  countParked?(options?: { readonly consumer?: string }): Promise<number>;
+  /**
    * An operator's replay of a parked head (`courier dead replay parked:<consumer>:<id>`), in
    * one transaction: the head leaves the parked heads and becomes the head of a halt of its
    * key already resumed with `retry` (`'resumed'`), which a consumer instance of `consumer`

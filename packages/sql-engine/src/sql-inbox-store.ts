@@ -358,6 +358,15 @@ export class SqlInboxStore<Unit, Tx> implements InboxStore<Unit>, InboxHalts {
     }));
   }
 
+  /** How many heads are parked, by one count ({@link InboxHalts.countParked}). */
+  async countParked(options: { readonly consumer?: string } = {}): Promise<number> {
+    const where = options.consumer === undefined ? '' : ' WHERE consumer = ?';
+    const rows = await this.#core.operation('countParked', undefined, () =>
+      this.#core.runner.all(`SELECT count(*) AS n FROM ${this.#table('inboxParked')}${where}`, options.consumer === undefined ? [] : [options.consumer]),
+    );
+    return toNumber(rows[0]?.['n']);
+  }
+
   /** In the halt's transaction: holds `envelope` when (its) halt row exists, locking it for share; whether it did. */
 /**
    * Makes a parked head the head of a halt of its key resumed with `retry`, or holds it

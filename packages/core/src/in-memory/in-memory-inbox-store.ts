@@ -262,6 +262,12 @@ export class InMemoryInboxStore implements InboxStore<InMemoryTransaction>, Inbo
     return parked.slice(0, options.limit ?? parked.length);
   }
 
+  /** How many heads are parked ({@link InboxHalts.countParked}). */
+  async countParked(options: { readonly consumer?: string } = {}): Promise<number> {
+    this.#ready('countParked');
+    return this.#parked.filter((entry) => options.consumer === undefined || entry.consumer === options.consumer).length;
+  }
+
   /** Makes a parked head the head of a halt of its key resumed with `retry`, or holds it behind the key's halt ({@link InboxHalts.replayParked}). */
   async replayParked(consumer: string, messageId: string): Promise<'resumed' | 'held' | false> {
     this.#ready('replayParked');
