@@ -523,7 +523,11 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     if (lsn < this.#confirmedLsn || (lsn === this.#confirmedLsn && !force)) return;
     this.#confirmedLsn = lsn;
     this.#lastStatusAt = Date.now();
-    void this.#service?.acknowledge(formatLsn(lsn)).catch(() => undefined);
+    // `lsn` is a position after the last byte to confirm (a commit's end, a keepalive's
+    // position); pg-logical-replication's `acknowledge` takes the last byte and reports it + 1.
+    // Passed as is, a keepalive between a transaction's last insert and its COMMIT confirmed
+    // the commit record's first byte, and the next reader of the slot skipped the transaction.
+    void this.#service?.acknowledge(formatLsn(lsn > 0n ? lsn - 1n : 0n)).catch(() => undefined);
   }
 
   #notify(): void {
