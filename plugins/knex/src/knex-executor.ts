@@ -1,5 +1,9 @@
 import { classifyDriverError, toDriverStatement, type DialectName, type DriverErrorKind, type RunResult, type SqlExecutor, type SqlRow, type TransactionOptions, type TransactionPrologue } from '@courier/sql-engine';
+import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
+
+/** Most statement texts a {@link KnexExecutor} names for preparing; later ones run unnamed (each connection keeps every statement it prepared). */
+const MAX_NAMED_STATEMENTS = 256;
 
 /**
  * The engine's {@link SqlExecutor} on Knex: every statement is a `knex.raw(sql, bindings)` on
@@ -11,16 +15,27 @@ import type { Knex } from 'knex';
  * `knex.transaction()` (READ COMMITTED on MySQL/MariaDB when asked). With a prologue (SQLite)
  * every own transaction starts with it, and a statement given no transaction runs in a
  * transaction of its own, so the prologue precedes it on the same connection.
+ *
+ * On PostgreSQL, with `preparedStatements` (the default), a statement whose text does not
+ * depend on a list's length runs as a named prepared statement (knex passes the raw query's
+ * `options({ name })` to node-postgres): each connection parses and plans it once instead of
+ * on every call — the append in the application's transaction among them. At most
+ * {@link MAX_NAMED_STATEMENTS} texts are named. Turn it off behind a pooler that cannot keep
+ * prepared statements (PgBouncer in transaction mode before 1.21).
  */
 export class KnexExecutor implements SqlExecutor<Knex.Transaction> {
   readonly #knex: Knex;
   readonly #dialect: DialectName;
   readonly #prologue: TransactionPrologue | undefined;
+  readonly #prepared: boolean;
+  // Statement text → its prepared-statement name, or null once the names ran out.
+  readonly #names = new Map<string, string | null>();
 
-  constructor(knex: Knex, dialect: DialectName, prologue?: TransactionPrologue) {
+  constructor(knex: Knex, dialect: DialectName, prologue?: TransactionPrologue, options: { preparedStatements?: boolean } = {}) {
     this.#knex = knex;
     this.#dialect = dialect;
     this.#prologue = prologue;
+    this.#prepared = dialect === 'postgresql' && options.preparedStatements !== false;
   }
 
   /** Rows of a query. */
@@ -102,7 +117,22 @@ export class KnexExecutor implements SqlExecutor<Knex.Transaction> {
     // engine's list parameters are expanded here, the same on every dialect.
     const statement = toDriverStatement(sql, params, 'question');
     const bindings = statement.parameters as readonly Knex.RawBinding[];
-    return (tx ?? this.#knex).raw(statement.sql, [...bindings]).then((result: unknown) => result);
+    const raw = (tx ?? this.#knex).raw(statement.sql, [...bindings]);
+    const name = this.#prepared ? this.#nameOf(sql, params) : undefined;
+    return name === undefined ? raw : raw.options({ name });
+  }
+
+  /** The prepared-statement name of `sql`, unless a list parameter makes its text vary, or the names ran out. */
+  #nameOf(sql: string, params: readonly unknown[]): string | undefined {
+    for (const param of params) if (Array.isArray(param)) return undefined;
+    let name = this.#names.get(sql);
+    if (name === undefined) {
+      // The name is derived from the text alone, so every executor on the same connections
+      // agrees on it (node-postgres refuses one name for two texts).
+      name = this.#names.size < MAX_NAMED_STATEMENTS ? `courier_${createHash('sha1').update(sql).digest('hex').slice(0, 20)}` : null;
+      this.#names.set(sql, name);
+    }
+    return name ?? undefined;
   }
 
   /** What `knex.raw` resolves with differs by driver: pg's result, mysql2's `[rows, fields]`, SQLite's rows or run info. */

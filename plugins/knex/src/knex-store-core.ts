@@ -9,6 +9,13 @@ export interface KnexStoreConfig extends CourierTablesConfig {
   readonly knex: Knex;
   /** The SQL family. Default: from the knex client (`pg`, `mysql2`/`mysql`, `better-sqlite3`/`sqlite3`). */
   readonly dialect?: DialectName;
+  /**
+   * PostgreSQL: run Courier's statements as named prepared statements on knex's connections
+   * (parsed and planned once per connection; at most 256 texts). Default `true`; set `false`
+   * behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode
+   * before 1.21). Ignored on MySQL/MariaDB and SQLite.
+   */
+  readonly preparedStatements?: boolean;
 }
 
 /** Names the SQL family of a knex instance by its client's dialect; `undefined` for one Courier does not know (MSSQL, Oracle). */
@@ -41,6 +48,9 @@ export class KnexStoreCore extends SqlStoreCore<Knex.Transaction, KnexExecutor> 
     if (isKnexTransaction(config.knex)) {
       throw new ConfigError(`'knex' is a Knex transaction: pass the Knex instance itself (the store opens its own transactions on it; give the transaction to bus.outbox(trx) instead)`);
     }
+    if (config.preparedStatements !== undefined && typeof config.preparedStatements !== 'boolean') {
+      throw new ConfigError(`'preparedStatements' must be true or false, got ${JSON.stringify(config.preparedStatements)}`);
+    }
     const dialectName = config.dialect ?? detectKnexDialect(config.knex);
     if (dialectName === undefined) {
       const client = String((config.knex.client as { dialect?: unknown }).dialect);
@@ -52,7 +62,7 @@ export class KnexStoreCore extends SqlStoreCore<Knex.Transaction, KnexExecutor> 
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);
     super({
-      executor: new KnexExecutor(config.knex, dialect.name, dialect.transactionPrologue),
+      executor: new KnexExecutor(config.knex, dialect.name, dialect.transactionPrologue, { preparedStatements: config.preparedStatements }),
       dialect,
       names,
       what,

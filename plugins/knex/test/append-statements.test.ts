@@ -5,7 +5,7 @@
 // the key's rows and a duplicate messageId is still refused (the conformance suite checks both
 // at large; here, on the statement this test watched).
 import { makeEnvelope, uniqueId } from '@courier/conformance';
-import { createBus, defineMessage, InMemoryBroker, StorageError } from '@courier/core';
+import { ConfigError, createBus, defineMessage, InMemoryBroker, StorageError } from '@courier/core';
 import knexFactory from 'knex';
 import { afterEach, describe, expect, it } from 'vitest';
 import { KnexOutboxStore } from '../src/index.js';
@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 describe('the append on PostgreSQL (Knex)', () => {
-  async function open() {
+  async function open(options: { preparedStatements?: boolean } = {}) {
     const seen: string[] = [];
     let watching = false;
     const db = knexFactory({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 2 } });
@@ -26,7 +26,7 @@ describe('the append on PostgreSQL (Knex)', () => {
     });
     cleanups.push(() => db.destroy());
     const tablePrefix = `${uniqueId()}_`;
-    const outbox = new KnexOutboxStore({ knex: db, tablePrefix });
+    const outbox = new KnexOutboxStore({ knex: db, tablePrefix, ...options });
     await outbox.ensureSchema();
     cleanups.push(() => outbox.close());
     const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
@@ -87,5 +87,24 @@ describe('the append on PostgreSQL (Knex)', () => {
     expect(duplicate).toBeInstanceOf(StorageError);
     expect((duplicate as StorageError).code).toBe('DUPLICATE_MESSAGE_ID');
     expect(await rows()).toHaveLength(3);
+  });
+
+  // Parsed and planned once per connection, as @courier/pg does: the append's INSERT …
+  // SELECT … WHERE <lock> was planned afresh on every call, where the application's own
+  // INSERT … VALUES costs less to plan (backend CPU per producing transaction, bench/README.md).
+  it('runs the append as a named prepared statement on the transaction\'s connection, unless preparedStatements is false', async () => {
+    const prepared = async (options: { preparedStatements?: boolean }) => {
+      const { db, bus, Work } = await open(options);
+      return db.transaction(async (trx) => {
+        await bus.outbox(trx).publish(Work, { n: 1 }, { key: 'k' });
+        await bus.outbox(trx).publish(Work, { n: 2 }, { key: 'k' });
+        const { rows } = (await trx.raw(`SELECT statement FROM pg_prepared_statements WHERE name LIKE 'courier\\_%'`)) as { rows: { statement: string }[] };
+        return rows.map((row) => row.statement);
+      });
+    };
+    const named = await prepared({});
+    expect(named.filter((statement) => /^INSERT INTO .*pg_advisory_xact_lock/s.test(statement))).toHaveLength(1);
+    expect(await prepared({ preparedStatements: false })).toEqual([]);
+    expect(() => new KnexOutboxStore({ knex: knexFactory({ client: 'pg' }), preparedStatements: 'yes' as unknown as boolean })).toThrow(ConfigError);
   });
 });
