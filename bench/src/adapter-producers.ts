@@ -24,6 +24,8 @@ export type AdapterMode = (typeof ADAPTER_PAIRS)[number]['hand' | 'courier'];
 /** One transaction per mode, and `close` for the pools. */
 export interface AdapterProducers {
   readonly run: Record<AdapterMode, (id: string) => Promise<void>>;
+  /** The server process of a connection of the library's pool (with one writer, the one every transaction runs on). */
+  readonly backendPid: Record<(typeof ADAPTER_PAIRS)[number]['library'], () => Promise<number>>;
   close(): Promise<void>;
 }
 
@@ -94,8 +96,14 @@ export function adapterProducers(db: BenchDb, prefix: string, writers: number): 
         await knexBus.outbox(trx).publish(OrderPlaced, orderPayload(id), { key: id });
       }),
   };
+  const backendPid: AdapterProducers['backendPid'] = {
+    'node-postgres': async () => Number((await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid),
+    Kysely: async () => Number((await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(kysely)).rows[0]!.pid),
+    Knex: async () => Number(((await knex.raw('SELECT pg_backend_pid() AS pid')) as { rows: { pid: number }[] }).rows[0]!.pid),
+  };
   return {
     run,
+    backendPid,
     async close() {
       await Promise.allSettled([pool.end(), kysely.destroy(), knex.destroy(), transport.close()]);
     },
