@@ -7,7 +7,12 @@
 // - the relay's own PostgreSQL backends' CPU per message during the drain (found by
 //   application_name; the log-tail relay's walsender included), from /proc.
 //
-//   node --conditions=@courier/source --import tsx src/log-tail.ts [rows] [idleRows]
+// Options (fifth argument, comma-separated): `backlog` commits every row before the relay starts
+// (the log-tail store already reads its slot, so both relays face the same backlog) and times
+// relay start → last publish instead of the live drain; `pipelined` makes the transport declare
+// ordered pipelining, so the relay claims up to a batch per key (`perKey`), as with Kafka.
+//
+//   node --conditions=@courier/source --import tsx src/log-tail.ts [rows] [idleRows] [modes] [backlog,pipelined]
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createBus, defineMessage, noopLogger, type Envelope, type PublishResult, type Transport } from '@courier/core';
@@ -21,11 +26,15 @@ const ROWS = Number(process.argv[2] ?? 10_000);
 const IDLE_ROWS = Number(process.argv[3] ?? 200);
 const PRODUCERS = 4;
 const PER_TX = 100;
+const SHAPE = new Set((process.argv[5] ?? '').split(',').filter((word) => word !== ''));
+for (const word of SHAPE) if (word !== 'backlog' && word !== 'pipelined') throw new Error(`unknown option '${word}' (expected backlog, pipelined)`);
+const BACKLOG = SHAPE.has('backlog');
+const PIPELINED = SHAPE.has('pipelined');
 const Tick = defineMessage('bench.Tick', { version: 1 });
 const admin = new pg.Pool({ connectionString: URL, max: 2 });
 
 class ConfirmingTransport implements Transport {
-  readonly capabilities = { orderingByKey: true, orderedPipelining: false, nativeDelay: false, nativeDeadLetter: false, maxMessageBytes: 1 << 20 };
+  readonly capabilities = { orderingByKey: true, orderedPipelining: PIPELINED, nativeDelay: false, nativeDeadLetter: false, maxMessageBytes: 1 << 20 };
   readonly seenAt = new Map<string, number>();
   publish(messages: readonly Envelope[]): Promise<readonly PublishResult[]> {
     const now = performance.now();
@@ -81,6 +90,9 @@ async function produce(producer: MikroORM, bus: ReturnType<typeof createBus<Enti
   );
 }
 
+/** Drain rates by mode, for the ratios printed at the end. */
+const rates: Record<string, number[]> = {};
+
 async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
   const id = `bench_lt_${randomBytes(4).toString('hex')}`;
   const relayName = `${id}_relay`;
@@ -105,8 +117,24 @@ async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
     while (!store.streaming) await new Promise((resolve) => setTimeout(resolve, 20));
   }
   const relay = store ? createBus({ outbox: store, transport, logger: noopLogger }) : undefined;
-  await relay?.start({ consumers: false });
   try {
+    if (BACKLOG && relay) {
+      // The same backlog for both: committed with no relay running (the log-tail store reads its
+      // slot meanwhile, so the rows wait in its memory as they would behind a slow relay).
+      await produce(producerOrm, producer, ROWS);
+      const before = await backendSeconds(relayName, id);
+      const started = performance.now();
+      await relay.start({ consumers: false });
+      while (transport.seenAt.size < ROWS) await new Promise((resolve) => setTimeout(resolve, 2));
+      const done = performance.now();
+      const after = await backendSeconds(relayName, id);
+      let cpu = 0;
+      for (const [pid, seconds] of after) cpu += seconds - (before.get(pid) ?? 0);
+      const counts = store instanceof PgLogicalOutboxStore ? ` (claimed from the log ${store.claimed.logged}, swept ${store.claimed.swept})` : '';
+      (rates[mode] ??= []).push((ROWS / (done - started)) * 1000);
+      return `${mode}: backlog drain ${((ROWS / (done - started)) * 1000).toFixed(0)} msg/s (${(done - started).toFixed(0)} ms); relay backends ${((cpu * 1e6) / ROWS).toFixed(1)} µs CPU/msg${counts}`;
+    }
+    await relay?.start({ consumers: false });
     let idle = '';
     if (relay) {
       const latencies: number[] = [];
@@ -134,6 +162,7 @@ async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
     let cpu = 0;
     for (const [pid, seconds] of after) cpu += seconds - (before.get(pid) ?? 0);
     const rate = (ROWS / (done - started)) * 1000;
+    (rates[mode] ??= []).push(rate);
     if (!relay) return `raw (commits only, no relay): ${rate.toFixed(0)} msg/s`;
     const counts = store instanceof PgLogicalOutboxStore ? ` (claimed from the log ${store.claimed.logged}, swept ${store.claimed.swept})` : '';
     return `${mode}: ${idle}live drain ${rate.toFixed(0)} msg/s (producers done after ${(committed - started).toFixed(0)} ms, last publish +${(done - committed).toFixed(0)} ms); relay backends ${((cpu * 1e6) / ROWS).toFixed(1)} µs CPU/msg${counts}`;
@@ -152,6 +181,9 @@ async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
   }
 }
 
-console.log(`[log-tail bench] PostgreSQL, ${ROWS} rows (64 keys, ${PRODUCERS} producers × ${PER_TX}-row transactions), ${IDLE_ROWS} idle rows, load ${readFileSync('/proc/loadavg', 'utf8').split(' ')[0]}`);
+console.log(`[log-tail bench] PostgreSQL, ${ROWS} rows (64 keys, ${PRODUCERS} producers × ${PER_TX}-row transactions), ${BACKLOG ? 'backlog drain' : `${IDLE_ROWS} idle rows, live drain`}, ${PIPELINED ? 'pipelined transport (perKey = batch)' : 'transport without pipelining (perKey 1)'}, load ${readFileSync('/proc/loadavg', 'utf8').split(' ')[0]}`);
 for (const mode of (process.argv[4]?.split(',') ?? ['raw', 'polling', 'log-tail', 'polling', 'log-tail']) as ('raw' | 'polling' | 'log-tail')[]) console.log(`  ${await run(mode)}`);
+const median = (values: readonly number[] | undefined) => (values && values.length > 0 ? [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]! : Number.NaN);
+const [raw, polling, logTail] = [median(rates['raw']), median(rates['polling']), median(rates['log-tail'])];
+console.log(`  ratios (medians): log-tail / polling ${(logTail / polling).toFixed(2)}; polling / raw ${(polling / raw).toFixed(2)}; log-tail / raw ${(logTail / raw).toFixed(2)} (raw: the producers' commit rate with no relay)`);
 await admin.end();
