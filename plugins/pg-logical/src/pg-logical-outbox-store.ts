@@ -122,9 +122,11 @@ const STATUS_INTERVAL_MS = 10_000;
  *   in the table for the sweep; a crash at any instant resumes from the last acknowledged
  *   position and reads the rest again (at least once: the broker may see a message twice).
  *   Rows committed before the slot existed, delayed rows and retries are the sweep's.
- * - **Per-key order** as the polling relay keeps it: at most one row of a key in flight from
- *   this store (a later row of a key waits in memory for its predecessor to settle), and
- *   the head-of-key test on every claim.
+ * - **Per-key order** as the polling relay keeps it: a key's rows in flight from this store
+ *   are one run from its head, at most the claim's `perKey` (one unless the transport declares
+ *   ordered pipelining); later rows of the key wait in memory for the run to settle, and every
+ *   claim tests that nothing earlier of the key is pending elsewhere or halted. A key whose head
+ *   cannot be taken blocks that key only.
  * - **One reader per slot.** PostgreSQL streams a slot to one connection at a time; another
  *   relay on the same slot is refused and keeps retrying, claiming meanwhile as a polling
  *   relay (fenced by leases as any two relays are), and takes the slot over within about a
@@ -249,13 +251,14 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
   }
 
   /**
-   * Claims rows the log announced, by sequence (one statement), or — when none is waiting
+   * Claims rows the log announced, by sequence (one statement for the whole batch, up to
+   * `perKey` rows of a key as a run from its head), or — when none is waiting
    * and a sweep is due, or while the slot is not streamed here — through the wrapped store's
    * own claim. Starts reading the slot on first use.
    */
   async claim(options: ClaimOptions): Promise<ClaimedBatch> {
     this.#start();
-    const chosen = this.#choose(options.limit);
+    const chosen = this.#choose(options.limit, Math.max(1, Math.floor(options.perKey)));
     if (chosen.length > 0) return this.#claimLogged(chosen, options);
     const now = Date.now();
     if (this.#streaming && now - this.#lastSweepAt < this.#sweepIntervalMs) {
@@ -265,6 +268,7 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     const batch = await this.#store.claim(options);
     this.#swept += batch.records.length;
     for (const record of batch.records) this.#hold(record.sequence, keyHash(record.envelope.topic, record.envelope.key), undefined);
+    this.#adoptSwept();
     return batch;
   }
 
@@ -354,34 +358,54 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     return this.#closed;
   }
 
-  /** Takes up to `limit` waiting rows, at most one per key and none of a key held here; the rest keep waiting in order. */
-  #choose(limit: number): LoggedRow[] {
+  /**
+   * Takes up to `limit` waiting rows: per key, a run of up to `perKey` of its waiting rows
+   * in sequence order (the relay asks for more than one only when the transport keeps
+   * order across a pipelined batch), and nothing of a key held or parked here; the rest
+   * keep waiting in order. A key's run ends at its first row not taken, so no later row of
+   * the key is chosen past it.
+   */
+  #choose(limit: number, perKey: number): LoggedRow[] {
     if (this.#waiting.length === 0) return [];
     const chosen: LoggedRow[] = [];
     const rest: LoggedRow[] = [];
-    const keys = new Set<string>();
+    const runs = new Map<string, number>();
+    const closed = new Set<string>();
     const parkedKeys = new Set(this.#parked.map((parked) => parked.row.keyHash));
     for (const row of this.#waiting) {
       const key = row.keyHash;
-      if (chosen.length >= limit || (key !== null && (keys.has(key) || this.#keysHeld.has(key) || parkedKeys.has(key)))) {
+      const held = this.#held.get(row.sequence);
+      if (held) {
+        // A sweep here holds it already: it settles with that claim's completion.
+        held.transaction ??= row.transaction;
+        continue;
+      }
+      const blocked = key !== null && (closed.has(key) || this.#keysHeld.has(key) || parkedKeys.has(key) || (runs.get(key) ?? 0) >= perKey);
+      if (chosen.length >= limit || blocked) {
+        if (key !== null) closed.add(key);
         rest.push(row);
         continue;
       }
-      if (key !== null) keys.add(key);
+      if (key !== null) runs.set(key, (runs.get(key) ?? 0) + 1);
       chosen.push(row);
     }
     this.#waiting = rest;
-    // Reserved from the choice on: a concurrent claim (the relay runs several loops) must not
-    // choose the key's next row while these are still being claimed.
-    for (const key of keys) this.#reserveKey(key);
+    // Reserved from the choice on, once per row: a concurrent claim (the relay runs several
+    // loops) must not choose the key's next row while these are still being claimed.
+    for (const row of chosen) if (row.keyHash !== null) this.#reserveKey(row.keyHash);
     return chosen;
   }
 
   /**
    * The claim by sequence: one statement takes those of `rows` that are pending, due, not
-   * leased and heads of their key, under a new token from the store's token sequence, and
-   * says which rows it saw at all. Rows it saw and did not take are left to the sweep
-   * (settled here); rows not yet visible wait for another try.
+   * leased and either heads of their key or right behind rows of their key it takes too,
+   * under a new token from the store's token sequence, and says which rows it saw at all.
+   * A key's rows are taken as a run from its head: a row is a candidate only when every
+   * earlier pending or halted row of its key is among `rows` and due, and a candidate is
+   * taken only when each of those earlier rows was taken too (one locked elsewhere, or no
+   * longer due when locked, ends the run there). Rows the table owns (gone, published,
+   * dead, behind a halt, due after the next sweep) are left to the sweep (settled here);
+   * the others wait for another try.
    */
   async #claimLogged(rows: readonly LoggedRow[], options: ClaimOptions): Promise<ClaimedBatch> {
     const outbox = this.#outbox;
@@ -392,12 +416,25 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       `'dueInMs', greatest(0, floor(extract(epoch from (s.available_at - now())) * 1000)), ` +
       `'behindHalt', EXISTS (SELECT 1 FROM ${outbox} h WHERE h.key_hash = s.key_hash AND h.state = 'halted' AND h.seq < s.seq))), '[]'::json) AS info ` +
       `FROM ${outbox} s WHERE s.seq = ANY ($1::bigint[])), ` +
-      `candidates AS (SELECT o.seq, (floor(extract(epoch from now()) * 1000) - floor(extract(epoch from GREATEST(o.created_at, o.available_at)) * 1000)) AS age_ms ` +
-      `FROM ${outbox} o WHERE o.seq = ANY ($1::bigint[]) AND o.state = 'pending' AND o.available_at <= now() ` +
-      `AND NOT EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = o.key_hash AND e.state IN ('pending', 'halted') AND e.seq < o.seq) ` +
+      // The batch's rows that are pending and due (not leased): what may go out, key by key, as runs from each head.
+      `due AS MATERIALIZED (SELECT d.seq, d.key_hash FROM ${outbox} d WHERE d.seq = ANY ($1::bigint[]) AND d.state = 'pending' AND d.available_at <= now()), ` +
+      `bounds AS MATERIALIZED (SELECT key_hash, min(seq) AS lo, max(seq) AS hi FROM due WHERE key_hash IS NOT NULL GROUP BY key_hash), ` +
+      // Where a key's run must stop: at its first due row when an earlier row of the key is pending (leased elsewhere, not due,
+      // not in the batch) or halted; at a pending or halted row of the key inside the run that is not due in this batch.
+      // One index range scan per key (the pending/halted key index), not one per row.
+      `stops AS MATERIALIZED (SELECT key_hash, min(seq) AS seq FROM (` +
+      `SELECT b.key_hash, b.lo AS seq FROM bounds b WHERE EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = b.key_hash AND e.state IN ('pending', 'halted') AND e.seq < b.lo) ` +
+      `UNION ALL SELECT g.key_hash, g.seq FROM bounds b JOIN ${outbox} g ON g.key_hash = b.key_hash AND g.seq > b.lo AND g.seq < b.hi AND g.state IN ('pending', 'halted') ` +
+      `WHERE g.seq NOT IN (SELECT seq FROM due)) AS blocked GROUP BY key_hash), ` +
+      `candidates AS MATERIALIZED (SELECT o.seq, o.key_hash, (floor(extract(epoch from now()) * 1000) - floor(extract(epoch from GREATEST(o.created_at, o.available_at)) * 1000)) AS age_ms ` +
+      `FROM ${outbox} o WHERE o.seq IN (SELECT seq FROM due) AND o.state = 'pending' AND o.available_at <= now() ` +
+      `AND NOT EXISTS (SELECT 1 FROM stops t WHERE t.key_hash = o.key_hash AND t.seq <= o.seq) ` +
       `ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED), ` +
+      // A run also stops at its first due row not locked here (another claim has it, or it was no longer due when locked).
+      `unlocked AS (SELECT x.key_hash, min(x.seq) AS seq FROM due x WHERE x.key_hash IS NOT NULL AND x.seq NOT IN (SELECT seq FROM candidates) GROUP BY x.key_hash), ` +
+      `runs AS (SELECT c.seq, c.age_ms FROM candidates c LEFT JOIN unlocked l ON l.key_hash = c.key_hash WHERE l.seq IS NULL OR c.seq < l.seq), ` +
       `claimed AS (UPDATE ${outbox} u SET lease_owner = $2, lease_token = token.value, available_at = now() + ($3::float8 * interval '1 millisecond') ` +
-      `FROM candidates, token WHERE u.seq = candidates.seq RETURNING ${qualifiedColumns('u')}, candidates.age_ms) ` +
+      `FROM runs, token WHERE u.seq = runs.seq RETURNING ${qualifiedColumns('u')}, runs.age_ms) ` +
       `SELECT token.value::text AS claim_token, (SELECT info FROM seen) AS seen, claimed.* FROM token LEFT JOIN claimed ON true ORDER BY claimed.seq`;
     let result: pg.QueryResult<Record<string, unknown>>;
     try {
@@ -426,6 +463,12 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
         this.#hold(row.sequence, row.keyHash, row.transaction);
         continue;
       }
+      const held = this.#held.get(row.sequence);
+      if (held) {
+        // Leased by a sweep of this store meanwhile: it settles with that claim's completion, not after a lease's wait.
+        held.transaction ??= row.transaction;
+        continue;
+      }
       const info = seen.get(row.sequence.toString());
       // Gone, published, dead or halted, behind a halted head, or due only after the next sweep: the table keeps it.
       const tableOwns = info !== undefined && (!info.pending || info.behindHalt || info.dueInMs > this.#sweepIntervalMs);
@@ -442,6 +485,22 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       this.#acknowledgeSettled();
     }
     return { lease: { owner: options.owner, token }, records };
+  }
+
+  /**
+   * Rows a sweep of this store just claimed that the log announced too (waiting or parked
+   * here): they settle with the sweep's completion. Left parked, they would block their key
+   * until the sweep's lease ran out (they look leased by another relay).
+   */
+  #adoptSwept(): void {
+    const adopt = (row: LoggedRow): boolean => {
+      const held = this.#held.get(row.sequence);
+      if (!held) return false;
+      held.transaction ??= row.transaction;
+      return true;
+    };
+    this.#waiting = this.#waiting.filter((row) => !adopt(row));
+    this.#parked = this.#parked.filter((parked) => !adopt(parked.row));
   }
 
   #park(row: LoggedRow, wakeAt: number): void {
