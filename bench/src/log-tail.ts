@@ -90,6 +90,37 @@ async function produce(producer: MikroORM, bus: ReturnType<typeof createBus<Enti
   );
 }
 
+/**
+ * Wraps the store's claim, completeAndClaim and complete with wall-clock timers (calls, rows,
+ * mean ms per call) — where a relay loop's round trips go. The relay's loops overlap, so the
+ * sums may exceed the drain's duration.
+ */
+function timeStoreCalls(store: object): { describe(): string } {
+  const totals = new Map<string, { calls: number; rows: number; ms: number }>();
+  const target = store as Record<string, unknown>;
+  for (const name of ['claim', 'completeAndClaim', 'complete']) {
+    const original = target[name];
+    if (typeof original !== 'function') continue;
+    const entry = { calls: 0, rows: 0, ms: 0 };
+    totals.set(name, entry);
+    target[name] = async (...args: unknown[]) => {
+      const began = performance.now();
+      const result = (await (original as (...a: unknown[]) => Promise<unknown>).apply(store, args)) as { records?: readonly unknown[] } | number;
+      entry.ms += performance.now() - began;
+      entry.calls += 1;
+      entry.rows += typeof result === 'number' ? result : (result.records?.length ?? 0);
+      return result;
+    };
+  }
+  return {
+    describe: () =>
+      [...totals]
+        .filter(([, entry]) => entry.calls > 0)
+        .map(([name, entry]) => `${name} ${entry.calls} calls, ${(entry.rows / entry.calls).toFixed(0)} rows and ${(entry.ms / entry.calls).toFixed(1)} ms each`)
+        .join('; '),
+  };
+}
+
 /** Drain rates by mode, for the ratios printed at the end. */
 const rates: Record<string, number[]> = {};
 
@@ -116,6 +147,7 @@ async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
     await store.watch(() => undefined);
     while (!store.streaming) await new Promise((resolve) => setTimeout(resolve, 20));
   }
+  const calls = store ? timeStoreCalls(store) : undefined;
   const relay = store ? createBus({ outbox: store, transport, logger: noopLogger }) : undefined;
   try {
     if (BACKLOG && relay) {
@@ -132,7 +164,7 @@ async function run(mode: 'polling' | 'log-tail' | 'raw'): Promise<string> {
       for (const [pid, seconds] of after) cpu += seconds - (before.get(pid) ?? 0);
       const counts = store instanceof PgLogicalOutboxStore ? ` (claimed from the log ${store.claimed.logged}, swept ${store.claimed.swept})` : '';
       (rates[mode] ??= []).push((ROWS / (done - started)) * 1000);
-      return `${mode}: backlog drain ${((ROWS / (done - started)) * 1000).toFixed(0)} msg/s (${(done - started).toFixed(0)} ms); relay backends ${((cpu * 1e6) / ROWS).toFixed(1)} µs CPU/msg${counts}`;
+      return `${mode}: backlog drain ${((ROWS / (done - started)) * 1000).toFixed(0)} msg/s (${(done - started).toFixed(0)} ms); relay backends ${((cpu * 1e6) / ROWS).toFixed(1)} µs CPU/msg${counts}; ${calls!.describe()}`;
     }
     await relay?.start({ consumers: false });
     let idle = '';
