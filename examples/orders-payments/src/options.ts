@@ -10,6 +10,13 @@ export const DEFAULT_SETUP: SetupName = 'sqlite-sql';
 /** The setups whose services run as separate worker processes (and so support `--chaos`). */
 export const DISTRIBUTED_SETUPS: readonly SetupName[] = ['sqlite-sql', 'postgres-rabbitmq', 'postgres-kafka', 'postgres-rabbitmq-nest', 'postgres-sqs'];
 
+/** How the workers' relays find rows to publish: `polling` (the outbox store's own claim) or `log` (PostgreSQL's write-ahead log, `@courier/pg-logical`). */
+export const RELAY_MODES = ['polling', 'log'] as const;
+export type RelayMode = (typeof RELAY_MODES)[number];
+
+/** The setups whose worker relays can tail the log: a PostgreSQL outbox and a long-running relay in each worker (the NestJS orders service builds its own outbox). */
+export const LOG_RELAY_SETUPS: readonly SetupName[] = ['postgres-rabbitmq', 'postgres-kafka', 'postgres-sqs'];
+
 /** What one run of the demo does. */
 export interface ExampleOptions {
   readonly setup: SetupName;
@@ -38,6 +45,12 @@ export interface ExampleOptions {
    * `relayOnce` (the Lambda entry point) every second, as an EventBridge schedule would.
    */
   readonly relayOnce: boolean;
+  /**
+   * `log`: each worker's relay reads its outbox's inserts from a logical replication slot of
+   * its own (`PgLogicalOutboxStore` over the MikroORM store) instead of polling; the run drops
+   * the slots at its end, `--keep` or not (a slot nobody reads holds WAL).
+   */
+  readonly relay: RelayMode;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -56,6 +69,9 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
   --chaos           the setups with worker processes: SIGKILL and restart them at random while it runs
   --relay-once      postgres-sqs: no relay in the workers; the outboxes are drained by calling relayOnce
                     (the Lambda entry point) every second, as a scheduled function would
+  --relay <mode>    polling (default) | log: postgres-rabbitmq, postgres-kafka and postgres-sqs workers' relays
+                    read their outbox's inserts from a logical replication slot (@courier/pg-logical; needs
+                    wal_level = logical and a REPLICATION role) instead of polling; the slots are dropped at the end
   --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
   --stall <s>       give up when the counts have not moved for this many seconds (default 60)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
@@ -91,6 +107,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         orders: { type: 'string' },
         chaos: { type: 'boolean', default: false },
         'relay-once': { type: 'boolean', default: false },
+        relay: { type: 'string' },
         timeout: { type: 'string' },
         stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
@@ -124,6 +141,11 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
     problems.push(`--chaos needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
   }
   if (values['relay-once'] && setup !== 'postgres-sqs') problems.push(`--relay-once needs the postgres-sqs setup (the Lambda entry point of @courier/aws), got '${setupText}'`);
+  const relay = values.relay ?? 'polling';
+  if (!(RELAY_MODES as readonly string[]).includes(relay)) problems.push(`--relay must be one of ${RELAY_MODES.join(', ')}, got '${relay}'`);
+  else if (relay === 'log' && !LOG_RELAY_SETUPS.includes(setup as SetupName)) {
+    problems.push(`--relay log needs a setup whose workers relay from a PostgreSQL outbox (${LOG_RELAY_SETUPS.join(', ')}), got '${setupText}'`);
+  } else if (relay === 'log' && values['relay-once']) problems.push(`--relay log and --relay-once exclude each other: --relay-once runs no relay in the workers`);
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',
@@ -141,6 +163,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       sqsEndpoint: env['COURIER_SQS_ENDPOINT'] || 'http://127.0.0.1:9324',
       snsEndpoint: env['COURIER_SNS_ENDPOINT'] || undefined,
       relayOnce: values['relay-once'],
+      relay: relay as RelayMode,
     },
   };
 }

@@ -1,10 +1,11 @@
 import { createBus, describeError, type Bus } from '@courier/core';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
+import { PgLogicalOutboxStore } from '@courier/pg-logical';
 import type { EntityManager } from '@mikro-orm/core';
 import { catalog } from './catalog.js';
 import { ConciseLogger } from './concise-logger.js';
 import { TABLE_PREFIXES } from './databases.js';
-import { openBackend, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
+import { logSlotName, openBackend, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
 import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
 import type { WorkerRole } from './options.js';
@@ -30,6 +31,7 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
   // A worker comes up while the database restarts (the runner checked it before starting any).
   const { orm, transport, schema } = await openBackend(config, logger, 8, { waitForServer: true });
+  let logTail: PgLogicalOutboxStore<EntityManager> | undefined;
   let service: { readonly bus: Bus<EntityManager>; readonly shop: MikroOrmShop; start(): Promise<void>; close(): Promise<void> };
   if (config.setup === 'postgres-rabbitmq-nest' && role === 'orders') {
     // The orders service as a NestJS application: CourierModule starts the bus, and app.close() drains it and closes the rest.
@@ -37,7 +39,13 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
     service = { ...nest, start: async () => undefined };
   } else {
     const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
-    const outbox = new MikroOrmOutboxStore({ ...tables, logger });
+    const polling = new MikroOrmOutboxStore({ ...tables, logger });
+    // --relay log: the relay learns of committed rows from this role's replication slot (the polling store appends, completes and sweeps).
+    const outbox =
+      config.relay === 'log'
+        ? new PgLogicalOutboxStore({ store: polling, connection: { connectionString: config.pgUrl }, slot: logSlotName(config.schema, role), tables: { tablePrefix: TABLE_PREFIXES[role], ...(schema === undefined ? {} : { schema }) }, logger })
+        : polling;
+    logTail = outbox instanceof PgLogicalOutboxStore ? outbox : undefined;
     const inbox = new MikroOrmInboxStore(tables);
     const shop = new MikroOrmShop(orm);
     const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
@@ -67,7 +75,8 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       clearInterval(reporter);
       await placing.catch(() => undefined);
       await service.close();
-      send({ kind: 'stopped', counters: bus.health().counters });
+      const claimed = logTail ? { logTail: { slot: logTail.slot, ...logTail.claimed } } : {};
+      send({ kind: 'stopped', counters: bus.health().counters, ...claimed });
     })());
   const reporter = setInterval(() => send({ kind: 'progress', counters: bus.health().counters }), 1_000);
   process.on('disconnect', () => process.exit(1));
@@ -80,6 +89,10 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
     });
   });
   await service.start();
+  // --relay log: ready once the relay reads its slot, so the orders placed next come from the log (rows committed before
+  // a slot exists are its sweep's). A slot that cannot be read leaves the relay polling, which the log says. A stop ends the wait.
+  for (const until = Date.now() + 30_000; logTail && !logTail.streaming && !abort.signal.aborted && Date.now() < until; ) await new Promise((resolve) => setTimeout(resolve, 50));
+  if (logTail && !logTail.streaming && !abort.signal.aborted) logger.warn('log-tail relay does not read its slot yet; claiming as a polling relay meanwhile', { slot: logTail.slot });
   send({ kind: 'ready' });
   if (role === 'orders') {
     placing = placeOrders(bus, shop, catalog(config.orders), { signal: abort.signal }).then(
