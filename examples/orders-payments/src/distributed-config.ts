@@ -8,7 +8,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { openPostgresOrm, openSqliteOrm } from './databases.js';
-import type { DataLayer, WorkerRole } from './options.js';
+import type { DataLayer, RelayMode, WorkerRole } from './options.js';
 
 /**
  * Retry delay tiers of the demo's RabbitMQ queues (one queue per tier per consumer):
@@ -40,6 +40,8 @@ export interface WorkerConfig {
   readonly relayOnce: boolean;
   /** postgres-rabbitmq: each service's data layer (MikroORM or Prisma), chosen per process. */
   readonly dataLayers: Readonly<Record<WorkerRole, DataLayer>>;
+  /** `log`: each worker's relay tails its outbox through the slot {@link logSlotName} names (PostgreSQL setups). */
+  readonly relay: RelayMode;
   /** RabbitMQ exchange and queue name prefix, Kafka topic and group prefix, or SNS topic and SQS queue prefix of the run. */
   readonly prefix: string;
   readonly maxCrashes: number;
@@ -52,7 +54,16 @@ export type WorkerMessage =
   | { readonly kind: 'ready'; readonly dataLayer: DataLayer }
   | { readonly kind: 'progress'; readonly counters: BusCounters }
   | { readonly kind: 'placed'; readonly placed: number }
-  | { readonly kind: 'stopped'; readonly counters: BusCounters };
+  | { readonly kind: 'stopped'; readonly counters: BusCounters; readonly logTail?: { readonly slot: string; readonly logged: number; readonly swept: number } };
+
+/**
+ * The replication slot of a service's outbox in a `--relay log` run: one per run and role
+ * (the schema is the run's), shared by that role's successive processes so that a restarted
+ * worker resumes where the killed one was acknowledged. Its publication is `<slot>_pub`.
+ */
+export function logSlotName(schema: string, role: WorkerRole): string {
+  return `${schema}_${role}`;
+}
 
 /** Messages the runner sends a worker. */
 export type RunnerMessage = { readonly kind: 'stop' };

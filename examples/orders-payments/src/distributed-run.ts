@@ -8,14 +8,16 @@ import { relayOnce, SqsTransport } from '@courier/aws';
 import { describeError, type Logger } from '@courier/core';
 import { MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { KafkaTransport } from '@courier/kafka';
+import { dropReplicationSlot } from '@courier/pg-logical';
 import { RabbitMqTransport } from '@courier/rabbitmq';
 import { SqlTransport } from '@courier/sql-transport';
 import type { MikroORM } from '@mikro-orm/core';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
+import pg from 'pg';
 import { ConciseLogger } from './concise-logger.js';
 import { courierTables, dropSchema, prepareDatabase, redact, TABLE_PREFIXES } from './databases.js';
-import { openBackend, sqsClient, type RunBackend } from './distributed-config.js';
+import { logSlotName, openBackend, sqsClient, type RunBackend } from './distributed-config.js';
 import { patientInspector, sqlInspector } from './inspectors.js';
 import { OrderPlaced, PaymentCaptured } from './messages.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
@@ -70,7 +72,8 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
   const layers = options.dataLayers;
   const onPrisma = layers.orders === 'prisma' || layers.payments === 'prisma';
   const dataLayer = onPrisma ? `; data layer: orders on ${LAYER_NAMES[layers.orders]}, payments on ${LAYER_NAMES[layers.payments]}` : '';
-  write(`setup ${setup}: ${where}${dataLayer}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
+  const relay = options.relay === 'log' ? `; relays tail the log (replication slots ${logSlotName(schema, 'orders')}, ${logSlotName(schema, 'payments')}, dropped at the end)` : '';
+  write(`setup ${setup}: ${where}${dataLayer}${relay}; ${options.orders} orders; orders and payments run as separate processes${options.chaos ? '; chaos: workers are SIGKILLed and restarted at random' : ''}`);
   // Generated once here, offline, before any worker imports it (see prisma-shop-client.ts).
   if (onPrisma) {
     const began = Date.now();
@@ -155,6 +158,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         snsEndpoint,
         relayOnce: options.relayOnce,
         dataLayers: options.dataLayers,
+        relay: options.relay,
         prefix,
         // Chaos SIGKILLs handlers mid-flight; allow a few more unfinished runs before a
         // message counts as a crash loop, so only the deliberate poison is dead-lettered.
@@ -246,8 +250,39 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
   } finally {
     await scheduler?.stop();
     await workers?.stopAll(5_000);
+    if (options.relay === 'log') await dropLogSlots(options.pgUrl, schema, write);
     await cleanUp(options, { backend, broker, kafkaAdmin, prefix, schema, sqliteFile, write });
     await standIn?.close();
+  }
+}
+
+/**
+ * `--relay log`: drops the run's replication slots and their publications once the workers
+ * are stopped, `--keep` or not — a slot nobody reads makes the server keep WAL without bound,
+ * while the outbox rows it announced are kept in the schema anyway. A slot stays active for a
+ * moment after its reader's connection ends, so each drop is tried for up to 10 s.
+ */
+async function dropLogSlots(pgUrl: string, schema: string, write: (line: string) => void): Promise<void> {
+  const pool = new pg.Pool({ connectionString: pgUrl, max: 1 });
+  pool.on('error', () => undefined);
+  try {
+    for (const role of ['orders', 'payments'] as const) {
+      const slot = logSlotName(schema, role);
+      for (let attempt = 0; ; attempt++) {
+        try {
+          if (await dropReplicationSlot(pool, slot, { publication: `${slot}_pub` })) write(`dropped replication slot ${slot}`);
+          break;
+        } catch (error) {
+          if (attempt >= 50) {
+            write(`could not drop replication slot ${slot} (drop it with dropReplicationSlot, see docs/operations.md): ${describeError(error)}`);
+            break;
+          }
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        }
+      }
+    }
+  } finally {
+    await pool.end().catch(() => undefined);
   }
 }
 

@@ -19,6 +19,12 @@ export const LAYER_NAMES: Readonly<Record<DataLayer, string>> = Object.freeze({ 
 
 /** Each service's data layer when `--data-layer` does not choose: MikroORM, as every SQL setup. */
 export const DEFAULT_DATA_LAYERS: Readonly<Record<WorkerRole, DataLayer>> = Object.freeze({ orders: 'mikro-orm', payments: 'mikro-orm' });
+/** How the workers' relays find rows to publish: `polling` (the outbox store's own claim) or `log` (PostgreSQL's write-ahead log, `@courier/pg-logical`). */
+export const RELAY_MODES = ['polling', 'log'] as const;
+export type RelayMode = (typeof RELAY_MODES)[number];
+
+/** The setups whose worker relays can tail the log: a PostgreSQL outbox and a long-running relay in each worker (the NestJS orders service builds its own outbox). */
+export const LOG_RELAY_SETUPS: readonly SetupName[] = ['postgres-rabbitmq', 'postgres-kafka', 'postgres-sqs'];
 
 /** What one run of the demo does. */
 export interface ExampleOptions {
@@ -53,6 +59,12 @@ export interface ExampleOptions {
    * its outbox and inbox through MikroORM or through Prisma, chosen per service.
    */
   readonly dataLayers: Readonly<Record<WorkerRole, DataLayer>>;
+  /**
+   * `log`: each worker's relay reads its outbox's inserts from a logical replication slot of
+   * its own (`PgLogicalOutboxStore` over the MikroORM store) instead of polling; the run drops
+   * the slots at its end, `--keep` or not (a slot nobody reads holds WAL).
+   */
+  readonly relay: RelayMode;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -73,6 +85,9 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
                     per service: orders=prisma,payments=mikro-orm (Prisma Client generated at run time)
   --relay-once      postgres-sqs: no relay in the workers; the outboxes are drained by calling relayOnce
                     (the Lambda entry point) every second, as a scheduled function would
+  --relay <mode>    polling (default) | log: postgres-rabbitmq, postgres-kafka and postgres-sqs workers' relays
+                    read their outbox's inserts from a logical replication slot (@courier/pg-logical; needs
+                    wal_level = logical and a REPLICATION role) instead of polling; the slots are dropped at the end
   --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
   --stall <s>       give up when the counts have not moved for this many seconds (default 60)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
@@ -109,6 +124,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         chaos: { type: 'boolean', default: false },
         'relay-once': { type: 'boolean', default: false },
         'data-layer': { type: 'string' },
+        relay: { type: 'string' },
         timeout: { type: 'string' },
         stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
@@ -145,6 +161,15 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
   const dataLayers = values['data-layer'] === undefined ? DEFAULT_DATA_LAYERS : parseDataLayers(values['data-layer'], problems);
   // The other setups' services are fixed: MikroORM (a NestJS module on it in -nest), or in memory.
   if (values['data-layer'] !== undefined && setup !== 'postgres-rabbitmq') problems.push(`--data-layer needs the postgres-rabbitmq setup, got '${setupText}'`);
+  const relay = values.relay ?? 'polling';
+  if (!(RELAY_MODES as readonly string[]).includes(relay)) problems.push(`--relay must be one of ${RELAY_MODES.join(', ')}, got '${relay}'`);
+  else if (relay === 'log' && !LOG_RELAY_SETUPS.includes(setup as SetupName)) {
+    problems.push(`--relay log needs a setup whose workers relay from a PostgreSQL outbox (${LOG_RELAY_SETUPS.join(', ')}), got '${setupText}'`);
+  } else if (relay === 'log' && values['relay-once']) problems.push(`--relay log and --relay-once exclude each other: --relay-once runs no relay in the workers`);
+  else if (relay === 'log' && (dataLayers.orders !== 'mikro-orm' || dataLayers.payments !== 'mikro-orm')) {
+    // The log-tailing store wraps a PostgreSQL store of the engine; the example builds it over the MikroORM one only.
+    problems.push(`--relay log needs both services on MikroORM in this example, got --data-layer ${values['data-layer']}`);
+  }
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',
@@ -163,6 +188,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       snsEndpoint: env['COURIER_SNS_ENDPOINT'] || undefined,
       relayOnce: values['relay-once'],
       dataLayers,
+      relay: relay as RelayMode,
     },
   };
 }

@@ -76,6 +76,10 @@ export class WorkerPool {
     child.on('message', (message: WorkerMessage) => {
       if (message.kind === 'progress' || message.kind === 'stopped') this.#counters.set(key, message.counters);
       if (message.kind === 'placed') this.allPlaced = true;
+      if (message.kind === 'stopped' && message.logTail) {
+        const { slot, logged, swept } = message.logTail;
+        this.#write(`worker ${key} log-tail relay (slot ${slot}): claimed ${logged} rows from the log, ${swept} by its sweep`);
+      }
       if (message.kind === 'ready') {
         running.readyAt = Date.now();
         this.#write(`worker ${key} ready (${LAYER_NAMES[message.dataLayer]}, pid ${String(child.pid)}, ${((running.readyAt - forkedAt) / 1000).toFixed(1)}s to start)`);

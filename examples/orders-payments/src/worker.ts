@@ -1,10 +1,11 @@
 import { createBus, describeError, type Bus, type BusHealth, type Logger } from '@courier/core';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
+import { PgLogicalOutboxStore } from '@courier/pg-logical';
 import type { EntityManager } from '@mikro-orm/core';
 import { catalog, type CatalogOrder } from './catalog.js';
 import { ConciseLogger } from './concise-logger.js';
 import { TABLE_PREFIXES } from './databases.js';
-import { openBackend, rabbitMqTransport, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
+import { logSlotName, openBackend, rabbitMqTransport, type RunnerMessage, type WorkerConfig, type WorkerMessage } from './distributed-config.js';
 import { DuplicateRecordingInbox } from './duplicate-recording-inbox.js';
 import { MikroOrmShop } from './mikro-orm-shop.js';
 import type { DataLayer, WorkerRole } from './options.js';
@@ -29,6 +30,7 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
   const config = JSON.parse(configText) as WorkerConfig;
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
   const service = config.dataLayers[role] === 'prisma' ? await prismaService(role, config, logger) : await mikroOrmService(role, config, logger);
+  const { logTail } = service;
 
   const abort = new AbortController();
   let stopping: Promise<void> | undefined;
@@ -39,7 +41,8 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       clearInterval(reporter);
       await placing.catch(() => undefined);
       await service.close();
-      send({ kind: 'stopped', counters: service.health().counters });
+      const claimed = logTail ? { logTail: { slot: logTail.slot, ...logTail.claimed } } : {};
+      send({ kind: 'stopped', counters: service.health().counters, ...claimed });
     })());
   const reporter = setInterval(() => send({ kind: 'progress', counters: service.health().counters }), 1_000);
   process.on('disconnect', () => process.exit(1));
@@ -52,6 +55,10 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
     });
   });
   await service.start();
+  // --relay log: ready once the relay reads its slot, so the orders placed next come from the log (rows committed before
+  // a slot exists are its sweep's). A slot that cannot be read leaves the relay polling, which the log says. A stop ends the wait.
+  for (const until = Date.now() + 30_000; logTail && !logTail.streaming && !abort.signal.aborted && Date.now() < until; ) await new Promise((resolve) => setTimeout(resolve, 50));
+  if (logTail && !logTail.streaming && !abort.signal.aborted) logger.warn('log-tail relay does not read its slot yet; claiming as a polling relay meanwhile', { slot: logTail.slot });
   send({ kind: 'ready', dataLayer: service.dataLayer });
   if (role === 'orders') {
     placing = service.placeOrders(catalog(config.orders), abort.signal).then(
@@ -75,6 +82,8 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
 interface WorkerService {
   /** What the service writes its rows and Courier's tables through. */
   readonly dataLayer: DataLayer;
+  /** `--relay log`: the store whose relay tails this role's replication slot (MikroORM services only). */
+  readonly logTail?: PgLogicalOutboxStore<EntityManager>;
   health(): BusHealth;
   /** Starts the bus (a NestJS application has started it already). */
   start(): Promise<void>;
@@ -94,7 +103,13 @@ async function mikroOrmService(role: WorkerRole, config: WorkerConfig, logger: L
     return { dataLayer: 'mikro-orm', health: () => nest.bus.health(), start: async () => undefined, close: () => nest.close(), placeOrders: (orders, signal) => placeOrders(nest.bus, nest.shop, orders, { signal }) };
   }
   const tables = { orm, tablePrefix: TABLE_PREFIXES[role], schema };
-  const outbox = new MikroOrmOutboxStore({ ...tables, logger });
+  const polling = new MikroOrmOutboxStore({ ...tables, logger });
+  // --relay log: the relay learns of committed rows from this role's replication slot (the polling store appends, completes and sweeps).
+  const logTail =
+    config.relay === 'log'
+      ? new PgLogicalOutboxStore({ store: polling, connection: { connectionString: config.pgUrl }, slot: logSlotName(config.schema, role), tables: { tablePrefix: TABLE_PREFIXES[role], ...(schema === undefined ? {} : { schema }) }, logger })
+      : undefined;
+  const outbox = logTail ?? polling;
   const inbox = new MikroOrmInboxStore(tables);
   const shop = new MikroOrmShop(orm);
   const bus: Bus<EntityManager> = createBus({ outbox, inbox: new DuplicateRecordingInbox(inbox, shop), transport, relay: DEMO_RELAY, logger });
@@ -102,6 +117,7 @@ async function mikroOrmService(role: WorkerRole, config: WorkerConfig, logger: L
   else subscribePayments(bus, shop, { maxCrashes: config.maxCrashes });
   return {
     dataLayer: 'mikro-orm',
+    ...(logTail ? { logTail } : {}),
     health: () => bus.health(),
     // --relay-once: this process only consumes; the runner drains its outbox with relayOnce on a schedule.
     start: () => bus.start(config.relayOnce ? { relay: false } : {}),
