@@ -4,7 +4,7 @@
 // same order row on the same library and connection pool; only the outbox write differs.
 import { createBus, InMemoryBroker } from '@courier/core';
 import { KnexOutboxStore } from '@courier/knex';
-import { KyselyOutboxStore } from '@courier/kysely';
+import { KyselyOutboxStore, preparingCourierStatements } from '@courier/kysely';
 import { PgOutboxStore } from '@courier/pg';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect, sql } from 'kysely';
@@ -59,7 +59,12 @@ export function adapterProducers(db: BenchDb, prefix: string, writers: number): 
   };
 
   // Tables named at run time: the schema type says only that every table has unknown columns.
-  const kysely = new Kysely<Record<string, Record<string, unknown>>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: URLS.postgresql, max: writers }) }) });
+  // The pool wrapped as @courier/kysely's README recommends: Courier's statements prepared, the
+  // hand-written line's statements still unnamed as Kysely sends them (both modes share the pool).
+  const kyselyPool = new pg.Pool({ connectionString: URLS.postgresql, max: writers });
+  const kysely = new Kysely<Record<string, Record<string, unknown>>>({
+    dialect: new PostgresDialect({ pool: process.env['COURIER_BENCH_KYSELY_UNPREPARED'] === '1' ? kyselyPool : preparingCourierStatements(kyselyPool) }),
+  });
   const kyselyBus = createBus({ outbox: new KyselyOutboxStore({ db: kysely, tablePrefix }), transport });
   const knex = knexFactory({ client: 'pg', connection: URLS.postgresql, pool: { min: 0, max: writers } });
   const knexBus = createBus({ outbox: new KnexOutboxStore({ knex, tablePrefix }), transport });

@@ -10,3 +10,4 @@ export type { KyselyInboxStoreConfig } from './kysely-inbox-store.js';
 export { KyselyInboxStore } from './kysely-inbox-store.js';
 export type { KyselyOutboxStoreConfig } from './kysely-outbox-store.js';
 export { KyselyOutboxStore } from './kysely-outbox-store.js';
+export { MAX_PREPARED_STATEMENTS, preparingCourierStatements } from './prepared-statements.js';

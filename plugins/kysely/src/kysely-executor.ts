@@ -11,12 +11,17 @@ import {
   type TransactionPrologue,
 } from '@courier/sql-engine';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
+import { registerCourierStatement } from './prepared-statements.js';
 
 /**
  * The engine's {@link SqlExecutor} on Kysely: every statement is a `CompiledQuery.raw` run
  * with `executeQuery` on the `Kysely` instance or on the given `Transaction`, so it uses
  * Kysely's own connections and transactions. Values are always
  * bound (PostgreSQL `$n`, MySQL/SQLite `?`), never interpolated.
+ *
+ * On PostgreSQL every statement text with parameters that does not depend on a list's length is recorded
+ * (at most 256), so a pool wrapped by {@link preparingCourierStatements} runs it as a named
+ * prepared statement; on an unwrapped pool it runs unnamed, as Kysely sends everything.
  *
  * Guarantees: the engine's port contract (see `SqlExecutor`). Own transactions use
  * `db.transaction()` (READ COMMITTED on MySQL/MariaDB when asked). With a prologue (SQLite)
@@ -103,6 +108,10 @@ export class KyselyExecutor<DB> implements SqlExecutor<Transaction<DB>> {
 
   #execute(sql: string, params: readonly unknown[], tx: Transaction<DB> | undefined) {
     const statement = toDriverStatement(sql, params, this.#style);
+    // A text that does not vary with a list's length is one a pool wrapped by
+    // `preparingCourierStatements` may prepare. Statements without parameters (schema DDL,
+    // which may hold several commands) stay on node-postgres's simple protocol.
+    if (this.#style === 'numbered' && params.length > 0 && !params.some(Array.isArray)) registerCourierStatement(statement.sql);
     const parameters = this.#sqlite ? statement.parameters.map(sqliteValue) : statement.parameters;
     return (tx ?? this.#db).executeQuery(CompiledQuery.raw(statement.sql, [...parameters]));
   }

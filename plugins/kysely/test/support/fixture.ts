@@ -10,7 +10,7 @@ import Database from 'better-sqlite3';
 import { Kysely, MysqlDialect, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
 import { createPool } from 'mysql2';
 import pg from 'pg';
-import { KyselyInboxStore, KyselyOutboxStore } from '../../src/index.js';
+import { KyselyInboxStore, KyselyOutboxStore, preparingCourierStatements } from '../../src/index.js';
 
 /** The databases the fixtures can target. */
 export type KyselyFixtureDialect = 'postgresql' | 'mariadb' | 'sqlite';
@@ -45,7 +45,9 @@ export async function openKysely(dialect: KyselyFixtureDialect, testId: string):
   let db: Kysely<AnyDb>;
   switch (dialect) {
     case 'postgresql':
-      db = new Kysely<AnyDb>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 10 }) }) });
+      // Courier's statements prepared, as the README recommends: the suites run on that path
+      // (test/prepared-statements.test.ts covers the unwrapped pool too).
+      db = new Kysely<AnyDb>({ dialect: new PostgresDialect({ pool: preparingCourierStatements(new pg.Pool({ connectionString: PG_URL, max: 10 })) }) });
       break;
     case 'mariadb':
       db = new Kysely<AnyDb>({ dialect: new MysqlDialect({ pool: createPool({ uri: MARIADB_URL, connectionLimit: 10, connectTimeout: 10_000 }) }) });
