@@ -731,7 +731,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       // appender of the same key always draws a greater one. Where the dialect can, they
       // ride in the first INSERT (one round trip less per producing transaction, while the
       // transaction holds its entity changes' row locks); otherwise a statement of their own.
-      let locks = dialect.keyLockCondition?.(keyHashes);
+      let locks = dialect.keyLockCondition?.(keyHashes, rows.length);
       if (locks === undefined) await dialect.lockKeys(runner, trx, keyHashes);
       let chunk: OutboxPendingRow[] = [];
       let bytes = 0;
@@ -796,7 +796,8 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
     // ~150 µs (EXPLAIN medians, bench/README.md, session prod3).
     // Several rows: a VALUES list in FROM keeps them in their order (a Values Scan, as in
     // INSERT … VALUES); its untyped literals become text, which every text column takes.
-    const source = tuples.length === 1 ? `SELECT ${tuples[0]}` : `SELECT * FROM (VALUES (${tuples.join('), (')})) AS v`;
+    // MySQL 5.7 wants a FROM before a WHERE; DUAL is MySQL's and MariaDB's table of one row.
+    const source = tuples.length === 1 ? `SELECT ${tuples[0]}${dialect.name === 'mysql' ? ' FROM DUAL' : ''}` : `SELECT * FROM (VALUES (${tuples.join('), (')})) AS v`;
     const result = await runner.run(`INSERT INTO ${outbox} (${INSERT_COLUMNS}) ${source} WHERE ${locks.sql}`, [...params, ...locks.params], trx);
     // The condition is always true; a row it filtered out would be lost without a trace.
     if (result.affectedRows !== rows.length) throw new Error(`outbox insert wrote ${result.affectedRows} of ${rows.length} rows`);

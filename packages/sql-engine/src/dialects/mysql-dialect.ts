@@ -70,6 +70,11 @@ export const KEY_LOCK_BUCKETS = 1024;
  *   completion is a `DELETE` of the same rows instead (InnoDB delete-marks the records and
  *   their index entries; purge removes them later), and none of this applies to it.
  */
+/** The lock-table rows of these key hashes, ascending (the order every appender takes them in). */
+function lockBuckets(keyHashes: readonly string[]): number[] {
+  return [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) % KEY_LOCK_BUCKETS))].sort((a, b) => a - b);
+}
+
 export class MySqlDialect implements SqlDialect {
   readonly name = 'mysql' as const;
   readonly now = 'UTC_TIMESTAMP(3)';
@@ -229,10 +234,27 @@ export class MySqlDialect implements SqlDialect {
   }
 
   async lockKeys<Tx>(runner: SqlExecutor<Tx>, trx: Tx, keyHashes: readonly string[]): Promise<void> {
-    const buckets = [...new Set(keyHashes.map((hash) => Number.parseInt(hash.slice(0, 8), 16) % KEY_LOCK_BUCKETS))].sort((a, b) => a - b);
+    const buckets = lockBuckets(keyHashes);
     if (buckets.length === 0) return;
     // Ascending primary-key order, so two appenders of the same buckets never deadlock.
     await runner.all(`SELECT bucket FROM ${this.table('outboxLocks')} WHERE bucket IN (?) ORDER BY bucket FOR UPDATE`, [buckets], trx);
+  }
+
+  keyLockCondition(keyHashes: readonly string[], rows: number): { sql: string; params: unknown[] } | undefined {
+    const buckets = lockBuckets(keyHashes);
+    // Several rows would need a multi-row SELECT source, which MariaDB and MySQL 8 spell
+    // differently (VALUES vs VALUES ROW): those appends keep the lock statement of their own.
+    if (buckets.length === 0 || rows !== 1) return undefined;
+    // The same locks as lockKeys, in the same order, from an uncorrelated subquery of the
+    // INSERT … SELECT's WHERE: it is evaluated before the first row is written, so before
+    // the AUTO_INCREMENT seq is drawn, and FOR UPDATE takes exclusive locks (an INSERT …
+    // SELECT alone would take shared ones, which two appenders of a key can both hold).
+    // Checked on MariaDB 10.11: a second appender of the bucket waits for the first's
+    // commit, and an appender of another bucket does not wait (plugins/mysql2/test/append-statements.test.ts).
+    return {
+      sql: `(SELECT COUNT(*) FROM (SELECT bucket FROM ${this.table('outboxLocks')} WHERE bucket IN (?) ORDER BY bucket FOR UPDATE) AS courier_locks) >= 0`,
+      params: [buckets],
+    };
   }
 
   async claimHeads<Tx>(runner: SqlExecutor<Tx>, query: ClaimQuery, done?: CompletionQuery<Tx>): Promise<ClaimResult> {

@@ -151,9 +151,9 @@ export interface SqlDialect {
    * carry, so the append takes them in its insert's own round trip. The condition is
    * always true and must be evaluated in full before the statement produces its first row
    * (so before any sequence value is drawn). Absent where the locks need a statement of
-   * their own.
+   * their own; `undefined` for an append of `rows` rows the dialect cannot write that way.
    */
-  keyLockCondition?(keyHashes: readonly string[]): { readonly sql: string; readonly params: readonly unknown[] } | undefined;
+  keyLockCondition?(keyHashes: readonly string[], rows: number): { readonly sql: string; readonly params: readonly unknown[] } | undefined;
   /**
    * Claims head-of-key rows (perKey 1) in the dialect's cheapest safe way; with `done`,
    * first completes those rows ({@link completeSql}) in the same transaction.

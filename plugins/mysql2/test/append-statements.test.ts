@@ -1,0 +1,99 @@
+// What a publish sends on MariaDB (issue 31): the autocommit check (`DO 0`, whose OK packet
+// carries the server's in-transaction flag) and one INSERT that takes the key's lock itself
+// (INSERT … SELECT … FROM DUAL WHERE <FOR UPDATE subquery on the lock table>) — not a lock
+// statement of its own before the INSERT, one round trip more in every keyed publish. The
+// lock must still serialise the key's appenders (a second one waits for the first's commit
+// and draws a greater seq) and must not hold up appenders of other keys.
+import { uniqueId } from '@courier/conformance';
+import { createBus, defineMessage, InMemoryBroker } from '@courier/core';
+import { KEY_LOCK_BUCKETS, keyHash } from '@courier/sql-engine';
+import type { PoolConnection } from 'mysql2/promise';
+import { afterEach, describe, expect, it } from 'vitest';
+import { settleAppends } from '../src/index.js';
+import { createMysql2Fixture, type Mysql2Fixture } from './support/fixture.js';
+
+const fixtures: Mysql2Fixture[] = [];
+afterEach(async () => {
+  for (const fixture of fixtures.splice(0)) await fixture.close();
+});
+
+async function open() {
+  const fixture = await createMysql2Fixture({ testId: uniqueId() });
+  fixtures.push(fixture);
+  const Work = defineMessage('mysql2.Statements', { version: 1, topic: 'mysql2.statements' });
+  const bus = createBus({ outbox: fixture.outbox, transport: new InMemoryBroker().connect() });
+  return { fixture, Work, bus };
+}
+
+/** Statements the server received on `connection` so far (its session's `Questions`, which the SHOW itself adds one to). */
+async function questions(connection: PoolConnection): Promise<number> {
+  const [rows] = await connection.query<({ Value: string } & import('mysql2').RowDataPacket)[]>(`SHOW SESSION STATUS LIKE 'Questions'`);
+  return Number(rows[0]!.Value);
+}
+
+describe('the append on MariaDB (mysql2)', () => {
+  it('a keyed publish is two statements, as a keyless one: the autocommit check and the INSERT carrying the key lock', async () => {
+    const { fixture, Work, bus } = await open();
+    const connection = await fixture.pool.getConnection();
+    try {
+      await connection.beginTransaction();
+      bus.outbox(connection).publish(Work, { n: 0 }, { key: 'warm' });
+      await settleAppends(connection);
+      const before = await questions(connection);
+      bus.outbox(connection).publish(Work, { n: 1 }, { key: 'k' });
+      await settleAppends(connection);
+      const keyed = (await questions(connection)) - before - 1;
+      const middle = await questions(connection);
+      bus.outbox(connection).publish(Work, { n: 2 });
+      await settleAppends(connection);
+      const keyless = (await questions(connection)) - middle - 1;
+      await connection.commit();
+      expect({ keyed, keyless }).toEqual({ keyed: 2, keyless: 2 });
+      const rows = await fixture.sql(`SELECT msg_key FROM ${fixture.table('outbox')} ORDER BY seq`);
+      expect(rows.map((row) => (row['msg_key'] === null ? null : String(row['msg_key'])))).toEqual(['warm', 'k', null]);
+    } finally {
+      connection.release();
+    }
+  });
+
+  it("a second appender of the key waits for the first's commit and draws a greater seq; an appender of another key does not wait", async () => {
+    const { fixture, Work, bus } = await open();
+    const [first, second, other] = await Promise.all([fixture.pool.getConnection(), fixture.pool.getConnection(), fixture.pool.getConnection()]);
+    try {
+      await first.beginTransaction();
+      const firstId = bus.outbox(first).publish(Work, { n: 1 }, { key: 'k' });
+      await settleAppends(first);
+
+      await second.beginTransaction();
+      let secondDone = false;
+      const secondId = bus.outbox(second).publish(Work, { n: 2 }, { key: 'k' });
+      const secondWritten = settleAppends(second).then(() => {
+        secondDone = true;
+      });
+
+      await other.beginTransaction();
+      // A key whose lock bucket differs from 'k''s (the dialect's bucket of a key hash).
+      const bucket = (key: string) => Number.parseInt(keyHash('mysql2.statements', key)!.slice(0, 8), 16) % KEY_LOCK_BUCKETS;
+      expect(bucket('another key')).not.toBe(bucket('k'));
+      const otherId = bus.outbox(other).publish(Work, { n: 3 }, { key: 'another key' });
+      await settleAppends(other);
+      await other.commit();
+
+      // The second appender is still held by the first's lock (give it time to get past it if it could).
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(secondDone).toBe(false);
+      await first.commit();
+      await secondWritten;
+      await second.commit();
+
+      const rows = await fixture.sql(`SELECT message_id, seq FROM ${fixture.table('outbox')} ORDER BY seq`);
+      const order = rows.map((row) => (Buffer.isBuffer(row['message_id']) ? row['message_id'].toString('utf8') : String(row['message_id'])));
+      expect(order).toEqual([firstId, otherId, secondId]);
+    } finally {
+      for (const connection of [first, second, other]) {
+        await connection.rollback().catch(() => undefined);
+        connection.release();
+      }
+    }
+  });
+});
