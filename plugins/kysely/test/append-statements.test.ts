@@ -6,11 +6,12 @@
 // at large; here, on the statement this test watched).
 import { makeEnvelope, uniqueId } from '@courier/conformance';
 import { createBus, defineMessage, InMemoryBroker, StorageError } from '@courier/core';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, MysqlDialect, PostgresDialect, sql } from 'kysely';
+import { createPool } from 'mysql2';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { KyselyOutboxStore } from '../src/index.js';
-import { PG_URL, type AnyDb } from './support/fixture.js';
+import { MARIADB_URL, PG_URL, type AnyDb } from './support/fixture.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -92,5 +93,38 @@ describe('the append on PostgreSQL (Kysely)', () => {
     expect(duplicate).toBeInstanceOf(StorageError);
     expect((duplicate as StorageError).code).toBe('DUPLICATE_MESSAGE_ID');
     expect(await rows()).toHaveLength(3);
+  });
+});
+
+// On MariaDB the key lock is a FOR UPDATE subquery on the lock table inside the INSERT
+// (the engine's MySQL keyLockCondition): a keyed publish is one statement there too (it
+// was a SELECT … FOR UPDATE and the INSERT).
+describe('the append on MariaDB (Kysely)', () => {
+  it('a keyed publish is one statement: the outbox INSERT carrying the key lock', async () => {
+    const seen: string[] = [];
+    let watching = false;
+    const db = new Kysely<AnyDb>({
+      dialect: new MysqlDialect({ pool: createPool({ uri: MARIADB_URL, connectionLimit: 2, connectTimeout: 30_000 }) }),
+      log: (event) => {
+        if (watching) seen.push(event.query.sql);
+      },
+    });
+    cleanups.push(() => db.destroy());
+    const tablePrefix = `${uniqueId()}_`;
+    const outbox = new KyselyOutboxStore({ db, tablePrefix });
+    await outbox.ensureSchema();
+    cleanups.push(() => outbox.close());
+    const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
+    const Work = defineMessage('kysely.Work', { version: 1, topic: 'kysely.work' });
+    watching = true;
+    await db.transaction().execute(async (trx) => {
+      await bus.outbox(trx).publish(Work, { n: 1 }, { key: 'k' });
+    });
+    watching = false;
+    const outboxStatements = seen.filter((text) => !/^(begin|commit|start transaction)$/i.test(text.trim()));
+    expect(outboxStatements).toHaveLength(1);
+    expect(outboxStatements[0]).toMatch(/^INSERT INTO .* FROM DUAL WHERE \(SELECT COUNT\(\*\) FROM \(SELECT bucket FROM .* FOR UPDATE\) AS courier_locks\) >= 0$/s);
+    const rows = (await sql<{ msg_key: string | Buffer | null }>`SELECT msg_key FROM ${sql.table(`${tablePrefix}outbox`)}`.execute(db)).rows;
+    expect(rows.map((row) => String(row.msg_key))).toEqual(['k']);
   });
 });
