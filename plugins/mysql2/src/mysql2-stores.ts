@@ -57,21 +57,22 @@ class Mysql2StoreCore extends SqlStoreCore<PoolConnection, Mysql2Executor> {
  * - `append(connection, …)` writes the rows on `connection`, in the transaction the
  *   application began there (`await connection.beginTransaction()`): they commit with it
  *   or not at all, and a rollback (or a rolled-back savepoint around them) leaves nothing.
- *   The write starts at once; writes on one connection run in append order.
+ *   The write starts at once and `append` (so `publish`) returns a promise that settles
+ *   when it is written (`asyncAppend`); writes on one connection run in append order.
  * - A `Pool` is refused with a `ConfigError` naming the fix, as is anything that is not a
  *   mysql2 promise connection. A connection in autocommit (no `beginTransaction()`) is
  *   refused too, never silently committed row by row: before writing, the store reads the
  *   server's `SERVER_STATUS_IN_TRANS` flag from the OK packet of a `DO 0` (one extra round
  *   trip per append) and fails the write with a `ConfigError` when the connection is not
- *   in a transaction and autocommit is on.
+ *   in a transaction and autocommit is on. Every refusal is the promise's rejection.
  * - Commit only after the write finished: await `publish`, or commit with
  *   {@link withTransaction} / {@link settleAppends}, which wait for every write started
- *   on the connection and roll back when one failed.
+ *   on the connection (awaited or not) and roll back when one failed.
  * - Everything else (claims, leases, fencing, per-key heads and locks, halts, pruning, the
  *   operator half) is the engine's MySQL dialect, the same SQL and tables as
  *   `@courier/mikro-orm` on MariaDB: either package reads rows the other wrote.
  */
-export class Mysql2OutboxStore extends SqlOutboxStore<PoolConnection, PoolConnection, PoolConnection> {
+export class Mysql2OutboxStore extends SqlOutboxStore<PoolConnection, PoolConnection, PoolConnection, Promise<void>> {
   constructor(config: Mysql2OutboxStoreConfig) {
     const core = new Mysql2StoreCore(config, 'Mysql2OutboxStore');
     super({ ...config, core, join: (writer) => new ConnectionJoin(writer) });
@@ -103,7 +104,8 @@ export class Mysql2InboxStore extends SqlInboxStore<PoolConnection, PoolConnecti
 }
 
 /** Joins a `PoolConnection` in a transaction: checks it, then writes the rows on it at once. */
-class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection> {
+class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection, Promise<void>> {
+  readonly asyncAppend = true as const;
   readonly #writer: OutboxWriter<PoolConnection>;
 
   constructor(writer: OutboxWriter<PoolConnection>) {
@@ -137,12 +139,14 @@ class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection> {
   }
 
   /**
-   * Starts writing `rows` on `connection` at once, after the writes already started there.
-   * The engine's append is synchronous today: the write's outcome reaches the caller through
-   * {@link settleAppends} (and `withTransaction`, the inbox's run), which wait for it.
+   * Starts writing `rows` on `connection` at once, after the writes already started there,
+   * and returns the write: `publish` resolves when the rows are in the transaction, or
+   * rejects with what refused or failed them. The same outcome also reaches
+   * {@link settleAppends} (and `withTransaction`, the inbox's run), which wait for every
+   * write, so one the caller did not await is still waited for before the COMMIT.
    */
-  add(connection: PoolConnection, rows: OutboxPendingRow[]): void {
-    void this.#start(connection, rows);
+  add(connection: PoolConnection, rows: OutboxPendingRow[]): Promise<void> {
+    return this.#start(connection, rows);
   }
 
   #start(connection: PoolConnection, rows: OutboxPendingRow[]): Promise<void> {
@@ -171,8 +175,8 @@ class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection> {
         state.error ??= { value: error };
       },
     );
-    // Handled here so that a caller that does not await it (the engine's synchronous
-    // append) leaves no unhandled rejection; settleAppends reports the error.
+    // Handled here too: settleAppends reports the error to a caller that did not await
+    // the publish.
     write.catch(() => undefined);
     return write;
   }

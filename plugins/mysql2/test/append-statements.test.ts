@@ -9,7 +9,6 @@ import { createBus, defineMessage, InMemoryBroker } from '@courier/core';
 import { KEY_LOCK_BUCKETS, keyHash } from '@courier/sql-engine';
 import type { PoolConnection } from 'mysql2/promise';
 import { afterEach, describe, expect, it } from 'vitest';
-import { settleAppends } from '../src/index.js';
 import { createMysql2Fixture, type Mysql2Fixture } from './support/fixture.js';
 
 const fixtures: Mysql2Fixture[] = [];
@@ -37,15 +36,12 @@ describe('the append on MariaDB (mysql2)', () => {
     const connection = await fixture.pool.getConnection();
     try {
       await connection.beginTransaction();
-      bus.outbox(connection).publish(Work, { n: 0 }, { key: 'warm' });
-      await settleAppends(connection);
+      await bus.outbox(connection).publish(Work, { n: 0 }, { key: 'warm' });
       const before = await questions(connection);
-      bus.outbox(connection).publish(Work, { n: 1 }, { key: 'k' });
-      await settleAppends(connection);
+      await bus.outbox(connection).publish(Work, { n: 1 }, { key: 'k' });
       const keyed = (await questions(connection)) - before - 1;
       const middle = await questions(connection);
-      bus.outbox(connection).publish(Work, { n: 2 });
-      await settleAppends(connection);
+      await bus.outbox(connection).publish(Work, { n: 2 });
       const keyless = (await questions(connection)) - middle - 1;
       await connection.commit();
       expect({ keyed, keyless }).toEqual({ keyed: 2, keyless: 2 });
@@ -61,29 +57,30 @@ describe('the append on MariaDB (mysql2)', () => {
     const [first, second, other] = await Promise.all([fixture.pool.getConnection(), fixture.pool.getConnection(), fixture.pool.getConnection()]);
     try {
       await first.beginTransaction();
-      const firstId = bus.outbox(first).publish(Work, { n: 1 }, { key: 'k' });
-      await settleAppends(first);
+      const firstId = await bus.outbox(first).publish(Work, { n: 1 }, { key: 'k' });
 
       await second.beginTransaction();
       let secondDone = false;
-      const secondId = bus.outbox(second).publish(Work, { n: 2 }, { key: 'k' });
-      const secondWritten = settleAppends(second).then(() => {
-        secondDone = true;
-      });
+      const secondWritten = bus
+        .outbox(second)
+        .publish(Work, { n: 2 }, { key: 'k' })
+        .then((id) => {
+          secondDone = true;
+          return id;
+        });
 
       await other.beginTransaction();
       // A key whose lock bucket differs from 'k''s (the dialect's bucket of a key hash).
       const bucket = (key: string) => Number.parseInt(keyHash('mysql2.statements', key)!.slice(0, 8), 16) % KEY_LOCK_BUCKETS;
       expect(bucket('another key')).not.toBe(bucket('k'));
-      const otherId = bus.outbox(other).publish(Work, { n: 3 }, { key: 'another key' });
-      await settleAppends(other);
+      const otherId = await bus.outbox(other).publish(Work, { n: 3 }, { key: 'another key' });
       await other.commit();
 
       // The second appender is still held by the first's lock (give it time to get past it if it could).
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(secondDone).toBe(false);
       await first.commit();
-      await secondWritten;
+      const secondId = await secondWritten;
       await second.commit();
 
       const rows = await fixture.sql(`SELECT message_id, seq FROM ${fixture.table('outbox')} ORDER BY seq`);

@@ -43,16 +43,15 @@ describe('joining a mysql2 transaction on MariaDB', () => {
     const connection = await fixture.pool.getConnection();
     try {
       await connection.beginTransaction();
-      const before = bus.outbox(connection).publish(Work, { n: 1 }, { key: 'k' });
-      await settleAppends(connection);
+      const before = await bus.outbox(connection).publish(Work, { n: 1 }, { key: 'k' });
       await connection.query('SAVEPOINT courier_sp');
-      bus.outbox(connection).publish(Work, { n: 2 }, { key: 'k' });
-      bus.outbox(connection).publish(Work, { n: 3 }, { key: 'other' });
-      // The writes started belong to the savepoint: wait for them before rolling back to it.
+      // Not awaited: the writes started belong to the savepoint; settleAppends waits for them
+      // before rolling back to it.
+      void bus.outbox(connection).publish(Work, { n: 2 }, { key: 'k' });
+      void bus.outbox(connection).publish(Work, { n: 3 }, { key: 'other' });
       await settleAppends(connection);
       await connection.query('ROLLBACK TO SAVEPOINT courier_sp');
-      const after = bus.outbox(connection).publish(Work, { n: 4 }, { key: 'k' });
-      await settleAppends(connection);
+      const after = await bus.outbox(connection).publish(Work, { n: 4 }, { key: 'k' });
       await connection.commit();
       expect(await rows()).toEqual([before, after]);
       const claimed = await fixture.outbox.claim({ owner: 'test', limit: 10, leaseMs: 30_000, perKey: 10 });
@@ -75,11 +74,14 @@ describe('joining a mysql2 transaction on MariaDB', () => {
       expect(fromCallback).toBeInstanceOf(ConfigError);
       expect(fromCallback).toMatchObject({ code: 'UNIT_OF_WORK_REQUIRED', message: expect.stringContaining('connection.promise()') });
 
-      // Autocommit: publish starts the write; the refusal comes when it runs, from settleAppends.
-      bus.outbox(connection).publish(Work, { n: 3 });
-      const autocommit = await failureOf(() => settleAppends(connection));
+      // Autocommit: publish starts the write; its promise rejects when the check runs, and
+      // settleAppends reports the same refusal to a commit path that did not await it.
+      const published = bus.outbox(connection).publish(Work, { n: 3 });
+      expect(published).toBeInstanceOf(Promise);
+      const autocommit = await failureOf(() => published);
       expect(autocommit).toBeInstanceOf(ConfigError);
       expect(autocommit).toMatchObject({ code: 'UNIT_OF_WORK_REQUIRED', message: expect.stringContaining('beginTransaction()') });
+      expect(await failureOf(() => settleAppends(connection))).toBe(autocommit);
     } finally {
       connection.release();
     }
