@@ -65,8 +65,33 @@ export interface StoreFixture<Tx> {
    * `MikroOrmOutboxStore`, its `publishedRows`).
    */
   readonly outboxPublishedRows?: 'keep' | 'delete';
+  /**
+   * Lets the suite see the statements the store sends, so the case holding an append to its
+   * round trips can count them (a producing transaction pays one round trip per statement).
+   * Optional: a fixture whose driver cannot report its statements leaves it out and that case
+   * is skipped, saying so.
+   */
+  readonly statementLog?: StatementLog;
   /** Releases connections. Must not delete what a later `createFixture` with the same testId needs. */
   close(): Promise<void>;
+}
+
+/** How a fixture reports the statements its store sends (see {@link StoreFixture.statementLog}). */
+export interface StatementLog {
+  /**
+   * Runs `work` and resolves with the SQL text of every statement sent to the database while
+   * it ran, in the order sent (transaction control such as BEGIN and COMMIT may be included;
+   * the case leaves it out). Only the suite's own `work` runs meanwhile.
+   */
+  watch(work: () => Promise<void>): Promise<readonly string[]>;
+  /**
+   * How many statements, transaction control not counted, one append of keyed rows needs on
+   * this database: 1 where the INSERT takes the per-key locks itself (PostgreSQL:
+   * `INSERT … SELECT … WHERE <advisory locks>`), 2 where the locks need a statement of their
+   * own (MySQL/MariaDB: the key buckets locked FOR UPDATE before the INSERT). Declare it from
+   * the database, not from what the store happens to send.
+   */
+  readonly keyedAppendStatements: number;
 }
 
 /** Creates a store fixture for one test. */

@@ -1,4 +1,4 @@
-export type { FixtureContext, ProcessFixtureModule, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from './fixtures.js';
+export type { FixtureContext, ProcessFixtureModule, StatementLog, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from './fixtures.js';
 export type { OutboxCaseEnv, OutboxStoreCase, OutboxStoreSuiteOptions } from './outbox-store-suite.js';
 export { describeOutboxStore, outboxOperationsCaseNames, outboxStoreCases } from './outbox-store-suite.js';
 export type { InboxCaseEnv, InboxStoreCase, InboxStoreSuiteOptions } from './inbox-store-suite.js';

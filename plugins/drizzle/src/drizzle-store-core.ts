@@ -63,13 +63,6 @@ export class DrizzleStoreCore<Db, Tx> extends SqlStoreCore<Tx, DrizzleExecutor<T
     }
     const names = resolveTableNames(config);
     const dialect = createDialect(dialectName, names);
-    if (dialect.name === 'postgresql') {
-      // The dialect's one-statement append (INSERT … SELECT <row> WHERE <key locks>) relies on
-      // values inlined as literals, as MikroORM sends them: bound as parameters, PostgreSQL
-      // types them as text in a SELECT list. Without it the engine locks keys in a statement
-      // of its own and inserts with INSERT … VALUES, whose parameters take the columns' types.
-      Object.defineProperty(dialect, 'keyLockCondition', { value: undefined });
-    }
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);

@@ -32,11 +32,6 @@ export class TypeOrmStoreCore extends SqlStoreCore<EntityManager, TypeOrmExecuto
     }
     const names = resolveTableNames(config);
     const dialect = createDialect(dialectName, names);
-    if (dialect.name === 'postgresql') {
-      // Bound parameters in the one-statement append's SELECT list are typed as text by
-      // PostgreSQL; without it the engine locks keys first and inserts with INSERT … VALUES.
-      Object.defineProperty(dialect, 'keyLockCondition', { value: undefined });
-    }
     const options: string[] = [];
     if (config.tablePrefix !== undefined) options.push(`tablePrefix: ${JSON.stringify(config.tablePrefix)}`);
     if (config.schema !== undefined) options.push(`schema: ${JSON.stringify(config.schema)}`);

@@ -50,18 +50,23 @@ async function openSqlite(file: string) {
   return drizzle({ connection: { url: `file:${file}`, timeout: SQLITE_BUSY_TIMEOUT_MS } });
 }
 
-/** Opens a Drizzle database on `dialect` for one test (its own file on SQLite) and a way to close it. */
-export async function openDrizzle(dialect: DrizzleFixtureDialect, testId: string): Promise<{ db: AnyDb; close(): Promise<void> }> {
+/** Drizzle's query logger: every statement a Drizzle database or its transactions send (Courier's included, as its executor runs through Drizzle). */
+export interface QueryLogger {
+  logQuery(query: string, params: unknown[]): void;
+}
+
+/** Opens a Drizzle database on `dialect` for one test (its own file on SQLite) and a way to close it; `logger` sees every statement it sends. */
+export async function openDrizzle(dialect: DrizzleFixtureDialect, testId: string, logger?: QueryLogger): Promise<{ db: AnyDb; close(): Promise<void> }> {
   let opened: { db: AnyDb; close(): Promise<void> };
   switch (dialect) {
     case 'postgresql': {
       const pool = new pg.Pool({ connectionString: PG_URL, max: 10 });
-      opened = { db: drizzlePg(pool), close: () => pool.end() };
+      opened = { db: drizzlePg(pool, logger ? { logger } : {}), close: () => pool.end() };
       break;
     }
     case 'mariadb': {
       const pool = createPool({ uri: MARIADB_URL, connectionLimit: 10, connectTimeout: 10_000 });
-      opened = { db: drizzleMysql(pool), close: () => pool.end() };
+      opened = { db: drizzleMysql(pool, logger ? { logger } : {}), close: () => pool.end() };
       break;
     }
     case 'sqlite': {
@@ -122,7 +127,13 @@ export async function openTransaction(db: AnyDb): Promise<{ tx: Trx; commit(): P
 export async function createDrizzleFixture(dialect: DrizzleFixtureDialect, context: FixtureContext): Promise<DrizzleFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  const { db, close } = await openDrizzle(dialect, testId);
+  // What the kit's statementLog reports: Drizzle's logger sees every statement on the database.
+  let watched: string[] | undefined;
+  const { db, close } = await openDrizzle(dialect, testId, {
+    logQuery(query) {
+      watched?.push(query);
+    },
+  });
   const tablePrefix = `${testId}_`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
   const effects = quote(`${testId}_effects`);
@@ -155,6 +166,24 @@ export async function createDrizzleFixture(dialect: DrizzleFixtureDialect, conte
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
+      ...(dialect === 'sqlite'
+        ? {}
+        : {
+            statementLog: {
+              async watch(work: () => Promise<void>) {
+                const seen: string[] = [];
+                watched = seen;
+                try {
+                  await work();
+                } finally {
+                  watched = undefined;
+                }
+                return seen;
+              },
+              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
+            },
+          }),
       tablePrefix,
       rows: (query) => rowsOf(db, query),
       transaction: <T>(work: (tx: Trx) => Promise<T>) => (db as Trx).transaction(work) as Promise<T>,

@@ -62,6 +62,10 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
   const knex = await openKnex(dialect, testId);
+  // What the kit's statementLog reports: knex emits 'query' for every statement it sends, in
+  // transactions too (Courier's run through knex.raw).
+  let watched: string[] | undefined;
+  knex.on('query', (query: { sql: string }) => watched?.push(query.sql));
   const tablePrefix = `${testId}_`;
   const effects = `${testId}_effects`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
@@ -82,6 +86,24 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
+      ...(dialect === 'sqlite'
+        ? {}
+        : {
+            statementLog: {
+              async watch(work: () => Promise<void>) {
+                const seen: string[] = [];
+                watched = seen;
+                try {
+                  await work();
+                } finally {
+                  watched = undefined;
+                }
+                return seen;
+              },
+              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
+            },
+          }),
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       transaction: <T>(work: (tx: Knex.Transaction) => Promise<T>) => knex.transaction(work),

@@ -58,8 +58,12 @@ export interface PrismaFixtureOptions {
   readonly outbox?: Partial<Omit<PrismaOutboxStoreConfig<Tx>, 'prisma'>>;
 }
 
-/** Opens a Prisma Client on `dialect` for one test (its own file on SQLite). */
-export async function openPrisma(dialect: PrismaFixtureDialect, testId: string): Promise<GeneratedPrismaClient> {
+/**
+ * Opens a Prisma Client on `dialect` for one test (its own file on SQLite); `onStatement`,
+ * when given, sees the text of every statement the client sends (Prisma's `query` log event,
+ * which the driver adapters emit for raw statements too).
+ */
+export async function openPrisma(dialect: PrismaFixtureDialect, testId: string, onStatement?: (text: string) => void): Promise<GeneratedPrismaClient> {
   const PrismaClient = await loadPrismaClient(PROVIDER[dialect]);
   let adapter: unknown;
   switch (dialect) {
@@ -84,7 +88,8 @@ export async function openPrisma(dialect: PrismaFixtureDialect, testId: string):
       adapter = new PrismaBetterSqlite3({ url: `file:${join(SQLITE_DIR, `${testId}.db`)}` });
       break;
   }
-  const prisma = new PrismaClient({ adapter });
+  const prisma = new PrismaClient(onStatement ? { adapter, log: [{ emit: 'event', level: 'query' }] } : { adapter });
+  if (onStatement) prisma.$on('query', (event: { query: string }) => onStatement(event.query));
   try {
     await prisma.$queryRawUnsafe('SELECT 1');
   } catch (error) {
@@ -98,7 +103,8 @@ export async function openPrisma(dialect: PrismaFixtureDialect, testId: string):
 export async function createPrismaFixture(dialect: PrismaFixtureDialect, context: FixtureContext, options: PrismaFixtureOptions = {}): Promise<PrismaFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  const prisma = await openPrisma(dialect, testId);
+  let watched: string[] | undefined;
+  const prisma = await openPrisma(dialect, testId, (text) => watched?.push(text));
   const tablePrefix = `${testId}_`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
   const effects = quote(`${testId}_effects`);
@@ -150,6 +156,24 @@ export async function createPrismaFixture(dialect: PrismaFixtureDialect, context
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
+      ...(dialect === 'sqlite'
+        ? {}
+        : {
+            statementLog: {
+              async watch(work: () => Promise<void>) {
+                const seen: string[] = [];
+                watched = seen;
+                try {
+                  await work();
+                } finally {
+                  watched = undefined;
+                }
+                return seen;
+              },
+              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
+            },
+          }),
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       sql,

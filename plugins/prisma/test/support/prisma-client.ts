@@ -19,8 +19,10 @@ export type PrismaProvider = 'postgresql' | 'mysql' | 'sqlite';
 /** What the tests use of a generated client: its constructor, typed by the subset Courier uses. */
 export interface GeneratedPrismaClient extends PrismaClientLike<PrismaRawClient> {
   $disconnect(): Promise<void>;
+  /** Prisma's log events; `query` is emitted for every statement when the client was built with `log: [{ emit: 'event', level: 'query' }]`. */
+  $on(event: 'query', listener: (event: { query: string; params: string; duration: number }) => void): void;
 }
-export type GeneratedPrismaClientClass = new (options: { adapter: unknown }) => GeneratedPrismaClient;
+export type GeneratedPrismaClientClass = new (options: { adapter: unknown; log?: readonly { emit: 'event' | 'stdout'; level: 'query' | 'info' | 'warn' | 'error' }[] }) => GeneratedPrismaClient;
 
 const PACKAGE_DIR = fileURLToPath(new URL('../..', import.meta.url));
 const require = createRequire(import.meta.url);

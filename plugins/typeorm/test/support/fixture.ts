@@ -3,7 +3,8 @@
 // table written through the handler's EntityManager. Servers that cannot be reached fail
 // loudly with how to start them.
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
-import { DataSource, type EntityManager, type QueryRunner } from 'typeorm';
+import { createRequire } from 'node:module';
+import { DataSource, type EntityManager, type Logger, type QueryRunner } from 'typeorm';
 import { TypeOrmInboxStore, TypeOrmOutboxStore } from '../../src/index.js';
 
 /** The databases the fixtures can target. */
@@ -12,12 +13,24 @@ export type TypeOrmFixtureDialect = 'postgresql' | 'mariadb';
 export const PG_URL = process.env['COURIER_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const MARIADB_URL = process.env['COURIER_MARIADB_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
 
-/** Opens an initialized DataSource on `dialect`. */
-export async function openDataSource(dialect: TypeOrmFixtureDialect): Promise<DataSource> {
+/**
+ * Opens an initialized DataSource on `dialect`; `onStatement`, when given, sees the text of
+ * every statement it sends. On PostgreSQL that is read at the driver (a node-postgres Client
+ * of the pool's own, through TypeORM's `extra` pool options), because Courier's statements
+ * there go to the QueryRunner's pg connection past TypeORM's logger; on MariaDB every
+ * statement goes through `queryRunner.query`, so TypeORM's logger sees them.
+ */
+export async function openDataSource(dialect: TypeOrmFixtureDialect, onStatement?: (text: string) => void): Promise<DataSource> {
   const dataSource =
     dialect === 'postgresql'
-      ? new DataSource({ type: 'postgres', url: PG_URL, poolSize: 10 })
-      : new DataSource({ type: 'mariadb', url: MARIADB_URL, poolSize: 10, connectTimeout: 10_000 });
+      ? new DataSource({ type: 'postgres', url: PG_URL, poolSize: 10, ...(onStatement ? { extra: { Client: recordingPgClient(onStatement) } } : {}) })
+      : new DataSource({
+          type: 'mariadb',
+          url: MARIADB_URL,
+          poolSize: 10,
+          connectTimeout: 10_000,
+          ...(onStatement ? { logger: statementLogger(onStatement) } : {}),
+        });
   try {
     await dataSource.initialize();
   } catch (error) {
@@ -26,6 +39,35 @@ export async function openDataSource(dialect: TypeOrmFixtureDialect): Promise<Da
     });
   }
   return dataSource;
+}
+
+/** The part of node-postgres the recorder extends (pg is TypeORM's driver here; this package has no @types/pg). */
+type PgClientClass = new (...args: never[]) => { query(...args: unknown[]): unknown };
+const pgClient = (createRequire(import.meta.url)('pg') as { Client: PgClientClass }).Client;
+
+/** A node-postgres Client class that reports the text of each query it is given. */
+function recordingPgClient(onStatement: (text: string) => void): PgClientClass {
+  return class RecordingClient extends pgClient {
+    // pg's query() has many overloads; the recorder only reads the first argument's text.
+    override query(...args: unknown[]): never {
+      const [first] = args;
+      const text = typeof first === 'string' ? first : (first as { text?: unknown } | null)?.text;
+      if (typeof text === 'string') onStatement(text);
+      return (super.query as (...rest: unknown[]) => never)(...args);
+    }
+  };
+}
+
+/** A TypeORM logger that reports every query and nothing else. */
+function statementLogger(onStatement: (text: string) => void): Logger {
+  return {
+    logQuery: (query) => onStatement(query),
+    logQueryError: () => undefined,
+    logQuerySlow: () => undefined,
+    logSchemaBuild: () => undefined,
+    logMigration: () => undefined,
+    log: () => undefined,
+  };
 }
 
 /** A store fixture plus what this package's tests need. */
@@ -39,7 +81,8 @@ export interface TypeOrmFixture extends StoreFixture<EntityManager> {
 export async function createTypeOrmFixture(dialect: TypeOrmFixtureDialect, context: FixtureContext): Promise<TypeOrmFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  const dataSource = await openDataSource(dialect);
+  let watched: string[] | undefined;
+  const dataSource = await openDataSource(dialect, (text) => watched?.push(text));
   const tablePrefix = `${testId}_`;
   const effects = dialect === 'mariadb' ? `\`${testId}_effects\`` : `"${testId}_effects"`;
   const runners = new Set<QueryRunner>();
@@ -73,6 +116,20 @@ export async function createTypeOrmFixture(dialect: TypeOrmFixtureDialect, conte
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
+      statementLog: {
+        async watch(work) {
+          const seen: string[] = [];
+          watched = seen;
+          try {
+            await work();
+          } finally {
+            watched = undefined;
+          }
+          return seen;
+        },
+        // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+        keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
+      },
       transaction: (work) => dataSource.transaction(work),
       transactionHeldBeforeCommit: (work, beforeCommit) =>
         dataSource.transaction(async (manager) => {
