@@ -55,11 +55,17 @@ export class DrizzleStoreCore<Db, Tx> extends SqlStoreCore<Tx, DrizzleExecutor<T
       throw new ConfigError(`'db' (${(config.db as object).constructor?.name ?? 'an object'}) is not a Drizzle database Courier knows: use drizzle-orm/node-postgres or drizzle-orm/mysql2`);
     }
     if (dialectName === 'sqlite') {
-      // Measured here on drizzle-orm/libsql 0.45 with @libsql/client 0.18: libsql opens a
-      // connection per transaction and BEGINs it before any statement of Courier's runs, so
-      // concurrent writers fail with SQLITE_BUSY at once, and with the client's busy
-      // `timeout` set the conformance suite stalled. Refused rather than offered untested.
-      throw new ConfigError(`'db' is a Drizzle SQLite database: @courier/drizzle supports node-postgres and mysql2 (PostgreSQL, MySQL/MariaDB) so far; for SQLite use @courier/kysely or @courier/knex`);
+      // Neither SQLite driver of Drizzle can join (tested in test/sqlite-drivers.test.ts and,
+      // for libsql, measured on drizzle-orm 0.45 with @libsql/client 0.18):
+      // - better-sqlite3: db.transaction() hands its callback to better-sqlite3's synchronous
+      //   transaction, which refuses a callback returning a promise, so a publish (which awaits
+      //   its INSERT) cannot run inside one;
+      // - libsql: each transaction gets a new connection, BEGUN before any statement of
+      //   Courier's can set a busy timeout, so concurrent writers failed with SQLITE_BUSY at
+      //   once, and with the client's busy `timeout` set the conformance suite stalled.
+      throw new ConfigError(
+        `'db' is a Drizzle SQLite database, which @courier/drizzle cannot join: better-sqlite3's Drizzle transactions are synchronous (a publish awaits its INSERT, so it cannot run inside one) and libsql's open a connection per transaction that concurrent writers find busy; for SQLite use @courier/kysely or @courier/knex`,
+      );
     }
     const names = resolveTableNames(config);
     const dialect = createDialect(dialectName, names);

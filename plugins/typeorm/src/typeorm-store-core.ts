@@ -17,6 +17,14 @@ export function detectTypeOrmDialect(dataSource: DataSource): DialectName | unde
   return undefined;
 }
 
+/**
+ * TypeORM's SQLite-family DataSource types. Refused: every one of their drivers in TypeORM
+ * 1.1.3 hands the same QueryRunner to every caller (`createQueryRunner()`:
+ * `this.queryRunner ??= …`), and on better-sqlite3 a rollback of one transaction was seen to
+ * undo another's commit (test/sqlite-refused.test.ts).
+ */
+const SQLITE_TYPES: ReadonlySet<string> = new Set(['better-sqlite3', 'sqlite', 'sqljs', 'capacitor', 'cordova', 'expo', 'nativescript', 'react-native']);
+
 /** The engine's store core on TypeORM: names and dialect from the config, a {@link TypeOrmExecutor}, this package's remedies in its errors. */
 export class TypeOrmStoreCore extends SqlStoreCore<EntityManager, TypeOrmExecutor> {
   readonly dataSource: DataSource;
@@ -27,6 +35,11 @@ export class TypeOrmStoreCore extends SqlStoreCore<EntityManager, TypeOrmExecuto
       throw new ConfigError(`'dataSource' is required: pass the application's TypeORM DataSource`);
     }
     const dialectName = detectTypeOrmDialect(dataSource);
+    if (SQLITE_TYPES.has(String(dataSource.options.type))) {
+      throw new ConfigError(
+        `the TypeORM DataSource type '${String(dataSource.options.type)}' is SQLite, which @courier/typeorm cannot join: TypeORM's SQLite drivers run every QueryRunner on one connection, so concurrent dataSource.transaction() calls nest as savepoints of one transaction and a rollback of one undoes what the other committed (Courier's relay and inbox work included); for SQLite use @courier/kysely, @courier/knex or @courier/sqlite`,
+      );
+    }
     if (dialectName === undefined) {
       throw new ConfigError(`the TypeORM DataSource type '${String(dataSource.options.type)}' is not one @courier/typeorm serves: use 'postgres', 'mysql' or 'mariadb'`);
     }
