@@ -9,7 +9,7 @@ import {
   type TransactionOptions,
   type TransactionPrologue,
 } from '@courier/sql-engine';
-import { sql, type SQL, type SQLChunk } from 'drizzle-orm';
+import { SQL, sql, StringChunk, type SQLChunk } from 'drizzle-orm';
 
 /**
  * What this package calls on a Drizzle database or transaction: `execute` (PostgreSQL,
@@ -156,27 +156,41 @@ export class DrizzleExecutor<Tx> implements SqlExecutor<Tx> {
    * a bound parameter, so Drizzle numbers them in its dialect's style. The engine's `?`
    * (arrays expanded) are first numbered `$n` by `toDriverStatement`, which skips literals,
    * identifiers and comments, and then split at those numbers.
+   *
+   * Built as Drizzle's own `sql` template builds one (drizzle-orm 0.45 sql/sql.js): text as
+   * `StringChunk`s, a string, number, bigint, boolean or null value as itself, which Drizzle
+   * binds; anything else (a Date, a Buffer, undefined) wrapped in `sql.param`. Drizzle tests
+   * every chunk against its entity classes when it renders the statement; `sql.raw` and
+   * `sql.param` chunks took about three times the tests (profiled: ~16 µs of a publish's client
+   * CPU in Drizzle's `is()`, bench/README.md, issue 32).
    */
   #statement(text: string, params: readonly unknown[]): SQL {
     if (params.length === 0 && !text.includes('?')) return sql.raw(text);
     const statement = toDriverStatement(text, params, 'numbered');
-    const chunks: SQLChunk[] = [];
+    // Bare values are chunks to Drizzle (its `sql` template leaves them so); SQLChunk's type omits them.
+    const chunks: unknown[] = [];
     let from = 0;
     let expected = 1;
     for (const match of statement.sql.matchAll(/\$(\d+)(?!\d)/g)) {
       const index = Number(match[1]);
       // A `$n` that is not the next placeholder is part of the statement's own text.
       if (index !== expected) continue;
-      chunks.push(sql.raw(statement.sql.slice(from, match.index)));
-      const value = statement.parameters[index - 1];
-      chunks.push(sql.param(this.#dialect === 'sqlite' ? sqliteValue(value) : value));
+      chunks.push(new StringChunk(statement.sql.slice(from, match.index)));
+      const raw = statement.parameters[index - 1];
+      const value = this.#dialect === 'sqlite' ? sqliteValue(raw) : raw;
+      chunks.push(isBareParam(value) ? value : sql.param(value));
       from = match.index + match[0].length;
       expected += 1;
     }
     if (expected - 1 !== statement.parameters.length) throw new Error(`the statement has ${expected - 1} placeholder(s) for ${statement.parameters.length} parameter(s)`);
-    chunks.push(sql.raw(statement.sql.slice(from)));
-    return sql.join(chunks);
+    chunks.push(new StringChunk(statement.sql.slice(from)));
+    return new SQL(chunks as SQLChunk[]);
   }
+}
+
+/** Values Drizzle binds as parameters when they stand alone in an `SQL`'s chunks (as its `sql` template leaves them). */
+function isBareParam(value: unknown): value is string | number | bigint | boolean | null {
+  return value === null || typeof value === 'string' || typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean';
 }
 
 /** libsql binds numbers, bigints, strings, byte arrays, booleans and null; Courier stores times as ISO text on SQLite. */
