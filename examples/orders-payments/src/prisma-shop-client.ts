@@ -1,20 +1,17 @@
-// The example's Prisma Client: generated from prisma/schema.prisma at run time, offline, as
-// @courier/prisma's tests generate theirs (plugins/prisma/test/support/prisma-client.ts).
-// `prisma generate` asks for a schema engine it does not use for a client and, without
+// The example's Prisma Client: generated from prisma/schema.prisma at run time, offline, by
+// @courier/prisma/testing (as @courier/prisma's own tests generate theirs): `prisma generate`
+// asks for a schema engine it does not use for a client and, without
 // PRISMA_SCHEMA_ENGINE_BINARY, tries to download one (binaries.prisma.sh is unreachable on
 // these machines); the client itself needs no engine. The output goes to .prisma-client/
 // (git-ignored), named by Prisma version and schema hash, so an edited schema is regenerated.
-import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { PrismaTransactionOptions } from '@courier/prisma';
+import { generatePrismaClient } from '@courier/prisma/testing';
 
 const EXAMPLE_DIR = fileURLToPath(new URL('..', import.meta.url));
 const SCHEMA_FILE = join(EXAMPLE_DIR, 'prisma', 'schema.prisma');
-const require = createRequire(import.meta.url);
 
 /** An order row as Prisma returns it (model `Order`, table `orders`). */
 export interface PrismaOrder {
@@ -63,50 +60,14 @@ export interface ShopPrismaClient extends ShopPrismaTx {
 
 type ShopPrismaClientClass = new (options: { adapter: unknown }) => ShopPrismaClient;
 
-/** The installed Prisma version (the generated client must match its runtime). */
-function prismaVersion(): string {
-  return (JSON.parse(readFileSync(require.resolve('@prisma/client/package.json'), 'utf8')) as { version: string }).version;
-}
-
 /**
  * Generates the client from prisma/schema.prisma unless this Prisma version already generated
  * it for this schema, and returns the directory holding it (`client.ts`). Several processes
- * may call it at once: each generates into a directory of its own and renames it into place;
- * the first rename wins. Fails with Prisma's own output when generation fails.
+ * may call it at once (see generatePrismaClient). Fails with Prisma's own output when
+ * generation fails.
  */
 export function generateShopPrismaClient(): string {
-  const schemaText = readFileSync(SCHEMA_FILE, 'utf8');
-  const dir = join(EXAMPLE_DIR, '.prisma-client', `shop-${prismaVersion()}-${createHash('sha256').update(schemaText).digest('hex').slice(0, 8)}`);
-  if (existsSync(join(dir, 'client.ts'))) return dir;
-  const work = `${dir}.tmp-${process.pid}-${Date.now()}`;
-  mkdirSync(work, { recursive: true });
-  const schema = join(work, 'schema.prisma');
-  // The output is the work directory's `client/`, whatever the checked-in schema names.
-  const generatorOutput = /^(\s*output\s*=\s*)"[^"]*"/m;
-  if (!generatorOutput.test(schemaText)) throw new Error(`${SCHEMA_FILE} has no generator 'output' line to point at the generated client`);
-  writeFileSync(schema, schemaText.replace(generatorOutput, '$1"./client"'));
-  const cli = join(dirname(require.resolve('prisma/package.json')), 'build', 'index.js');
-  try {
-    execFileSync(process.execPath, [cli, 'generate', '--schema', schema], {
-      cwd: work,
-      env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: process.env['PRISMA_SCHEMA_ENGINE_BINARY'] ?? '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 120_000,
-    });
-  } catch (error) {
-    const output = error as { stdout?: Buffer; stderr?: Buffer };
-    rmSync(work, { recursive: true, force: true });
-    throw new Error(`prisma generate failed for ${SCHEMA_FILE}: ${String(output.stderr ?? '')}${String(output.stdout ?? '')}`, { cause: error });
-  }
-  try {
-    renameSync(join(work, 'client'), dir);
-  } catch (error) {
-    // Another process renamed its copy first: use that one.
-    if (!existsSync(join(dir, 'client.ts'))) throw error;
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-  return dir;
+  return generatePrismaClient({ schema: readFileSync(SCHEMA_FILE, 'utf8'), projectDir: EXAMPLE_DIR, name: 'shop' });
 }
 
 /**
