@@ -1,6 +1,6 @@
 export type { FixtureContext, ProcessFixtureModule, StatementLog, StoreFixture, StoreFixtureFactory, TransportFixture, TransportFixtureFactory } from './fixtures.js';
 export type { OutboxCaseEnv, OutboxStoreCase, OutboxStoreSuiteOptions } from './outbox-store-suite.js';
-export { describeOutboxStore, outboxOperationsCaseNames, outboxStoreCases } from './outbox-store-suite.js';
+export { describeOutboxStore, describeOutboxStoreCases, outboxOperationsCaseNames, outboxRoundTripCaseName, outboxStoreCases } from './outbox-store-suite.js';
 export type { InboxCaseEnv, InboxStoreCase, InboxStoreSuiteOptions } from './inbox-store-suite.js';
 export { describeInboxStore, inboxStoreCases } from './inbox-store-suite.js';
 export type { TransportCase, TransportCaseEnv, TransportSuiteOptions } from './transport-suite.js';

@@ -77,6 +77,29 @@ export function describeOutboxStore<Tx>(name: string, factory: StoreFixtureFacto
 }
 
 /**
+ * Registers only the named cases of {@link outboxStoreCases}, as {@link describeOutboxStore}
+ * registers them all (fresh fixture per case, the same settings), so an adapter can hold a
+ * fixture built for one check — a driver with its statement log on, say — to the kit's
+ * own case. A name that matches no case is an error, not an empty suite.
+ */
+export function describeOutboxStoreCases<Tx>(name: string, factory: StoreFixtureFactory<Tx>, caseNames: readonly string[], options: OutboxStoreSuiteOptions = {}): void {
+  const settings = { ...DEFAULTS, ...options };
+  const unknown = caseNames.filter((caseName) => !outboxStoreCases.some((testCase) => testCase.name === caseName));
+  if (unknown.length > 0 || caseNames.length === 0) throw new Error(`describeOutboxStoreCases: no outbox case is named ${unknown.map((caseName) => `'${caseName}'`).join(', ') || '(no names given)'}`);
+  const cases: SuiteCase<OutboxCaseEnv<Tx>>[] = outboxStoreCases.filter((testCase) => caseNames.includes(testCase.name)).map((testCase) => ({ name: testCase.name, run: (env) => testCase.run(env) }));
+  const setup: CaseSetup<OutboxCaseEnv<Tx>> = async (context, controls) => {
+    const fixture = await factory(context);
+    const env: OutboxCaseEnv<Tx> = { ...controls, fixture, outbox: fixture.outbox, topic: `${context.testId}.outbox`, options: settings };
+    return { env, close: () => fixture.close() };
+  };
+  describeCases(`outbox-store(${name}) selected`, cases, setup, caseTimeoutMs(settings.timeoutMs));
+}
+
+/** The name of the case that counts an append's statements through the fixture's `statementLog`. */
+export const outboxRoundTripCaseName =
+  'a keyed publish, and an append of several keyed rows (one delayed, one scheduled), sends only the statements its database needs (one on PostgreSQL), keeps their order and still refuses a duplicate messageId';
+
+/**
  * Names of the cases of {@link outboxStoreCases} that check the operator half of the port
  * (`OutboxOperations`: stats, prune, dead rows, halted keys); every other case checks the
  * engine (`OutboxEngine`). `describeOutboxStore` registers them as two groups.
@@ -344,7 +367,7 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
-    name: 'a keyed publish, and an append of several keyed rows (one delayed, one scheduled), sends only the statements its database needs (one on PostgreSQL), keeps their order and still refuses a duplicate messageId',
+    name: outboxRoundTripCaseName,
     async run(env) {
       // Every statement of an append is a round trip inside the caller's transaction, while it
       // holds its own row locks: an adapter that splits the key locks from the INSERT where the
