@@ -85,11 +85,12 @@ export interface StatementLog {
    */
   watch(work: () => Promise<void>): Promise<readonly string[]>;
   /**
-   * How many statements, transaction control not counted, one append of keyed rows needs on
+   * The most statements, transaction control not counted, one append of keyed rows may send on
    * this database: 1 where the INSERT takes the per-key locks itself (PostgreSQL:
-   * `INSERT … SELECT … WHERE <advisory locks>`), 2 where the locks need a statement of their
-   * own (MySQL/MariaDB: the key buckets locked FOR UPDATE before the INSERT). Declare it from
-   * the database, not from what the store happens to send.
+   * `INSERT … SELECT … WHERE <advisory locks>`), 2 where the locks may need a statement of their
+   * own (MySQL/MariaDB: the key buckets locked FOR UPDATE before the INSERT, until the engine's
+   * MySQL append carries them in the INSERT too). Declare it from the database, not from what
+   * the store happens to send.
    */
   readonly keyedAppendStatements: number;
 }

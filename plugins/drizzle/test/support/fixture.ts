@@ -180,7 +180,7 @@ export async function createDrizzleFixture(dialect: DrizzleFixtureDialect, conte
                 }
                 return seen;
               },
-              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
               keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
             },
           }),

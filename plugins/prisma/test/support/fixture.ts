@@ -170,7 +170,7 @@ export async function createPrismaFixture(dialect: PrismaFixtureDialect, context
                 }
                 return seen;
               },
-              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
               keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
             },
           }),

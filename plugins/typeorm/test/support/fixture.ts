@@ -127,7 +127,7 @@ export async function createTypeOrmFixture(dialect: TypeOrmFixtureDialect, conte
           }
           return seen;
         },
-        // PostgreSQL: the INSERT takes the advisory locks; MariaDB: the key buckets FOR UPDATE, then the INSERT.
+        // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
         keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
       },
       transaction: (work) => dataSource.transaction(work),
