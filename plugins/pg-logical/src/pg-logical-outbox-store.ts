@@ -170,6 +170,16 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
   /** Rows a claim by sequence could not take yet, with when to try again (see `PARK_TRIES`). */
   #parked: { readonly row: LoggedRow; readonly wakeAt: number }[] = [];
   #parkTimer: NodeJS.Timeout | undefined;
+  /** When `#parkTimer` fires. */
+  #parkTimerAt = Number.POSITIVE_INFINITY;
+  /**
+   * One set per claim by sequence in flight: the rows this store settled (completed, failed,
+   * released) while that claim's statement ran. Such a row may look leased to the claim —
+   * by this store's own sweep, whose claim and completion both fell inside the statement's
+   * round trip — and is no longer held here when the answer comes; parked as "leased
+   * elsewhere" it blocked its key and the slot's acknowledgement for the whole lease.
+   */
+  readonly #settledDuringClaims = new Set<Set<bigint>>();
   #logged = 0;
   #swept = 0;
 
@@ -441,6 +451,8 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       `SELECT token.value::text AS claim_token, CASE WHEN row_number() OVER (ORDER BY claimed.seq) = 1 THEN (SELECT info FROM seen) END AS seen, claimed.* ` +
       `FROM token LEFT JOIN claimed ON true ORDER BY claimed.seq`;
     let result: pg.QueryResult<Record<string, unknown>>;
+    const settledMeanwhile = new Set<bigint>();
+    this.#settledDuringClaims.add(settledMeanwhile);
     try {
       result = await this.#pool.query(sql, [rows.map((row) => row.sequence.toString()), options.owner, Math.ceil(options.leaseMs)]);
     } catch (error) {
@@ -448,6 +460,8 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       for (const row of rows) if (row.keyHash !== null) this.#unreserveKey(row.keyHash);
       this.#waiting = [...rows, ...this.#waiting].sort((a, b) => (a.sequence < b.sequence ? -1 : 1));
       throw error;
+    } finally {
+      this.#settledDuringClaims.delete(settledMeanwhile);
     }
     const first = result.rows[0];
     const token = BigInt(String(first?.['claim_token']));
@@ -471,6 +485,12 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       if (held) {
         // Leased by a sweep of this store meanwhile: it settles with that claim's completion, not after a lease's wait.
         held.transaction ??= row.transaction;
+        continue;
+      }
+      if (settledMeanwhile.has(row.sequence)) {
+        // Claimed and settled by this store (its sweep) while the statement ran: the table has its outcome —
+        // published, or pending again for the sweep (released, failed for a retry). Nobody else's lease to wait out.
+        left.push(row.sequence);
         continue;
       }
       const info = seen.get(row.sequence.toString());
@@ -512,11 +532,22 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     this.#scheduleParked();
   }
 
+  /**
+   * Sets the timer for the earliest parked row, moving it earlier when a row parked later is due
+   * sooner: one timer set for a row parked until a lease ends (seconds) held back every row
+   * parked after it for milliseconds — in pipelined drains, seconds of idle relay loops.
+   */
   #scheduleParked(): void {
-    if (this.#parkTimer !== undefined || this.#parked.length === 0) return;
+    if (this.#parked.length === 0) return;
     const first = Math.min(...this.#parked.map((parked) => parked.wakeAt));
+    if (this.#parkTimer !== undefined) {
+      if (this.#parkTimerAt <= first) return;
+      clearTimeout(this.#parkTimer);
+    }
+    this.#parkTimerAt = first;
     this.#parkTimer = setTimeout(() => {
       this.#parkTimer = undefined;
+      this.#parkTimerAt = Number.POSITIVE_INFINITY;
       const now = Date.now();
       const due = this.#parked.filter((parked) => parked.wakeAt <= now).map((parked) => parked.row);
       this.#parked = this.#parked.filter((parked) => parked.wakeAt > now);
@@ -559,6 +590,7 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     for (const sequence of sequences) {
       const held = this.#held.get(sequence);
       if (!held) continue;
+      for (const settled of this.#settledDuringClaims) settled.add(sequence);
       this.#held.delete(sequence);
       if (held.keyHash !== null) {
         this.#unreserveKey(held.keyHash);
@@ -714,6 +746,7 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     this.#parked = [];
     clearTimeout(this.#parkTimer);
     this.#parkTimer = undefined;
+    this.#parkTimerAt = Number.POSITIVE_INFINITY;
     this.#transactions.length = 0;
     this.#receiving = undefined;
     for (const held of this.#held.values()) held.transaction = undefined;
