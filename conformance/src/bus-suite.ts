@@ -137,6 +137,15 @@ export interface BusSuiteOptions {
   readonly process?: ProcessFixtureOptions;
   /** Why there is no process fixture (printed with the skip). */
   readonly processSkipReason?: string;
+  /**
+   * Whether to run the consumer-side cases beside the fault-point scenarios (replayed and
+   * given-up copies, hostile handler errors, lost acks, settle failures, an oversized dead
+   * letter). Default true. A suite that varies only the relay — another outbox store on a
+   * database, transport and inbox that a suite of its own already runs these cases on — may
+   * leave them out; they exercise the consumer and the inbox, which it does not change. The
+   * fault-point scenarios (in-process, SIGKILL, stress) always run.
+   */
+  readonly consumerCases?: boolean;
   /** Engine tuning for every scenario. */
   readonly tuning?: Partial<ScenarioTuning>;
   /** Stress runs: random seeds, keys, batch sizes and fault points. Default from `COURIER_STRESS_RUNS` or 2; 0 runs none. */
@@ -316,55 +325,11 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       }), IN_PROCESS_LONG_CASE_TIMEOUT_MS);
     });
 
-    it(REPLAYED_DUPLICATE_CASE, tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
-
-    it(GIVEN_UP_CASE, tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
-
-    it(
-      HOSTILE_PARK_CASE,
-      tracked((skipCase) => runHostileErrorParkCase(factories, skipCase)),
-      120_000,
-    );
-
-    it(
-      HOSTILE_HALT_CASE,
-      tracked((skipCase) => runHostileErrorHaltCase(factories, skipCase)),
-      120_000,
-    );
-
-    it(
-      ACK_ANSWER_LOST_CASE,
-      tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: false }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
-      LOST_ACK_CASE_TIMEOUT_MS,
-    );
-
-    it(
-      ACK_ANSWER_LOST_HALT_CASE,
-      tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: true }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
-      LOST_ACK_CASE_TIMEOUT_MS,
-    );
-
-    it(
-      ACK_NEVER_ARRIVED_CASE,
-      tracked(() => runAckNeverArrivedCase(factories, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
-      LOST_ACK_CASE_TIMEOUT_MS,
-    );
-
-    for (const failure of SETTLE_FAILURES) {
-      it(
-        settleFailureCaseName(failure),
-        tracked((skipCase) => runSettleFailsOnceCase(factories, skipCase, failure, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
-        SETTLE_FAILURE_CASE_TIMEOUT_MS,
-      );
-    }
-
-    it(
-      OVERSIZED_DEAD_LETTER_CASE,
-      tracked(() => runOversizedDeadLetterCase(factories, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
-      SETTLE_FAILURE_CASE_TIMEOUT_MS,
-    );
+    // Left out as a group (not skipped one by one): the suite that owns them runs them.
+    if (options.consumerCases !== false) describeConsumerCases(factories, tracked);
 
     describe('process-level (SIGKILL)', () => {
+
       for (const point of FAULT_POINTS) {
         const spec = SCENARIOS[point];
         const reason = options.process ? undefined : (options.processSkipReason ?? 'no process fixture module was given');
@@ -427,4 +392,58 @@ export function describeBus<Tx>(name: string, factories: BusFactories<Tx>, optio
       }
     });
   });
+}
+
+/** The consumer-side cases `describeBus` runs beside its fault-point scenarios (see `BusSuiteOptions.consumerCases`). */
+function describeConsumerCases<Tx>(
+  factories: BusFactories<Tx>,
+  tracked: (body: (skip: (reason: string) => never) => Promise<void>) => (context: TestContext) => Promise<void>,
+): void {
+  it(REPLAYED_DUPLICATE_CASE, tracked((skipCase) => runReplayedDuplicateCase(factories, skipCase)), 120_000);
+
+  it(GIVEN_UP_CASE, tracked((skipCase) => runGivenUpWhileAppliedCase(factories, skipCase)), 120_000);
+
+  it(
+    HOSTILE_PARK_CASE,
+    tracked((skipCase) => runHostileErrorParkCase(factories, skipCase)),
+    120_000,
+  );
+
+  it(
+    HOSTILE_HALT_CASE,
+    tracked((skipCase) => runHostileErrorHaltCase(factories, skipCase)),
+    120_000,
+  );
+
+  it(
+    ACK_ANSWER_LOST_CASE,
+    tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: false }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+    LOST_ACK_CASE_TIMEOUT_MS,
+  );
+
+  it(
+    ACK_ANSWER_LOST_HALT_CASE,
+    tracked((skipCase) => runAckAnswerLostCase(factories, skipCase, { orderedHalt: true }, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+    LOST_ACK_CASE_TIMEOUT_MS,
+  );
+
+  it(
+    ACK_NEVER_ARRIVED_CASE,
+    tracked(() => runAckNeverArrivedCase(factories, inProcessCaseDeadline(LOST_ACK_CASE_TIMEOUT_MS))),
+    LOST_ACK_CASE_TIMEOUT_MS,
+  );
+
+  for (const failure of SETTLE_FAILURES) {
+    it(
+      settleFailureCaseName(failure),
+      tracked((skipCase) => runSettleFailsOnceCase(factories, skipCase, failure, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
+      SETTLE_FAILURE_CASE_TIMEOUT_MS,
+    );
+  }
+
+  it(
+    OVERSIZED_DEAD_LETTER_CASE,
+    tracked(() => runOversizedDeadLetterCase(factories, inProcessCaseDeadline(SETTLE_FAILURE_CASE_TIMEOUT_MS))),
+    SETTLE_FAILURE_CASE_TIMEOUT_MS,
+  );
 }
