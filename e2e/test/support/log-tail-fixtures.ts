@@ -7,6 +7,7 @@
 // store reads the one slot in turn (PostgreSQL streams a slot to one connection; the others
 // claim as polling relays, fenced by leases, and take the slot over when its reader dies).
 import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { dropReplicationSlot, ensureReplicationSlot, PgLogicalOutboxStore } from '@courier/pg-logical';
 import type { EntityManager } from '@mikro-orm/core';
 import pg from 'pg';
@@ -24,6 +25,14 @@ const SWEEP_INTERVAL_MS = 1_000;
 /** Rows each in-process fixture's store claimed from the log and by sweep, read at its close (the test files print the sums). */
 export const claimTally = { logged: 0, swept: 0 };
 
+/** A store fixture whose outbox tails the log (see {@link logTailStore}). */
+export interface LogTailStoreFixture extends StoreFixture<EntityManager> {
+  readonly outbox: PgLogicalOutboxStore<EntityManager>;
+  readonly slot: string;
+  /** Another log-tail store on the same slot and tables (another relay's), closed by `close()`. */
+  another(): PgLogicalOutboxStore<EntityManager>;
+}
+
 /**
  * A PostgreSQL store fixture whose outbox tails the log. `slotPrefix` names the test file's
  * slots (lower-case letters, digits, `_`), so its `dropLogTailSlots` never touches another
@@ -33,11 +42,13 @@ export const claimTally = { logged: 0, swept: 0 };
  * hardly be exercised. Not for the parent of process scenarios, which must leave the slot to
  * its workers. `close()` closes the log-tail store and drops the slot when nobody reads it.
  */
-export async function logTailStore(context: FixtureContext, slotPrefix: string, options: { readonly readAtOnce: boolean }): Promise<StoreFixture<EntityManager>> {
+export async function logTailStore(context: FixtureContext, slotPrefix: string, options: { readonly readAtOnce: boolean }): Promise<LogTailStoreFixture> {
   const fixture = await createPostgresFixture(context);
   const slot = `${slotPrefix}${context.testId}`.toLowerCase();
   const publication = `${slot}_pub`;
   const admin = new pg.Pool({ connectionString: PG_URL, max: 1 });
+  // An idle connection the server ends (the restart project stops PostgreSQL) must not be an uncaught error; the next query reconnects.
+  admin.on('error', () => undefined);
   try {
     await ensureReplicationSlot(admin, { slot, publication, table: fixture.table('outbox') });
   } catch (error) {
@@ -45,14 +56,17 @@ export async function logTailStore(context: FixtureContext, slotPrefix: string, 
     await fixture.close();
     throw error;
   }
-  const outbox = new PgLogicalOutboxStore<EntityManager>({
-    store: fixture.outbox,
-    connection: { connectionString: PG_URL },
-    slot,
-    publication,
-    tables: { tablePrefix: fixture.tablePrefix },
-    sweepIntervalMs: SWEEP_INTERVAL_MS,
-  });
+  const open = (store: MikroOrmOutboxStore) =>
+    new PgLogicalOutboxStore<EntityManager>({
+      store,
+      connection: { connectionString: PG_URL },
+      slot,
+      publication,
+      tables: { tablePrefix: fixture.tablePrefix },
+      sweepIntervalMs: SWEEP_INTERVAL_MS,
+    });
+  const outbox = open(fixture.outbox);
+  const others: PgLogicalOutboxStore<EntityManager>[] = [];
   if (options.readAtOnce) {
     await outbox.watch(() => undefined);
     const deadline = Date.now() + 15_000;
@@ -65,9 +79,16 @@ export async function logTailStore(context: FixtureContext, slotPrefix: string, 
   return {
     ...fixture,
     outbox,
+    slot,
+    another() {
+      const store = open(new MikroOrmOutboxStore({ orm: fixture.orm, tablePrefix: fixture.tablePrefix, wakeups: false }));
+      others.push(store);
+      return store;
+    },
     async close() {
       // Closes the wrapped store too.
       await outbox.close();
+      for (const other of others) await other.close();
       claimTally.logged += outbox.claimed.logged;
       claimTally.swept += outbox.claimed.swept;
       // The slot's reader (if it was this store) ends a moment after its connection closes.
@@ -93,6 +114,7 @@ export async function logTailStore(context: FixtureContext, slotPrefix: string, 
  */
 export async function dropLogTailSlots(slotPrefix: string): Promise<void> {
   const admin = new pg.Pool({ connectionString: PG_URL, max: 1 });
+  admin.on('error', () => undefined);
   try {
     for (let attempt = 0; attempt < 50; attempt++) {
       const { rows } = await admin.query<{ slot_name: string; active: boolean }>('SELECT slot_name, active FROM pg_replication_slots WHERE starts_with(slot_name, $1)', [slotPrefix]);

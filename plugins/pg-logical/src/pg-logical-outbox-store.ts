@@ -102,6 +102,8 @@ interface SeenRow {
 }
 /** How often the reader sends the server its confirmed position even when nothing moved, so a quiet stream is not timed out (`wal_sender_timeout`, 60 s by default). */
 const STATUS_INTERVAL_MS = 10_000;
+/** 2000-01-01T00:00:00Z, the epoch of the replication protocol's timestamps. */
+const POSTGRES_EPOCH_MS = Date.UTC(2000, 0, 1);
 
 /**
  * An outbox store whose claims come from PostgreSQL's write-ahead log: a relay built on it
@@ -166,6 +168,8 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
   #lastSweepAt = Number.NEGATIVE_INFINITY;
   #confirmedLsn = 0n;
   #lastStatusAt = 0;
+  /** The highest position reported to the server as received (written) while rows were unsettled. */
+  #reportedReceived = 0n;
   #wake: (() => void) | undefined;
   /** Rows a claim by sequence could not take yet, with when to try again (see `PARK_TRIES`). */
   #parked: { readonly row: LoggedRow; readonly wakeAt: number }[] = [];
@@ -736,12 +740,38 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
    */
   #heartbeat(lsn: bigint, shouldRespond: boolean): void {
     if (this.#transactions.length === 0 && this.#receiving === undefined) this.#acknowledge(lsn);
-    else if (shouldRespond || Date.now() - this.#lastStatusAt > STATUS_INTERVAL_MS) this.#acknowledge(this.#confirmedLsn, true);
+    else if (shouldRespond || lsn > this.#reportedReceived || Date.now() - this.#lastStatusAt > STATUS_INTERVAL_MS) this.#reportReceived(lsn);
+  }
+
+  /**
+   * Tells the server the stream arrived up to `lsn` (written) without confirming anything
+   * (flushed: none): PostgreSQL's shutdown waits for every WAL sender until its client reports
+   * the last WAL sent as written or flushed, and a reader that repeated only its confirmed
+   * position while rows were unsettled (the broker down, say) kept `pg_ctl stop -m fast` from
+   * finishing. The slot advances only with the flushed position (`confirmed_flush_lsn`), which
+   * this leaves where it was; the standby status update is the protocol's (pg_receivewal sends an
+   * invalid flush position the same way). pg-logical-replication's `acknowledge` sends one
+   * position for all three, so this writes the message on its connection itself.
+   */
+  #reportReceived(lsn: bigint): void {
+    const connection = (this.#service as unknown as { _connection?: { sendCopyFromChunk(chunk: Buffer): void } } | undefined)?._connection;
+    if (!connection) return;
+    this.#reportedReceived = lsn > this.#reportedReceived ? lsn : this.#reportedReceived;
+    this.#lastStatusAt = Date.now();
+    const message = Buffer.alloc(34);
+    message.write('r', 0, 'latin1');
+    message.writeBigUInt64BE(this.#reportedReceived, 1); // written
+    message.writeBigUInt64BE(0n, 9); // flushed: invalid, so the slot is not confirmed
+    message.writeBigUInt64BE(0n, 17); // applied
+    message.writeBigUInt64BE(BigInt(Date.now() - POSTGRES_EPOCH_MS) * 1000n, 25);
+    message.writeUInt8(0, 33);
+    connection.sendCopyFromChunk(message);
   }
 
   /** The stream ended: rows received but not claimed are read again by the next reader; rows held here keep settling. */
   #forgetStream(): void {
     this.#service = undefined;
+    this.#reportedReceived = 0n;
     this.#waiting = [];
     this.#parked = [];
     clearTimeout(this.#parkTimer);
