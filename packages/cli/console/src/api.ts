@@ -51,7 +51,25 @@ export interface Stats {
   readonly inbox: { consumers: { consumer: string; records: number; oldestRecordAgeMs: number; deadLetters: number; replayed: number }[] } | null;
   readonly consumerHalts: { consumer: string; haltedKeys: number; held: number }[] | null;
   readonly transport: { consumer: string; deadLetters: number; atLeast: boolean }[] | null;
+  /**
+   * The replication slot a log-tailing outbox (`PgLogicalOutboxStore`) reads, as `courier stats`
+   * reads it (packages/cli/src/log-slot.ts): absent when the outbox does not tail a slot, null
+   * when it could not be read (then named in `unavailable`).
+   */
+  readonly logSlot?: LogSlot | null;
   readonly unavailable: { what: string; error: string; remedy?: string }[];
+}
+
+/** A log-tail slot: `exists: false` when the server has none (nothing creates it by reading). */
+export interface LogSlot {
+  readonly slot: string;
+  readonly exists: boolean;
+  readonly active: boolean;
+  readonly activePid: number | null;
+  readonly lagBytes: number;
+  /** PostgreSQL 17+ (`inactive_since`); null before, and while the slot is read. */
+  readonly inactiveForMs: number | null;
+  readonly walStatus: string | null;
 }
 
 export interface Info {

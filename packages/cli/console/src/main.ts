@@ -5,7 +5,7 @@
 import { Chart, Filler, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip } from 'chart.js';
 import { html, render } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
+import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type LogSlot, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
 import './style.css';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
@@ -160,6 +160,7 @@ function Overview() {
       <${Stat} testid="outbox-halted" label="halted keys" value=${o.haltedKeys} alert=${o.haltedKeys > 0} />
     </div></section>`}
     ${stats && !o && html`<p class="note">The config has no outbox: no backlog to show.</p>`}
+    ${stats?.logSlot && html`<${LogSlotCard} slot=${stats.logSlot} />`}
     <div class="charts">
       <${LineChart} testid="chart-backlog" title="Outbox backlog" samples=${samples} series=${[
         { label: 'pending', pick: (s: Sample) => s.pending, color: '#2563eb' },
@@ -194,6 +195,39 @@ function Overview() {
           )}</tbody></table>`}
     </section>
   </div>`;
+}
+
+/**
+ * A log-tailing outbox's replication slot. Red where docs/operations.md raises an alert or a
+ * slot stops being useful: no reader (the slot keeps WAL for nobody), lag above 1 GiB
+ * (CourierLogSlotHoldingWal's threshold), WAL the server no longer keeps for it (`lost`) or
+ * may remove (`unreserved`).
+ */
+function LogSlotCard({ slot }: { slot: LogSlot }) {
+  if (!slot.exists) {
+    return html`<section class="card" data-testid="log-slot"><h3>Log-tail slot <code>${slot.slot}</code></h3>
+      <p class="note" data-testid="log-slot-missing">The slot does not exist on the server: a log-tail relay creates it when it starts; until then no WAL is held for it.</p></section>`;
+  }
+  return html`<section class="card" data-testid="log-slot"><h3>Log-tail slot <code>${slot.slot}</code></h3><div class="stats">
+    <${Stat} testid="log-slot-reader" label="reader" value=${slot.active ? `server pid ${slot.activePid ?? '?'}` : 'none'} alert=${!slot.active} />
+    <${Stat} testid="log-slot-lag" label="lag (WAL held; CourierLogSlotHoldingWal)" value=${bytes(slot.lagBytes)} alert=${slot.lagBytes > LOG_SLOT_LAG_ALERT_BYTES} />
+    <${Stat} testid="log-slot-unread" label="unread for (PostgreSQL 17+)" value=${slot.inactiveForMs === null ? '–' : age(slot.inactiveForMs)} />
+    <${Stat} testid="log-slot-wal" label="WAL status" value=${slot.walStatus ?? '–'} alert=${slot.walStatus === 'lost' || slot.walStatus === 'unreserved'} />
+  </div></section>`;
+}
+
+/** CourierLogSlotHoldingWal's threshold (docs/alerts/courier.rules.yml): 1 GiB. */
+const LOG_SLOT_LAG_ALERT_BYTES = 1024 ** 3;
+
+function bytes(value: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let scaled = value;
+  let unit = 0;
+  while (scaled >= 1024 && unit < units.length - 1) {
+    scaled /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${scaled} B` : `${scaled.toFixed(1)} ${units[unit]}`;
 }
 
 interface ConsumerRow {
