@@ -5,7 +5,7 @@
 import { Chart, Filler, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip } from 'chart.js';
 import { html, render } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type LogSlot, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
+import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
 import './style.css';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
@@ -203,7 +203,7 @@ function Overview() {
  * (CourierLogSlotHoldingWal's threshold), WAL the server no longer keeps for it (`lost`) or
  * may remove (`unreserved`).
  */
-function LogSlotCard({ slot }: { slot: LogSlot }) {
+function LogSlotCard({ slot }: { slot: NonNullable<Stats['logSlot']> }) {
   if (!slot.exists) {
     return html`<section class="card" data-testid="log-slot"><h3>Log-tail slot <code>${slot.slot}</code></h3>
       <p class="note" data-testid="log-slot-missing">The slot does not exist on the server: a log-tail relay creates it when it starts; until then no WAL is held for it.</p></section>`;
