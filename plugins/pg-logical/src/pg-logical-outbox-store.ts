@@ -68,8 +68,10 @@ interface LoggedRow {
   readonly sequence: bigint;
   readonly keyHash: string | null;
   readonly transaction: LoggedTransaction;
-  /** Claims that did not find the row committed yet (see `NOT_VISIBLE_TRIES`). */
+  /** Claims by sequence that could not take the row (see `PARK_TRIES`). */
   tries: number;
+  /** When the row, found due later (leased elsewhere, delayed), was due by the last claim's reading; absent before. */
+  dueAt?: number;
 }
 
 /** A row claimed here (by sequence or by a sweep) and not yet completed, failed or released. */
@@ -86,12 +88,14 @@ const MAX_RECONNECT_DELAY_MS = 5_000;
  * is not yet visible (the WAL sender can send a commit a moment before the committing backend
  * has left the process array), leased by another relay, or blocked by an earlier row of its
  * key held elsewhere. Tried again after 5 ms, doubling up to `PARK_MAX_DELAY_MS` (about 10 s
- * in all), or when the row's lease ends; meanwhile its key is blocked here and the slot is not
+ * in all); a row due later (leased, delayed) every `DUE_RECHECK_MS` until due, uncounted; meanwhile its key is blocked here and the slot is not
  * acknowledged past it. Dropping such rows at once sent whole keys to the sweep: a bench drain
  * of 10,000 rows over 64 keys fell to ~64 rows per sweep.
  */
 const PARK_TRIES = 40;
 const PARK_MAX_DELAY_MS = 250;
+/** How often a parked row due later (leased by another relay, or delayed) is looked at again: one claim statement per second at most for such rows. */
+const DUE_RECHECK_MS = 1_000;
 
 /** What the claim by sequence says of a row it did not take. */
 interface SeenRow {
@@ -500,13 +504,20 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       const info = seen.get(row.sequence.toString());
       // Gone, published, dead or halted, behind a halted head, or due only after the next sweep: the table keeps it.
       const tableOwns = info !== undefined && (!info.pending || info.behindHalt || info.dueInMs > this.#sweepIntervalMs);
-      if (tableOwns || ++row.tries > PARK_TRIES) {
+      const dueInMs = info?.dueInMs ?? 0;
+      // A row due later (leased elsewhere, or delayed) is looked at again every `DUE_RECHECK_MS`
+      // until then: waiting for its lease to end kept a key blocked for the whole lease after the
+      // relay holding its head had long completed it. Such looks count as a try only once the
+      // due time last read has passed (a lease renewed or taken anew), as one wait for a lease did.
+      const counts = dueInMs === 0 || now >= (row.dueAt ?? 0);
+      if (dueInMs > 0) row.dueAt = now + dueInMs;
+      if (tableOwns || (counts && ++row.tries > PARK_TRIES)) {
         left.push(row.sequence);
         continue;
       }
-      // Not visible yet, leased by a relay that may die, or blocked by an earlier row of its key
-      // held elsewhere: tried again soon, its key blocked meanwhile so no later row overtakes it.
-      this.#park(row, now + Math.max(info?.dueInMs ?? 0, Math.min(PARK_MAX_DELAY_MS, 5 * 2 ** row.tries)));
+      // Not visible yet, leased by a relay that may die or finish, or blocked by an earlier row of
+      // its key held elsewhere: tried again soon, its key blocked meanwhile so no later row overtakes it.
+      this.#park(row, now + (dueInMs > 0 ? Math.min(dueInMs, DUE_RECHECK_MS) : Math.min(PARK_MAX_DELAY_MS, 5 * 2 ** row.tries)));
     }
     if (left.length > 0) {
       for (const sequence of left) this.#closeRow(sequence, this.#transactionOf(rows, sequence));

@@ -136,3 +136,37 @@ describe('log-tail parked rows', () => {
     await polling.complete(long.lease, long.records.map((record) => record.sequence));
   });
 });
+
+describe('log-tail rows leased by another live relay', () => {
+  it('a head another relay completes long before its lease ends: the key goes on within about a second, not at the lease end', async () => {
+    const f = await createLogTailFixture();
+    fixtures.push(f);
+    const store = f.logTail({ sweepIntervalMs: 300_000 });
+    let announced = 0;
+    await store.watch(() => announced++);
+    await eventually(() => expect(store.streaming).toBe(true));
+    expect((await store.claim({ owner: 'warm-up', limit: 10, leaseMs: 30_000, perKey: 1 })).records).toHaveLength(0);
+    announced = 0;
+    const polling = f.polling();
+    const bus = createBus({ outbox: polling, transport: new RecordingTransport(), logger: noopLogger });
+    await f.transaction(async (em) => {
+      for (let i = 0; i < 2; i++) bus.outbox(em).publish(Ping, { i }, { key: 'c' });
+    });
+    await eventually(() => expect(announced).toBeGreaterThan(0));
+    // A polling relay holds c's head under a 120 s lease; the log-tail store parks it (and its key).
+    const held = await polling.claim({ owner: 'poller', limit: 1, leaseMs: 120_000, perKey: 1 });
+    expect(held.records.map((record) => payloadOf(record.envelope))).toEqual([0]);
+    expect((await store.claim({ owner: 'relay', limit: 10, leaseMs: 30_000, perKey: 1 })).records).toHaveLength(0);
+    // It publishes and completes the head at once: the key's next row must not wait out the 120 s.
+    await polling.complete(held.lease, held.records.map((record) => record.sequence));
+    const began = Date.now();
+    const next = await eventually(async () => {
+      const batch = await store.claim({ owner: 'relay', limit: 10, leaseMs: 30_000, perKey: 1 });
+      expect(batch.records.length).toBeGreaterThan(0);
+      return batch;
+    }, 20_000);
+    expect(next.records.map((record) => payloadOf(record.envelope))).toEqual([1]);
+    expect(Date.now() - began).toBeLessThan(20_000);
+    await store.complete(next.lease, next.records.map((record) => record.sequence));
+  });
+});
