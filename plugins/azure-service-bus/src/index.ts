@@ -1,2 +1,2 @@
-export type { ServiceBusTransportConfig } from './service-bus-transport.js';
+export type { ServiceBusAdministration, ServiceBusTransportConfig } from './service-bus-transport.js';
 export { ServiceBusTransport, toTransportError } from './service-bus-transport.js';

@@ -2,7 +2,7 @@ import { decodeEnvelope, type DeadLetter, type Envelope, type TransportDeadLette
 import type { ServiceBusReceivedMessage, ServiceBusReceiver, ServiceBusSender } from '@azure/service-bus';
 import Long from 'long';
 import { P, codeOf, toTransportError } from './service-bus-errors.js';
-import { ServiceBusTransport, type ServiceBusTransportConfig } from './service-bus-transport.js';
+import { ServiceBusTransport, type ServiceBusAdministration, type ServiceBusTransportConfig } from './service-bus-transport.js';
 
 /** What {@link ServiceBusDeadLetters} needs of its transport besides its public methods. */
 export interface DeadLetterParts {
@@ -14,7 +14,15 @@ export interface DeadLetterParts {
   readonly subscribed: ReadonlySet<string>;
   /** The live sender of a topic (replays go through it). */
   sender(topic: string): ServiceBusSender;
+  /** The configured administration client: `exists` is there only with it. */
+  readonly administration?: ServiceBusAdministration | undefined;
 }
+
+/** Whether an administration client's error says the entity is not there (HTTP 404; the SDK's code for it). */
+const isNotFound = (error: unknown): boolean => {
+  const { code, statusCode } = (error ?? {}) as { code?: unknown; statusCode?: unknown };
+  return code === 'MessageEntityNotFoundError' || statusCode === 404;
+};
 
 /**
  * The operator's view of Service Bus dead letters: each known topic's dead-letter sub-queue
@@ -29,9 +37,37 @@ export class ServiceBusDeadLetters implements TransportDeadLetters {
   readonly #transport: ServiceBusTransport;
   readonly #parts: DeadLetterParts;
 
+  /**
+   * Whether the consumer's subscription exists on any known topic, read with the
+   * administration client's GET of the subscription: nothing is created, taken or locked.
+   * A missing subscription (404) is `false`; any other failure (no Manage claim: 401, the
+   * namespace unreachable) rejects with a `TransportError` instead of passing for "does not
+   * exist" (the SDK's own `subscriptionExists` answers `false` to every error). No topic
+   * known (none configured, subscribed or published to): `false`. Present only when the
+   * transport was given `administration`, and not in queue mode: there a consumer group is
+   * no entity of its own (every group reads the queue), so the broker cannot tell a
+   * mistyped group name from a real one.
+   */
+  readonly exists?: (consumer: string) => Promise<boolean>;
+
   constructor(transport: ServiceBusTransport, parts: DeadLetterParts) {
     this.#transport = transport;
     this.#parts = parts;
+    const administration = parts.administration;
+    if (administration && !parts.queues) this.exists = (consumer) => this.#exists(administration, consumer);
+  }
+
+  async #exists(administration: ServiceBusAdministration, consumer: string): Promise<boolean> {
+    for (const topic of this.#knownTopics()) {
+      const entity = this.#transport.entityOf(topic);
+      try {
+        await administration.getSubscriptionRuntimeProperties(entity, consumer);
+        return true;
+      } catch (error) {
+        if (!isNotFound(error)) throw toTransportError(error, `cannot tell whether the subscription ${consumer} of ${entity} exists`);
+      }
+    }
+    return false;
   }
 
   #deadReceiver(topic: string, consumer: string): ServiceBusReceiver {

@@ -19,6 +19,7 @@ import {
   type TransportDeadLetters,
 } from '@courier/core';
 import {
+  type ServiceBusAdministrationClient,
   type ServiceBusClient,
   type ServiceBusMessage,
   type ServiceBusReceivedMessage,
@@ -34,6 +35,9 @@ import { NAME_PATTERN, P, codeOf, isConnectivity, toTransportError } from './ser
 import { ServiceBusSubscription } from './service-bus-subscription.js';
 
 export { toTransportError } from './service-bus-errors.js';
+
+/** What the transport uses of `ServiceBusAdministrationClient` (reads only). */
+export type ServiceBusAdministration = Pick<ServiceBusAdministrationClient, 'getSubscriptionRuntimeProperties'>;
 
 /** Configuration of {@link ServiceBusTransport}. */
 export interface ServiceBusTransportConfig {
@@ -97,6 +101,16 @@ export interface ServiceBusTransportConfig {
    */
   readonly brokerMessageId?: (envelope: Envelope) => string;
   /**
+   * The namespace's administration client (`new ServiceBusAdministrationClient(connectionString)`
+   * or with a credential), used only to read: with it `deadLetters.exists` tells an operator
+   * whether a consumer's subscription exists, by the management API's GET, which creates
+   * nothing (topic mode only: in queue mode a consumer group is no entity of its own). Its connection needs the Manage claim (a Listen-only SAS
+   * policy gets 401, reported as an error, never as "does not exist"). Without it
+   * `deadLetters.exists` is absent and operator tools cannot tell a mistyped name from an
+   * empty dead-letter queue.
+   */
+  readonly administration?: ServiceBusAdministration;
+  /**
    * Where the transport reports what it does on its own: so far, a client given up after a
    * lost connection whose close it stopped waiting for in `close()` (warn). Default silent.
    */
@@ -128,7 +142,7 @@ export class ServiceBusTransport implements Transport {
   /** Subscription names hold 50 characters; topic names 260 with the prefix. */
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
-  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId' | 'logger'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
+  readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId' | 'logger' | 'administration'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
   /** Queue mode (`entities: 'queues'`). */
   readonly #queues: boolean;
   readonly #source: ClientSource;
@@ -156,6 +170,10 @@ export class ServiceBusTransport implements Transport {
     positive('maxMessageBytes', maxMessageBytes);
     const entities = config?.entities ?? 'topics';
     if (entities !== 'topics' && entities !== 'queues') problems.push(`'entities' must be 'topics' or 'queues', got ${JSON.stringify(entities)}`);
+    const administration = config?.administration;
+    if (administration !== undefined && typeof administration?.getSubscriptionRuntimeProperties !== 'function') {
+      problems.push("'administration' must be a ServiceBusAdministrationClient");
+    }
     if (problems.length > 0) throw new ConfigError(problems);
     this.#queues = entities === 'queues';
     // A client still connecting gets two publish deadlines before a timeout gives it up.
@@ -185,6 +203,7 @@ export class ServiceBusTransport implements Transport {
       topics: config.topics,
       subscribed: this.#topics,
       sender: (topic) => this.#sender(topic).sender,
+      administration,
     });
   }
 

@@ -5,12 +5,14 @@
 // documentation page (linked where it is implemented, and in standin/README.md), and the
 // tests in test/standin.test.ts hold it to them. Anything not listed there is not imitated.
 //
-// Entities are created on first use (the stand-in has no ATOM management API): a receiver
+// Entities are created on first use (of the ATOM management API the stand-in answers only the
+// GET of a queue or subscription, which creates nothing): a receiver
 // attaching to `<topic>/Subscriptions/<name>` creates that topic and subscription; any other
 // unknown path becomes a queue, unless `isTopic(path)` says it is a topic (which, like a real
 // topic without subscriptions, then drops what is sent to it). `entityDefaults(path)`
 // decides the settings of each queue and subscription.
 import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import rhea, { type Connection, type Delivery, type EventContext, type Message, type Sender } from 'rhea';
 
@@ -82,6 +84,14 @@ const DEFAULT_ACCEPT_WAIT_MS = 65_000;
 /** rhea sends a link's attach answer when it has an open request: holding it back keeps the client waiting. */
 const attachState = (link: Sender) => (link as unknown as { state: { open_requests: number } }).state;
 
+/** A core-rest-pipeline policy (structurally: the stand-in does not depend on @azure/core-rest-pipeline). */
+interface ManagementPolicy {
+  readonly name: string;
+  sendRequest(request: { url: string; allowInsecureConnection?: boolean }, next: (request: { url: string }) => Promise<unknown>): Promise<unknown>;
+}
+
+const escapeXml = (text: string): string => text.replace(/[<>&'"]/g, (c) => `&#${c.charCodeAt(0)};`);
+
 const TICKS_AT_EPOCH = 621_355_968_000_000_000n;
 
 /** A queue, a subscription or a dead-letter sub-queue: where messages wait for receivers. */
@@ -145,6 +155,8 @@ export class ServiceBusStandIn {
   private sequence = 0;
   private lockSweeper: NodeJS.Timeout | undefined;
   private portNumber = 0;
+  private management: Server | undefined;
+  private managementPortNumber = 0;
 
   constructor(private readonly config: ServiceBusStandInConfig = {}) {}
 
@@ -158,6 +170,39 @@ export class ServiceBusStandIn {
   /** The port the server listens on. */
   get port(): number {
     return this.portNumber;
+  }
+
+  /**
+   * The port of the management endpoint (plain HTTP on 127.0.0.1): the ATOM `GET` of a
+   * queue or subscription, nothing else. `@azure/service-bus`'s administration client
+   * always speaks HTTPS to the connection string's host, so a test sends its requests here
+   * with a pipeline policy ({@link ServiceBusStandIn.managementPolicy}).
+   */
+  get managementPort(): number {
+    return this.managementPortNumber;
+  }
+
+  /**
+   * A pipeline policy for `administrationClient.pipeline.addPolicy(policy)` (the client's
+   * constructor ignores `additionalPolicies`) that sends its requests to this stand-in's
+   * management endpoint (`port`: another stand-in's, by default this one's).
+   */
+  managementPolicy(port = this.managementPortNumber): ManagementPolicy {
+    return ServiceBusStandIn.managementPolicyFor(port);
+  }
+
+  /** {@link ServiceBusStandIn.managementPolicy} for a stand-in known only by its management port (one another process started). */
+  static managementPolicyFor(port: number): ManagementPolicy {
+    return {
+      name: 'courier-standin-management',
+      sendRequest(request, next) {
+        const url = new URL(request.url);
+        request.url = `http://127.0.0.1:${port}${url.pathname}${url.search}`;
+        // Plain HTTP to the stand-in on loopback only: the pipeline refuses it otherwise.
+        request.allowInsecureConnection = true;
+        return next(request);
+      },
+    };
   }
 
   /** A connection string for `new ServiceBusClient(...)` (any key: CBS accepts every token). */
@@ -219,6 +264,10 @@ export class ServiceBusStandIn {
     const listener = this.listener;
     this.listener = undefined;
     if (listener) await new Promise<void>((resolve) => listener.close(() => resolve()));
+    const management = this.management;
+    this.management = undefined;
+    management?.closeAllConnections();
+    if (management) await new Promise<void>((resolve) => management.close(() => resolve()));
   }
 
   /** @internal */
@@ -277,6 +326,71 @@ export class ServiceBusStandIn {
     // a lock that runs out makes the message available again, its delivery count kept.
     this.lockSweeper = setInterval(() => this.expireLocks(), 100);
     this.lockSweeper.unref();
+    this.management = createServer((request, response) => this.onManagementRequest(request, response));
+    const management = this.management;
+    await new Promise<void>((resolve, reject) => {
+      management.once('error', reject);
+      management.listen(0, '127.0.0.1', () => resolve());
+    });
+    this.managementPortNumber = (management.address() as AddressInfo).port;
+  }
+
+  // ---- management (ATOM) ----------------------------------------------------------------
+
+  /**
+   * `GET /<queue>` and `GET /<topic>/Subscriptions/<name>` of the management API
+   * (https://learn.microsoft.com/rest/api/servicebus/get-entity): an ATOM entry with the
+   * entity's description and CountDetails, or 404 with the service's error body when the
+   * entity does not exist. Reading creates nothing (unlike the AMQP side's first use). Any
+   * other request is answered 501: the rest of the management API is not imitated.
+   */
+  private onManagementRequest(request: IncomingMessage, response: ServerResponse): void {
+    const url = new URL(request.url ?? '/', 'http://standin');
+    const path = decodeURIComponent(url.pathname.replace(/^\/+/, ''));
+    const subscription = /^(.+)\/subscriptions\/([^/]+)$/i.exec(path);
+    const isQueuePath = !subscription && !path.includes('/');
+    if (request.method !== 'GET' || (!subscription && !isQueuePath) || path.toLowerCase().endsWith('/$deadletterqueue')) {
+      response.writeHead(501, { 'content-type': 'text/plain' }).end('not imitated by the stand-in: only GET of a queue or subscription');
+      return;
+    }
+    const entity = this.findEntity(path);
+    if (!entity || (isQueuePath && this.topics.has(path.toLowerCase()))) {
+      // The service's body for a missing entity (status 404, code MessageEntityNotFoundError in the SDK).
+      response
+        .writeHead(404, { 'content-type': 'application/xml; charset=utf-8' })
+        .end(`<Error><Code>404</Code><Detail>The messaging entity '${escapeXml(path)}' could not be found.</Detail></Error>`);
+      return;
+    }
+    response.writeHead(200, { 'content-type': 'application/atom+xml;type=entry;charset=utf-8' }).end(this.atomEntry(path, entity, subscription !== null));
+  }
+
+  private atomEntry(path: string, entity: MessageEntity, isSubscription: boolean): string {
+    const now = Date.now();
+    const active = entity.messages.filter((message) => message.availableAt <= now).length;
+    const scheduled = entity.messages.length - active;
+    const dead = entity.deadLetterQueue?.messages.length ?? 0;
+    const forever = 'P10675199DT2H48M5.4775807S';
+    const at = new Date(now).toISOString();
+    const kind = isSubscription ? 'SubscriptionDescription' : 'QueueDescription';
+    const own = isSubscription
+      ? ''
+      : `<MaxSizeInMegabytes>1024</MaxSizeInMegabytes><SizeInBytes>0</SizeInBytes><RequiresDuplicateDetection>${entity.options.duplicateDetection}</RequiresDuplicateDetection>` +
+        `<DuplicateDetectionHistoryTimeWindow>PT${entity.options.duplicateWindowMs / 1000}S</DuplicateDetectionHistoryTimeWindow><EnablePartitioning>false</EnablePartitioning><EnableExpress>false</EnableExpress>` +
+        `<AuthorizationRules/>`;
+    return (
+      `<entry xmlns="http://www.w3.org/2005/Atom"><id>https://127.0.0.1/${escapeXml(path)}?api-version=2021-05</id><title type="text">${escapeXml(path)}</title>` +
+      `<published>${at}</published><updated>${at}</updated><content type="application/xml">` +
+      `<${kind} xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">` +
+      `<LockDuration>PT${entity.options.lockDurationMs / 1000}S</LockDuration>${own}<RequiresSession>${entity.options.requiresSession}</RequiresSession>` +
+      `<DefaultMessageTimeToLive>${forever}</DefaultMessageTimeToLive><DeadLetteringOnMessageExpiration>false</DeadLetteringOnMessageExpiration>` +
+      (isSubscription ? '<DeadLetteringOnFilterEvaluationExceptions>true</DeadLetteringOnFilterEvaluationExceptions>' : '') +
+      `<MessageCount>${entity.messages.length + dead}</MessageCount><MaxDeliveryCount>${entity.options.maxDeliveryCount}</MaxDeliveryCount>` +
+      `<EnableBatchedOperations>true</EnableBatchedOperations><Status>Active</Status><CreatedAt>${at}</CreatedAt><UpdatedAt>${at}</UpdatedAt><AccessedAt>${at}</AccessedAt>` +
+      `<CountDetails xmlns:d2p1="http://schemas.microsoft.com/netservices/2011/06/servicebus"><d2p1:ActiveMessageCount>${active}</d2p1:ActiveMessageCount>` +
+      `<d2p1:DeadLetterMessageCount>${dead}</d2p1:DeadLetterMessageCount><d2p1:ScheduledMessageCount>${scheduled}</d2p1:ScheduledMessageCount>` +
+      `<d2p1:TransferMessageCount>0</d2p1:TransferMessageCount><d2p1:TransferDeadLetterMessageCount>0</d2p1:TransferDeadLetterMessageCount></CountDetails>` +
+      `<AutoDeleteOnIdle>${forever}</AutoDeleteOnIdle><EntityAvailabilityStatus>Available</EntityAvailabilityStatus></${kind}></content></entry>`
+    );
   }
 
   // ---- entities -------------------------------------------------------------------------

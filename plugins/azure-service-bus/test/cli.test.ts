@@ -67,6 +67,7 @@ describe('courier dead over Service Bus dead-letter sub-queues', () => {
     const consumer = 'cli-payments';
     const env = {
       ASB_CLI_CONNECTION_STRING: REAL_CONNECTION_STRING ?? standInConnectionString((await standIn()).port),
+      ASB_CLI_MANAGEMENT_PORT: REAL_CONNECTION_STRING ? '' : String((await standIn()).managementPort),
       ASB_CLI_ENTITIES: entities,
       ASB_CLI_PREFIX: (fixture.transport as ServiceBusTransport).entityOf(''),
       ASB_CLI_TOPICS: topic,
@@ -115,5 +116,35 @@ describe('courier dead over Service Bus dead-letter sub-queues', () => {
     expect((await fixture.transport.publish([sentinel]))[0]?.ok).toBe(true);
     await eventually(() => expect(handled.get(sentinel.messageId)).toBe(1), { timeoutMs: 30_000 });
     expect(Object.fromEntries(handled)).toEqual({ [first.messageId]: 1, [sentinel.messageId]: 1 });
+  }, 300_000);
+
+  // The operator's read asks the management API whether the subscription exists (nothing
+  // created): a mistyped consumer name is an error naming it, not "no dead letters", exit 0.
+  it('refuses a consumer whose subscription does not exist, naming it, and creates nothing (topics)', async () => {
+    const testId = uniqueId();
+    const fixture = await createServiceBusFixtureIn({ entities: 'topics' }, { testId });
+    closers.push(() => fixture.close());
+    const topic = 'orders.placed';
+    const worker = await fixture.connect();
+    const subscription = await worker.subscribe({ consumer: 'cli-known', topics: [topic], ordered: false, concurrency: 1 }, async (delivery: Delivery) => delivery.ack());
+    closers.push(() => subscription.close());
+    const env = {
+      ASB_CLI_CONNECTION_STRING: REAL_CONNECTION_STRING ?? standInConnectionString((await standIn()).port),
+      ASB_CLI_MANAGEMENT_PORT: REAL_CONNECTION_STRING ? '' : String((await standIn()).managementPort),
+      ASB_CLI_ENTITIES: 'topics',
+      ASB_CLI_PREFIX: (fixture.transport as ServiceBusTransport).entityOf(''),
+      ASB_CLI_TOPICS: topic,
+      ASB_CLI_CONSUMERS: 'cli-known',
+    };
+    const known = await courier(['dead', 'list', '--source', 'transport', '--json'], env);
+    expect(known.code, known.stderr).toBe(0);
+    expect(JSON.parse(known.stdout)).toEqual([]);
+
+    const mistyped = await courier(['dead', 'list', '--source', 'transport', '--consumer', 'cli-knwon'], env);
+    expect(mistyped.code, mistyped.stdout).toBe(1);
+    expect(mistyped.stderr).toContain("no such dead-letter queue on the broker for consumer 'cli-knwon'");
+    const admin = fixture.transport.deadLetters!;
+    expect(await admin.exists!('cli-knwon')).toBe(false);
+    expect(await admin.exists!('cli-known')).toBe(true);
   }, 300_000);
 });

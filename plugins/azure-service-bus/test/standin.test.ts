@@ -10,6 +10,7 @@ import rhea from 'rhea';
 import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
 import { REAL_CONNECTION_STRING, onRealNamespace, skipOnRealNamespace } from './support/namespace.js';
 import { Provisioner, namespaceLockMs } from './support/provisioning.js';
+import { standInAdministration } from './support/standin-server.js';
 
 const DOCS = 'https://learn.microsoft.com/azure/service-bus-messaging';
 /** A namespace takes no lock under 5 s. */
@@ -238,6 +239,36 @@ describe('Service Bus stand-in', { timeout: onRealNamespace ? 120_000 : 30_000 }
     expect(await receiver.peekMessages(10)).toEqual([]);
     const received = await receiveAll(queue, 2);
     expect(received.map((message) => message.deliveryCount)).toEqual([1, 1]);
+    await sender.close();
+    await receiver.close();
+  });
+
+  it(`the management GET of a subscription answers its counts, or 404 for one that does not exist, and creates nothing (https://learn.microsoft.com/rest/api/servicebus/get-entity)`, async () => {
+    const admin = REAL_CONNECTION_STRING ? new ServiceBusAdministrationClient(REAL_CONNECTION_STRING) : standInAdministration(server.managementPort);
+    const topic = `${uniqueId()}-topic`;
+    await provisioner?.ensureTopic(topic);
+    const missing = await admin.getSubscriptionRuntimeProperties(topic, 'nobody').then(
+      () => undefined,
+      (error: { code?: string; statusCode?: number }) => error,
+    );
+    expect(missing).toMatchObject({ code: 'MessageEntityNotFoundError', statusCode: 404 });
+    // Asking made nothing: the same answer again.
+    await expect(admin.getSubscriptionRuntimeProperties(topic, 'nobody')).rejects.toMatchObject({ statusCode: 404 });
+    const name = await subscriptionNamed(topic, 'counted');
+    const receiver = client.createReceiver(topic, name);
+    // The stand-in makes the subscription when the receiver attaches (a peek attaches it).
+    await receiver.peekMessages(1);
+    const sender = client.createSender(topic);
+    await sender.sendMessages([
+      { messageId: 'c1', body: 1 },
+      { messageId: 'c2', body: 2 },
+    ]);
+    const [first] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
+    await receiver.deadLetterMessage(first!, { deadLetterReason: 'HANDLER_FAILED', deadLetterErrorDescription: 'boom' });
+    await eventually(async () => {
+      const counts = await admin.getSubscriptionRuntimeProperties(topic, name);
+      expect([counts.subscriptionName, counts.topicName, counts.activeMessageCount, counts.deadLetterMessageCount]).toEqual([name, topic, 1, 1]);
+    }, { timeoutMs: 30_000 });
     await sender.close();
     await receiver.close();
   });

@@ -6,7 +6,7 @@ import { eventually, makeEnvelope, uniqueId } from '@courier/conformance';
 import { ServiceBusClient } from '@azure/service-bus';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceBusStandIn } from '../standin/service-bus-standin.js';
-import { ServiceBusTransport } from '../src/index.js';
+import { ServiceBusTransport, type ServiceBusAdministration } from '../src/index.js';
 import { createServiceBusFixture } from './support/fixture.js';
 import { cleanupNamespace, LOCK_MS, onRealNamespace, skipOnRealNamespace } from './support/namespace.js';
 import { STANDIN_LOCK_MS, standIn, standInConnectionString } from './support/standin-server.js';
@@ -113,6 +113,35 @@ describe('ServiceBusTransport', () => {
     console.log(`[azure-service-bus] the consumer closed in ${closeTook} ms`);
     expect(closeTook, 'close waited for the SDK\'s 60 s on the given-up client').toBeLessThan(20_000);
   }, 90_000);
+
+  // The SDK's own subscriptionExists answers false to every error: an operator without the
+  // Manage claim would read "no such queue" for a subscription that has dead letters.
+  it('deadLetters.exists rejects, naming the subscription, when the management API answers anything but 404; queue mode has no exists', async () => {
+    const { port } = await standIn();
+    const client = () => new ServiceBusClient(standInConnectionString(port));
+    const unauthorized = Object.assign(new Error('Unauthorized: the token lacks the Manage claim'), { code: 'UnauthorizedRequestError', statusCode: 401 });
+    const asked: string[] = [];
+    const administration = {
+      getSubscriptionRuntimeProperties: async (topic: string, subscription: string) => {
+        asked.push(`${topic}/${subscription}`);
+        throw unauthorized;
+      },
+    } as unknown as ServiceBusAdministration;
+    const prefix = `${uniqueId()}.`;
+    const transport = new ServiceBusTransport({ client, prefix, topics: ['orders'], administration });
+    const queues = new ServiceBusTransport({ client, prefix, topics: ['orders'], administration, entities: 'queues' });
+    closers.push(() => transport.close(), () => queues.close());
+    const refusal = await transport.deadLetters!.exists!('payments').then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refusal).toBeInstanceOf(CourierError);
+    expect((refusal as Error).message).toContain(`cannot tell whether the subscription payments of ${prefix}orders exists`);
+    expect((refusal as Error).message).toContain('Manage claim');
+    expect(asked).toEqual([`${prefix}orders/payments`]);
+    expect(queues.deadLetters!.exists).toBeUndefined();
+    expect(() => new ServiceBusTransport({ client, administration: {} as ServiceBusAdministration })).toThrow("'administration' must be a ServiceBusAdministrationClient");
+  });
 
   it('a handler running for several lock durations keeps its lock (renewed), so no other consumer gets the message meanwhile', async () => {
     const { fixture } = await fixtureFor();

@@ -1,14 +1,14 @@
 // The Service Bus transport fixture: every transport has its own client behind a TCP proxy
 // of its own, so a test can cut one client (kill) or all of this fixture's (outage)
 // without touching the stand-in other tests share.
-import { ServiceBusClient, type ServiceBusReceiver, type ServiceBusSessionReceiver } from '@azure/service-bus';
+import { ServiceBusAdministrationClient, ServiceBusClient, type ServiceBusReceiver, type ServiceBusSessionReceiver } from '@azure/service-bus';
 import type { Envelope, Transport } from '@courier/core';
 import { TcpProxy, type FixtureContext, type TransportFixture } from '@courier/conformance';
 import type { DeliveryHandler, Endpoint, PublishResult, Subscription } from '@courier/core';
 import { ServiceBusTransport, type ServiceBusTransportConfig } from '../../src/index.js';
 import { REAL_CONNECTION_STRING, realProvisioner } from './namespace.js';
 import type { Provisioner } from './provisioning.js';
-import { QUEUE_MARK, REFUSED_ID_PREFIX, SESSION_QUEUE_MARK, standIn, standInConnectionString } from './standin-server.js';
+import { QUEUE_MARK, REFUSED_ID_PREFIX, SESSION_QUEUE_MARK, standIn, standInAdministration, standInConnectionString } from './standin-server.js';
 
 /**
  * On a real namespace, entities must exist before a message is sent or received: the
@@ -110,7 +110,9 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
   const queues = mode.entities === 'queues';
   const sessions = mode.sessions ?? true;
   const provisioner = realProvisioner();
-  const { host, port, server } = provisioner ? { host: '', port: 0, server: undefined } : await standIn();
+  const { host, port, managementPort, server } = provisioner ? { host: '', port: 0, managementPort: 0, server: undefined } : await standIn();
+  // Reads only (deadLetters.exists): the real namespace's own, or the stand-in's management endpoint.
+  const administration = provisioner ? new ServiceBusAdministrationClient(REAL_CONNECTION_STRING!) : managementPort > 0 ? standInAdministration(managementPort) : undefined;
   const target = { host, port };
   const prefix = queues ? `${testId}${sessions ? SESSION_QUEUE_MARK : QUEUE_MARK}` : `${testId}.`;
   // Dead letters are per subscription (per queue): the checks (in the process that runs the
@@ -139,6 +141,7 @@ export async function createServiceBusFixtureIn(mode: ServiceBusFixtureMode, { t
       sessions,
       prefix,
       topics,
+      administration,
       publishTimeoutMs: 5_000,
       // The transport's default maxMessageBytes (240 KiB under the stand-in's 256 KiB): the
       // kit's oversized dead-letter case publishes a payload of exactly what is declared.

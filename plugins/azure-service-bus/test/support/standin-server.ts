@@ -1,6 +1,7 @@
 // The stand-in every test of this package talks to: one per test process, started on first
 // use on a free port. SIGKILLed workers of the bus suite reach the parent's through
 // COURIER_ASB_STANDIN_PORT, which the parent sets before it starts them.
+import { ServiceBusAdministrationClient } from '@azure/service-bus';
 import { ServiceBusStandIn } from '../../standin/service-bus-standin.js';
 
 /** Lock duration of the stand-in's entities: redelivery after a crash waits for it. */
@@ -17,13 +18,22 @@ export const QUEUE_MARK = '.q_.';
 export const SESSION_QUEUE_MARK = '.qs_.';
 const isQueuePath = (path: string) => path.toLowerCase().includes(QUEUE_MARK) || path.toLowerCase().includes(SESSION_QUEUE_MARK);
 
-let started: Promise<{ host: string; port: number; server?: ServiceBusStandIn }> | undefined;
+/** Where a test reaches the stand-in: its AMQP port, its management (HTTP) port, and the server when this process runs it. */
+export interface StandInAddress {
+  readonly host: string;
+  readonly port: number;
+  readonly managementPort: number;
+  readonly server?: ServiceBusStandIn;
+}
+
+let started: Promise<StandInAddress> | undefined;
 
 /** Address of the stand-in: the parent's (from the environment; no `server` then) or one started here. */
-export function standIn(): Promise<{ host: string; port: number; server?: ServiceBusStandIn }> {
+export function standIn(): Promise<StandInAddress> {
   started ??= (async () => {
     const inherited = Number(process.env['COURIER_ASB_STANDIN_PORT']);
-    if (Number.isSafeInteger(inherited) && inherited > 0) return { host: '127.0.0.1', port: inherited };
+    const inheritedManagement = Number(process.env['COURIER_ASB_STANDIN_MANAGEMENT_PORT']);
+    if (Number.isSafeInteger(inherited) && inherited > 0) return { host: '127.0.0.1', port: inherited, managementPort: inheritedManagement };
     const server = await ServiceBusStandIn.start({
       isTopic: (path) => !isQueuePath(path),
       entityDefaults: (path) => ({
@@ -36,7 +46,8 @@ export function standIn(): Promise<{ host: string; port: number; server?: Servic
       refuse: (message) => (String(message.message_id ?? '').startsWith(REFUSED_ID_PREFIX) ? 'the test refuses this message' : undefined),
     });
     process.env['COURIER_ASB_STANDIN_PORT'] = String(server.port);
-    return { host: '127.0.0.1', port: server.port, server };
+    process.env['COURIER_ASB_STANDIN_MANAGEMENT_PORT'] = String(server.managementPort);
+    return { host: '127.0.0.1', port: server.port, managementPort: server.managementPort, server };
   })();
   return started;
 }
@@ -44,3 +55,15 @@ export function standIn(): Promise<{ host: string; port: number; server?: Servic
 /** A connection string for the SDK to reach `port` (the stand-in, or a proxy in front of it). */
 export const standInConnectionString = (port: number): string =>
   `Endpoint=sb://127.0.0.1:${port};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=standin;UseDevelopmentEmulator=true`;
+
+/**
+ * An administration client of the stand-in whose management endpoint listens on
+ * `managementPort` (the SDK's client speaks HTTPS to the connection string's host; a
+ * pipeline policy sends its requests to the stand-in's plain HTTP port instead).
+ */
+export function standInAdministration(managementPort: number): ServiceBusAdministrationClient {
+  const client = new ServiceBusAdministrationClient(standInConnectionString(1), { retryOptions: { maxRetries: 1, retryDelayInMs: 200 } });
+  // Its constructor hands the SDK's ServiceClient a finished pipeline (`additionalPolicies` is ignored then): added after.
+  client.pipeline.addPolicy(ServiceBusStandIn.managementPolicyFor(managementPort) as never);
+  return client;
+}
