@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describeError, groupFailures, hasInboxHalts } from '@courier/core';
 import { collectStats, listHaltedEverywhere, parkingPlacesOf, resumeHaltedEntry, type CliStats, type HaltedEntry } from './cli.js';
 import type { CourierCliSetup } from './config.js';
-import { actOnParked, failureFacts, listParked, listParkedPage, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
+import { actOnParked, countParked, failureFacts, findParked, listParked, NotFoundError, listParkedPage, unreadParkedHeads, unreadTransportLetters, type ParkedMessage } from './dead-letters.js';
 import { diagnose } from './diagnose.js';
 import { endpointOf, METRIC_ALERTS, ratesBetween, readMetrics, type EndpointRead, type MetricsRates } from './metrics-read.js';
 import { toJson, UsageError } from './format.js';
@@ -271,7 +271,9 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
         try {
           const places = parkingPlacesOf(setup);
           const page = await listParkedPage(places, {}, { limit, ...(after !== null ? { after } : {}) });
-          return { items: page.items, next: page.next, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, page.transportRead))] };
+          // The M of "N of M shown": `courier dead list`'s count (null where only a read could tell).
+          const total = await countParked(places, {});
+          return { items: page.items, next: page.next, total, notes: [...(await unreadParkedHeads(places, {})), ...(await unreadTransportLetters(places, page.transportRead))] };
         } catch (error) {
           if (error instanceof UsageError) throw new HttpError(400, error.message);
           throw error;
@@ -279,9 +281,15 @@ export async function serveConsole(options: ConsoleOptions): Promise<CourierCons
       }
       if (path.startsWith('/api/dead/')) {
         const ref = decodeURIComponent(path.slice('/api/dead/'.length));
-        const item = (await listParked(parkingPlacesOf(setup), {}, Number.MAX_SAFE_INTEGER)).find((candidate) => candidate.ref === ref);
-        if (!item) throw new HttpError(404, `no dead letter '${ref}' (it may have been replayed or purged)`);
-        return item;
+        // `courier dead show`'s own lookup (a consumer outside the config's list too).
+        try {
+          const [item] = await findParked(parkingPlacesOf(setup), [ref]);
+          return item;
+        } catch (error) {
+          if (error instanceof NotFoundError) throw new HttpError(404, `no dead letter '${ref}' (it may have been replayed or purged)`);
+          if (error instanceof UsageError) throw new HttpError(400, error.message);
+          throw error;
+        }
       }
       if (path === '/api/halted') {
         const skipped: string[] = [];

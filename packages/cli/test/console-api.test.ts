@@ -87,15 +87,21 @@ describe('courier console API on PostgreSQL', () => {
     const detail = await api(`/api/dead/${encodeURIComponent(refs[0]!)}`);
     expect(detail.status).toBe(200);
     expect(detail.body).toMatchObject({ ref: refs[0], envelope: { topic } });
+    // `courier dead show`'s lookup: an unknown ref is a 404, a malformed one a 400.
+    expect((await api(`/api/dead/${encodeURIComponent('outbox:999999')}`)).status).toBe(404);
+    expect((await api(`/api/dead/${encodeURIComponent('nonsense')}`)).status).toBe(400);
 
     // The failed-messages list pages through `courier dead list`'s own function: walked two at
     // a time it shows what the CLI lists, in the same order; a bad cursor or limit is a 400.
     const walked: string[] = [];
+    const totals: (number | null)[] = [];
     let after: string | null = null;
     for (let round = 0; round < 10; round += 1) {
       const listed = await api(`/api/dead?limit=2${after !== null ? `&after=${encodeURIComponent(after)}` : ''}`);
       expect(listed.status).toBe(200);
       walked.push(...(listed.body['items'] as { ref: string }[]).map((item) => item.ref));
+      // The M of "N of M shown": the CLI's count (outbox dead rows and parked heads here).
+      totals.push(listed.body['total'] as number | null);
       after = listed.body['next'] as string | null;
       if (after === null) break;
     }
@@ -103,6 +109,7 @@ describe('courier console API on PostgreSQL', () => {
     const cliListed = JSON.parse((await runCli(['dead', 'list', '--json'], env)).stdout) as { ref: string }[];
     expect(walked).toEqual(cliListed.map((item) => item.ref));
     expect(walked.length).toBeGreaterThanOrEqual(4);
+    expect(new Set(totals)).toEqual(new Set([walked.length]));
     expect((await api('/api/dead?after=nonsense')).status).toBe(400);
     expect((await api('/api/dead?limit=0')).status).toBe(400);
 

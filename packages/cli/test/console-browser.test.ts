@@ -14,6 +14,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ARTIFACTS, launchChromium } from './support/browser.js';
 import { startConsole, type RunningConsole } from './support/console.js';
+import { runCli } from './support/run-cli.js';
 import { openStores, type CliTestSetup } from './support/setup.js';
 
 const LEASE = { leaseMs: 60_000, perKey: 1 } as const;
@@ -85,6 +86,29 @@ describe('courier console in Chromium on PostgreSQL', () => {
     expect(await page.getByTestId('group').count()).toBe(2);
     expect(await group.getByTestId('group-error').textContent()).toContain('no queue bound for order');
     await shot(page, 'failed');
+
+    // Every failed message a page at a time: GET /api/dead, the keyset pages of `courier dead
+    // list` — the same messages in the same order, "N of M shown" with the CLI's count.
+    const cli = await runCli(['dead', 'list', '--json'], env);
+    expect(cli.code, cli.stderr).toBe(0);
+    const cliRefs = (JSON.parse(cli.stdout) as { ref: string }[]).map((item) => item.ref);
+    expect(cliRefs.length).toBeGreaterThan(5);
+    await page.getByTestId('view-all').click();
+    await page.getByTestId('dead-page').waitFor();
+    await page.getByTestId('page-size').selectOption('5');
+    await expect.poll(() => page.getByTestId('dead-item').count()).toBe(5);
+    await expect.poll(() => page.getByTestId('shown').textContent()).toBe(`5 of ${cliRefs.length} shown; more follow`);
+    const refsShown = () => page.getByTestId('dead-item').evaluateAll((rows) => rows.map((row) => row.getAttribute('data-ref') ?? ''));
+    const firstPage = await refsShown();
+    await shot(page, 'failed-all');
+    await page.getByTestId('next-page').click();
+    await expect.poll(() => page.getByTestId('shown').textContent()).toBe(`${cliRefs.length} of ${cliRefs.length} shown`);
+    expect([...firstPage, ...(await refsShown())]).toEqual(cliRefs);
+    expect(await page.getByTestId('next-page').isDisabled()).toBe(true);
+    await page.getByTestId('first-page').click();
+    await expect.poll(refsShown).toEqual(firstPage);
+    await page.getByTestId('view-groups').click();
+    await page.locator('[data-testid="group"][data-count="5"]').waitFor();
 
     // One message in full.
     await group.getByText('Show messages').click();

@@ -129,6 +129,19 @@ export interface Parked {
   readonly parkedAt: string | null;
 }
 
+/** One item of `GET /api/dead`: what `courier dead list --json` prints, with its cursor. */
+export interface ParkedItem extends Parked {
+  readonly cursor?: string;
+}
+
+/** A page of `GET /api/dead`: `next` is the cursor of the page after (null: the last page); `total` is null where counting would need a read. */
+export interface DeadPage {
+  readonly items: ParkedItem[];
+  readonly next: string | null;
+  readonly total: number | null;
+  readonly notes: string[];
+}
+
 export interface ActionOutcome {
   readonly requested: number;
   readonly outbox: number;
@@ -183,6 +196,8 @@ export const api = {
   processes: () => call<{ processes: Process[]; alerts: Alerts }>('processes'),
   groups: () => call<{ groups: Group[]; notes: string[] }>('groups'),
   message: (ref: string) => call<Parked>(`dead/${encodeURIComponent(ref)}`),
+  /** One page of every failed message, in `courier dead list`'s order, after `after` (a page's `next`). */
+  dead: (limit: number, after: string | undefined) => call<DeadPage>(`dead?limit=${limit}${after !== undefined ? `&after=${encodeURIComponent(after)}` : ''}`),
   halted: () => call<{ keys: HaltedKey[]; notes: string[] }>('halted'),
   act: (action: 'replay' | 'purge', refs: readonly string[], group?: string) => call<ActionOutcome>(`dead/${action}`, { refs, ...(group ? { group } : {}) }),
   resume: (key: Pick<HaltedKey, 'consumer' | 'topic' | 'key'>, action: 'retry' | 'park') => call<{ changed: number }>('halted/resume', { consumer: key.consumer, topic: key.topic, key: key.key, action }),

@@ -5,7 +5,7 @@
 import { Chart, Filler, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip } from 'chart.js';
 import { html, render } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { api, credentials, type ActionOutcome, type Group, type HaltedKey, type Info, type Member, type Parked, type Process, type Rates, type Sample, type Stats } from './api.js';
+import { api, credentials, type ActionOutcome, type DeadPage, type Group, type HaltedKey, type Info, type Member, type Parked, type ParkedItem, type Process, type Rates, type Sample, type Stats } from './api.js';
 import './style.css';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
@@ -296,42 +296,56 @@ function outcomeText(action: 'replay' | 'purge', outcome: ActionOutcome): string
   return parts.join('; ');
 }
 
+/** The confirmation of a replay or purge of `members` (a group's, or a selection): what it does, to which, and how many. */
+function pendingAction(action: 'replay' | 'purge', members: Member[], group?: Group): Pending {
+  const actionable = members.filter((member) => member.actionable);
+  const skipped = members.length - actionable.length;
+  return {
+    title: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length} message(s)${group ? ` of group ${group.id}` : ''}`,
+    detail:
+      (action === 'replay'
+        ? `Publishes these ${actionable.length} message(s) again with their original messageId (outbox rows become pending, transport dead letters go back to their consumer). A consumer that already applied one recognises it: nothing is applied twice.`
+        : `Deletes these ${actionable.length} message(s) for good.`) + (skipped > 0 ? ` ${skipped} parked consumer head(s) are left out: the inbox store cannot replay or delete them.` : ''),
+    columns: ['ref', 'topic', 'key', 'attempts', 'parked'],
+    rows: actionable.map((member) => ({ label: member.ref, cells: [member.ref, member.topic, member.key ?? '–', member.attempts === null ? '–' : String(member.attempts), ago(member.parkedAt)] })),
+    confirm: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length}`,
+    danger: action === 'purge',
+    run: async () =>
+      outcomeText(
+        action,
+        await api.act(
+          action,
+          actionable.map((member) => member.ref),
+          group?.id,
+        ),
+      ),
+  };
+}
+
+/** With named tokens only an operator's token acts (the server refuses a viewer's too). */
+const isReadOnly = (info: Info | undefined): boolean => info?.readOnly !== false || (info.namedTokens && info.you?.role !== 'operator');
+
+/** The two views of the failed messages: grouped by error, or every message a page at a time. */
+function FailedTabs({ view }: { view: 'groups' | 'all' }) {
+  return html`<div class="tabs">
+    <a href="#/failed" class=${view === 'groups' ? 'active' : ''} data-testid="view-groups">Grouped by error</a>
+    <a href="#/failed/all" class=${view === 'all' ? 'active' : ''} data-testid="view-all">All, page by page</a>
+  </div>`;
+}
+
 function Failed({ info, flash }: { info: Info | undefined; flash: (message: string) => void }) {
   const { data, error, reload } = usePoll(api.groups, REFRESH_MS * 3);
   const [open, setOpen] = useState<string>();
   const [selected, setSelected] = useState<Set<string>>(new Set());
   const [pending, setPending] = useState<Pending>();
-  // With named tokens only an operator's token acts (the server refuses a viewer's too).
-  const readOnly = info?.readOnly !== false || (info.namedTokens && info.you?.role !== 'operator');
-  const ask = (action: 'replay' | 'purge', members: Member[], group?: Group): void => {
-    const actionable = members.filter((member) => member.actionable);
-    const skipped = members.length - actionable.length;
-    setPending({
-      title: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length} message(s)${group ? ` of group ${group.id}` : ''}`,
-      detail:
-        (action === 'replay'
-          ? `Publishes these ${actionable.length} message(s) again with their original messageId (outbox rows become pending, transport dead letters go back to their consumer). A consumer that already applied one recognises it: nothing is applied twice.`
-          : `Deletes these ${actionable.length} message(s) for good.`) + (skipped > 0 ? ` ${skipped} parked consumer head(s) are left out: the inbox store cannot replay or delete them.` : ''),
-      columns: ['ref', 'topic', 'key', 'attempts', 'parked'],
-      rows: actionable.map((member) => ({ label: member.ref, cells: [member.ref, member.topic, member.key ?? '–', member.attempts === null ? '–' : String(member.attempts), ago(member.parkedAt)] })),
-      confirm: `${action === 'replay' ? 'Retry' : 'Purge'} ${actionable.length}`,
-      danger: action === 'purge',
-      run: async () =>
-        outcomeText(
-          action,
-          await api.act(
-            action,
-            actionable.map((member) => member.ref),
-            group?.id,
-          ),
-        ),
-    });
-  };
+  const readOnly = isReadOnly(info);
+  const ask = (action: 'replay' | 'purge', members: Member[], group?: Group): void => setPending(pendingAction(action, members, group));
   const groups = data?.groups ?? [];
   const allMembers = groups.flatMap((group) => group.members);
   const picked = allMembers.filter((member) => selected.has(member.ref));
   return html`<div>
     <h2>Failed messages</h2>
+    <${FailedTabs} view="groups" />
     ${error && html`<p class="error">${error}</p>`}
     ${data?.notes.map((note) => html`<p class="note">${note}</p>`)}
     ${data && groups.length === 0 && html`<p class="empty" data-testid="no-failures">No dead letters.</p>`}
@@ -376,6 +390,128 @@ function Failed({ info, flash }: { info: Info | undefined; flash: (message: stri
       setSelected(new Set());
       flash(message);
       reload();
+    }} />`}
+  </div>`;
+}
+
+/** Page sizes offered on the paged list (the server takes 1 to 10,000). */
+const PAGE_SIZES = [5, 20, 50, 200];
+
+/** A `GET /api/dead` item as a group member (what the confirmation and the actions take). */
+function memberOf(item: ParkedItem): Member {
+  return {
+    ref: item.ref,
+    state: item.state,
+    source: item.source as Member['source'],
+    consumer: item.consumer,
+    topic: item.envelope.topic,
+    key: item.envelope.key ?? null,
+    messageId: item.envelope.messageId,
+    attempts: item.attempts,
+    parkedAt: item.parkedAt,
+    // Parked consumer heads: the inbox store can neither replay nor delete them.
+    actionable: item.source !== 'inbox',
+  };
+}
+
+/**
+ * Every failed message a page at a time, in `courier dead list`'s order (outbox rows, then
+ * parked heads, then transport dead letters), through `GET /api/dead` — the same keyset
+ * pages as the CLI's `--after`: a replay or purge between pages neither skips nor repeats a
+ * message. Says "N of M shown" where M is counted without reading (else "N shown"), and
+ * never hides that more follow. The page shown is read again every few seconds from the
+ * same cursor.
+ */
+function FailedList({ info, flash }: { info: Info | undefined; flash: (message: string) => void }) {
+  const [size, setSize] = useState(50);
+  // The cursors of the pages read so far: [undefined] is the first page; the last is the page shown.
+  const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
+  const [page, setPage] = useState<DeadPage>();
+  const [error, setError] = useState<string>();
+  const [tick, setTick] = useState(0);
+  const [selected, setSelected] = useState<Set<string>>(new Set());
+  const [pending, setPending] = useState<Pending>();
+  const readOnly = isReadOnly(info);
+  const after = cursors[cursors.length - 1];
+  useEffect(() => {
+    let live = true;
+    const run = (): void => {
+      api.dead(size, after).then(
+        (value) => {
+          if (!live) return;
+          setPage(value);
+          setError(undefined);
+        },
+        (failure: unknown) => live && setError(failure instanceof Error ? failure.message : String(failure)),
+      );
+    };
+    run();
+    const timer = setInterval(run, REFRESH_MS * 3);
+    return () => {
+      live = false;
+      clearInterval(timer);
+    };
+  }, [size, after, tick]);
+  const items = page?.items ?? [];
+  // Shown so far: every earlier page was full (a page is `size` items unless it is the last).
+  const before = (cursors.length - 1) * size;
+  const shown = before + items.length;
+  const counted = page ? (page.total !== null ? `${shown} of ${page.total} shown` : `${shown} shown`) : '';
+  const picked = items.filter((item) => selected.has(item.ref)).map(memberOf);
+  const restart = (): void => {
+    setCursors([undefined]);
+    setSelected(new Set());
+  };
+  return html`<div>
+    <h2>Failed messages</h2>
+    <${FailedTabs} view="all" />
+    ${error && html`<p class="error">${error}</p>`}
+    ${page?.notes.map((note) => html`<p class="note">${note}</p>`)}
+    ${page && items.length === 0 && cursors.length === 1 && html`<p class="empty" data-testid="no-failures">No dead letters.</p>`}
+    ${picked.length > 0 &&
+    html`<div class="selection">${picked.length} selected
+      <button disabled=${readOnly} onClick=${() => setPending(pendingAction('replay', picked))} data-testid="list-retry-selected">Retry selected</button>
+      <button disabled=${readOnly} class="danger" onClick=${() => setPending(pendingAction('purge', picked))} data-testid="list-purge-selected">Purge selected</button>
+      <button onClick=${() => setSelected(new Set())}>Clear</button></div>`}
+    <section class="card">
+      <div class="pager">
+        <span data-testid="shown">${counted}${page?.next ? '; more follow' : ''}</span>
+        <label>per page <select data-testid="page-size" value=${size} onChange=${(event: Event) => {
+          setSize(Number((event.target as HTMLSelectElement).value));
+          restart();
+        }}>${PAGE_SIZES.map((option) => html`<option value=${option}>${option}</option>`)}</select></label>
+        <button disabled=${cursors.length === 1} onClick=${restart} data-testid="first-page">First page</button>
+        <button disabled=${cursors.length === 1} onClick=${() => {
+          setCursors(cursors.slice(0, -1));
+          setSelected(new Set());
+        }} data-testid="previous-page">Previous</button>
+        <button disabled=${!page?.next} onClick=${() => {
+          if (!page?.next) return;
+          setCursors([...cursors, page.next]);
+          setSelected(new Set());
+        }} data-testid="next-page">Next page</button>
+      </div>
+      ${items.length > 0 &&
+      html`<table data-testid="dead-page"><thead><tr><th></th><th>ref</th><th>state</th><th>consumer</th><th>topic</th><th>key</th><th>code</th><th>attempts</th><th>parked</th></tr></thead><tbody>
+        ${items.map(
+          (item) => html`<tr data-testid="dead-item" data-ref=${item.ref}>
+            <td><input type="checkbox" disabled=${item.source === 'inbox'} checked=${selected.has(item.ref)} onChange=${() => {
+              const next = new Set(selected);
+              if (next.has(item.ref)) next.delete(item.ref);
+              else next.add(item.ref);
+              setSelected(next);
+            }} /></td>
+            <td><a href=${`#/message/${encodeURIComponent(item.ref)}`}>${item.ref}</a></td><td>${item.state}</td><td>${item.consumer ?? 'outbox'}</td>
+            <td>${item.envelope.topic}</td><td>${item.envelope.key ?? '–'}</td><td><span class="badge">${item.code ?? 'no code'}</span></td>
+            <td>${item.attempts ?? '–'}</td><td>${ago(item.parkedAt)}</td></tr>`,
+        )}</tbody></table>`}
+    </section>
+    ${pending &&
+    html`<${Confirm} pending=${pending} close=${() => setPending(undefined)} done=${(message: string) => {
+      setPending(undefined);
+      setSelected(new Set());
+      flash(message);
+      setTick((value) => value + 1);
     }} />`}
   </div>`;
 }
@@ -530,7 +666,9 @@ function App() {
       ${info?.notes.map((note) => html`<p class="note">${note}</p>`)}
       ${message && html`<p class="flash" data-testid="flash">${message} <button onClick=${() => setMessage(undefined)}>×</button></p>`}
       ${page === 'failed'
-        ? html`<${Failed} info=${info} flash=${flash} />`
+        ? hash.split('/')[2] === 'all'
+          ? html`<${FailedList} info=${info} flash=${flash} />`
+          : html`<${Failed} info=${info} flash=${flash} />`
         : page === 'message'
           ? html`<${MessageDetail} reference=${decodeURIComponent(hash.slice('#/message/'.length))} />`
           : page === 'halted'
