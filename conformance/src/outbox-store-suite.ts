@@ -1254,6 +1254,30 @@ export const outboxStoreCases: readonly OutboxStoreCase[] = [
     },
   },
   {
+    // Issue 35: a SQL store counted a row waiting out a retry's backoff as age 0 (its
+    // available_at is in the future), so the backlog-age alert could not fire for a message
+    // failing for hours. Every store counts it from when it first became due.
+    name: "stats' oldest pending age counts a row in a retry's backoff from when it first became due, not as 0",
+    async run(env) {
+      const waitedMs = 700;
+      const failing = message(env, 'a');
+      await commit(env, [failing]);
+      await sleep(waitedMs);
+      const batch = await claim(env, 'relay-a');
+      // A first attempt in flight is inFlight, not backlog.
+      expect(await env.outbox.stats()).toMatchObject({ pending: 1, inFlight: 1, oldestPendingAgeMs: 0 });
+      expect(await env.outbox.fail(batch.lease, [{ sequence: sequenceOf(batch, failing), error: 'later', outcome: 'retry', delayMs: 600_000 }])).toBe(1);
+      const backingOff = await env.outbox.stats();
+      expect(backingOff).toMatchObject({ pending: 1, inFlight: 0 });
+      // Both instants are the database's: the interval holds whatever its clock's offset.
+      expect(backingOff.oldestPendingAgeMs).toBeGreaterThanOrEqual(waitedMs - env.options.clockToleranceMs);
+      expect(backingOff.oldestPendingAgeMs).toBeLessThan(600_000);
+      // A row delayed past now counts nothing, and does not hide the failing one.
+      await commit(env, [{ envelope: message(env, 'b'), delayMs: 600_000 }]);
+      expect((await env.outbox.stats()).oldestPendingAgeMs).toBeGreaterThanOrEqual(backingOff.oldestPendingAgeMs);
+    },
+  },
+  {
     name: 'prune deletes only published rows older than the cutoff',
     async run(env) {
       const published = [message(env, null), message(env, null), message(env, null)];

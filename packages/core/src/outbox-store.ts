@@ -119,8 +119,7 @@ export interface OutboxStats {
    * it again), over rows due and waiting, released, or failing (in a retry's backoff or being
    * tried again). A row failing for hours therefore reads hours, not 0 while it waits out a
    * backoff, so a backlog alert fires for it. Delayed rows not yet due count nothing.
-   * (The in-memory store keeps this; a SQL store needs a first-due column to — until it has
-   * one it counts from the last time the row became due.)
+   * (The SQL stores keep the first due time in `first_due_at`, schema version 6.)
    */
   readonly oldestPendingAgeMs: number;
   readonly inFlight: number;

@@ -126,7 +126,7 @@ export interface OutboxPendingRow {
 }
 
 const INSERT_COLUMNS =
-  'message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload, state, attempts, available_at, created_at';
+  'message_id, message_type, message_version, topic, msg_key, key_hash, occurred_at, correlation_id, causation_id, traceparent, tracestate, headers, payload, state, attempts, available_at, first_due_at, created_at';
 // Keep each INSERT well under MySQL's default max_allowed_packet (16-64 MiB).
 const MAX_INSERT_BYTES = 4 * 1024 * 1024;
 const DEFAULT_LIST_LIMIT = 100;
@@ -568,7 +568,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       const [pending] = await runner.all(
         `SELECT COUNT(*) AS pending, ` +
           `SUM(CASE WHEN lease_token IS NOT NULL AND available_at > ${dialect.now} THEN 1 ELSE 0 END) AS in_flight, ` +
-          `${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`MIN(CASE WHEN available_at <= ${dialect.now} THEN available_at END)`)} AS oldest_age ` +
+          `${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`MIN(CASE WHEN ${backlogSql(dialect)} THEN ${firstDueSql(dialect)} END)`)} AS oldest_age ` +
           `FROM ${outbox} WHERE state = 'pending'`,
       );
       const [failed] = await runner.all(
@@ -776,15 +776,19 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
         e.payload,
       );
       let available = dialect.insertNow;
+      const availableParams: number[] = [];
       if (row.delayMs > 0) {
         available = dialect.plusMs(dialect.insertNow);
-        params.push(row.delayMs);
+        availableParams.push(row.delayMs);
       }
       if (row.notBeforeMs !== null) {
         available = `${dialect.greatest}(${available}, ${dialect.fromEpochMs})`;
-        params.push(row.notBeforeMs);
+        availableParams.push(row.notBeforeMs);
       }
-      tuples.push(`?, ?, ${version}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${dialect.insertNow}`);
+      // first_due_at (schema version 6): when the row first becomes due, kept while it is
+      // retried or released (stats' oldest pending age counts from it).
+      params.push(...availableParams, ...availableParams);
+      tuples.push(`?, ?, ${version}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${available}, ${dialect.insertNow}`);
     }
     const outbox = dialect.table('outbox');
     if (locks === undefined) {
@@ -822,10 +826,32 @@ export function keyHash(topic: string, key: string | null): string | null {
   return createHash('sha256').update(topic).update('\u0000').update(key).digest('hex').slice(0, 32);
 }
 
+/**
+ * When a pending row first became due: `first_due_at` (schema version 6: its insert or
+ * delay/notBefore, kept across retries and releases, reset by a replay). A row written
+ * without it (by a process older than version 6, or straight into the table) falls back to
+ * the later of its insert and `available_at` — for a row never claimed, exactly when it
+ * became due.
+ */
+function firstDueSql(dialect: Pick<SqlDialect, 'greatest'>): string {
+  return `COALESCE(first_due_at, ${dialect.greatest}(created_at, available_at))`;
+}
+
+/**
+ * Which pending rows are backlog for `stats().oldestPendingAgeMs`, as the in-memory store
+ * counts: a failing row (in a retry's backoff or being tried again), or one under no live
+ * lease that is due (waiting, released, its lease expired). A first attempt in flight is
+ * `inFlight`, not backlog; a delayed row not yet due counts nothing.
+ */
+function backlogSql(dialect: Pick<SqlDialect, 'now' | 'greatest'>): string {
+  return `(attempts > 0 OR ((lease_token IS NULL OR available_at <= ${dialect.now}) AND ${firstDueSql(dialect)} <= ${dialect.now}))`;
+}
+
 function resetColumns(now: string): string {
   return (
     `state = 'pending', attempts = 0, last_error = NULL, error_code = NULL, error_name = NULL, failed_at = NULL, first_failed_at = NULL, ` +
-    `available_at = ${now}, lease_owner = NULL, lease_token = NULL`
+    // A replay starts the row's age again (as the in-memory store's).
+    `available_at = ${now}, first_due_at = ${now}, lease_owner = NULL, lease_token = NULL`
   );
 }
 

@@ -51,6 +51,8 @@ export function courierPgTables(config: CourierTablesConfig = {}) {
         errorCode: varchar('error_code', { length: 64 }),
         errorName: varchar('error_name', { length: 200 }),
         firstFailedAt: ts('first_failed_at'),
+        // Schema version 6: when the row first became due (stats' oldest pending age).
+        firstDueAt: ts('first_due_at'),
         leaseOwner: varchar('lease_owner', { length: 200 }),
         leaseToken: bigint('lease_token', { mode: 'bigint' }),
         createdAt: ts('created_at').notNull().defaultNow(),

@@ -32,7 +32,9 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * (`poison: 'halt'`), v4 lets MySQL/MariaDB complete outbox rows in place (`state` an ENUM,
  * `published_at` never NULL; it rebuilds the outbox table there, a no-op elsewhere), v5 adds
  * the outbox's failure columns (`error_code`, `error_name`, `first_failed_at`: dead rows
- * selectable by code; rows that failed before read them as unknown). `down`
+ * selectable by code; rows that failed before read them as unknown), v6 adds `first_due_at`
+ * (when a row first became due: `stats().oldestPendingAgeMs` counts a row in a retry's
+ * backoff from it; rows failing or leased at the upgrade get their insert time). `down`
  * of v1 drops the tables; `down` of v3 drops the halt tables, and refuses (a non-retriable
  * `StorageError` naming the tables) while they hold any halted, held or parked message —
  * those were acknowledged to the broker and exist nowhere else; `down` of v4 only sets the
@@ -44,7 +46,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect(dialectOf((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), config.dialect), names);
   // Every upgrade migration brings the tables from the version they record to the latest,
-  // so v2 to v5 are no-ops once an earlier one ran; each may be re-run after a partial failure.
+  // so v2 to v6 are no-ops once an earlier one ran; each may be re-run after a partial failure.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {
     const dialect = dialectFor(migration);
     const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
@@ -160,12 +162,27 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     }
   }
 
+  // Adds the outbox's first_due_at (and fills it for rows failing or leased at the upgrade).
+  // `down` drops it: v5 code never reads it.
+  class CourierSchemaV6 extends Migration {
+    override async up(): Promise<void> {
+      await upgradeToLatest(this);
+    }
+
+    override down(): void {
+      const dialect = dialectFor(this);
+      this.addSql(`ALTER TABLE ${dialect.table('outbox')} DROP COLUMN first_due_at`);
+      this.addSql(`UPDATE ${dialect.table('meta')} SET value = 5 WHERE name = 'schema_version' AND value > 5`);
+    }
+  }
+
   return [
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
     { name: `Courier_${names.prefix}v3`, class: CourierSchemaV3 },
     { name: `Courier_${names.prefix}v4`, class: CourierSchemaV4 },
     { name: `Courier_${names.prefix}v5`, class: CourierSchemaV5 },
+    { name: `Courier_${names.prefix}v6`, class: CourierSchemaV6 },
   ];
 }
 

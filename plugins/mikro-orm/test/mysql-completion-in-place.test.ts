@@ -39,7 +39,7 @@ async function outboxRows(f: MikroOrmFixture): Promise<Record<string, string>> {
 async function downgradeToV3(f: MikroOrmFixture): Promise<void> {
   await f.sql(`ALTER TABLE ${f.table('outbox')} MODIFY state VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'pending', MODIFY published_at DATETIME(3) NULL`);
   await f.sql(`UPDATE ${f.table('outbox')} SET published_at = NULL WHERE published_at = ?`, [NOT_PUBLISHED_AT]);
-  await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN error_code, DROP COLUMN error_name, DROP COLUMN first_failed_at`);
+  await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN error_code, DROP COLUMN error_name, DROP COLUMN first_failed_at, DROP COLUMN first_due_at`);
   await f.sql(`UPDATE ${f.table('meta')} SET value = 3 WHERE name = 'schema_version'`);
 }
 
@@ -77,7 +77,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('completion in place (%s)', 
     await insertV3Row(f, id('old'), 'published', 2);
     await insertV3Row(f, id('dead'), 'dead', null);
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 3, this release needs 5/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 3, this release needs 6/);
     await outbox.ensureSchema();
     await outbox.ensureSchema();
     await outbox.checkSchema();

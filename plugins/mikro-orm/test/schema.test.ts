@@ -1,6 +1,7 @@
 // Schema creation, migrations, the schema version check and name configuration.
 import { ConfigError, StorageError } from '@courier/core';
 import { Migrator } from '@mikro-orm/migrations';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { courierMigrations, courierSchemaAdmin } from '../src/migrations.js';
 import { MikroOrmInboxStore, MikroOrmOutboxStore, resolveTableNames } from '../src/index.js';
@@ -43,10 +44,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const table of [names.inboxHalts, names.inboxHeld, names.inboxParked]) await f.sql(`DROP TABLE ${f.table(table.slice(f.tablePrefix.length))}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 2 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 2, target: 5 });
+    expect(await admin.status()).toEqual({ current: 2, target: 6 });
     const pending = await admin.pendingSql();
     expect(pending.some((sql) => sql.includes(names.inboxHalts))).toBe(true);
-    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 5/);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 6/);
     await admin.apply();
     expect(await admin.pendingSql()).toEqual([]);
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
@@ -63,12 +64,12 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const sequenceOf = (id: string) => batch.records.find((record) => record.envelope.messageId === id)!.sequence;
     await f.outbox.fail(batch.lease, [{ sequence: sequenceOf(dead.messageId), error: 'TransportError [PUBLISH_UNROUTABLE]: no queue bound', outcome: 'dead' }]);
     // Back to what version 4 left: the same rows, without the failure columns.
-    for (const column of ['error_code', 'error_name', 'first_failed_at']) await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN ${column}`);
+    for (const column of ['error_code', 'error_name', 'first_failed_at', 'first_due_at']) await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN ${column}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 4 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 4, target: 5 });
+    expect(await admin.status()).toEqual({ current: 4, target: 6 });
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 4, this release needs 5/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 4, this release needs 6/);
     // Two upgrades racing, as two processes' ensureSchema() would.
     await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
     expect(await admin.pendingSql()).toEqual([]);
@@ -81,6 +82,42 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const after = (await outbox.listDead()).find((row) => row.envelope.messageId === leased.messageId);
     expect(after).toMatchObject({ code: 'PUBLISH_UNROUTABLE', errorName: 'TransportError', attempts: 1 });
     expect(after!.firstFailedAt).toBeInstanceOf(Date);
+    await outbox.close();
+  });
+
+  it("a schema at version 5 with rows in flight is upgraded to 6: rows failing or leased at the upgrade count their age from their insert, a row never claimed from when it is due", async () => {
+    const f = await fixtureFor(dialect);
+    const [failing, leased, due] = [envelope(f.tablePrefix, 'a'), envelope(f.tablePrefix, 'b'), envelope(f.tablePrefix, 'c')];
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: failing }, { envelope: leased }]));
+    const waitedMs = 700;
+    await sleep(waitedMs);
+    const batch = await f.outbox.claim({ owner: 'old-relay', limit: 10, leaseMs: 600_000, perKey: 1 });
+    const sequenceOf = (id: string) => batch.records.find((record) => record.envelope.messageId === id)!.sequence;
+    await f.outbox.fail(batch.lease, [{ sequence: sequenceOf(failing.messageId), error: 'TransportError [PUBLISH_REJECTED]: nack', outcome: 'retry', delayMs: 600_000 }]);
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: due }]));
+    // Back to what version 5 left: the same rows, without first_due_at.
+    await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN first_due_at`);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 5 WHERE name = 'schema_version'`);
+    const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
+    expect(await admin.status()).toEqual({ current: 5, target: 6 });
+    const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 5, this release needs 6/);
+    // Two upgrades racing, as two processes' ensureSchema() would.
+    await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
+    expect(await admin.pendingSql()).toEqual([]);
+    // The backfill: the failing and the leased row get their insert time; the row never claimed keeps NULL (read as its due time).
+    const count = async (where: string) => Number((await f.sql(`SELECT COUNT(*) AS n FROM ${f.table('outbox')} WHERE ${where}`))[0]?.['n']);
+    expect([await count('first_due_at IS NOT NULL AND first_due_at = created_at'), await count('first_due_at IS NULL')]).toEqual([2, 1]);
+    // The row in its retry's backoff is backlog, counted from its insert (before the column it read 0).
+    const stats = await outbox.stats();
+    expect(stats).toMatchObject({ pending: 3, inFlight: 1 });
+    expect(stats.oldestPendingAgeMs).toBeGreaterThanOrEqual(waitedMs - 100);
+    // The lease taken before the upgrade still holds its row; failing it keeps the age.
+    expect(await outbox.fail(batch.lease, [{ sequence: sequenceOf(leased.messageId), error: 'TransportError [PUBLISH_REJECTED]: nack', outcome: 'retry', delayMs: 600_000 }])).toBe(1);
+    expect((await outbox.stats()).oldestPendingAgeMs).toBeGreaterThanOrEqual(stats.oldestPendingAgeMs);
+    // A row appended now has its first due time written.
+    await f.transaction(async (tx) => outbox.append(tx, [{ envelope: envelope(f.tablePrefix, 'd') }]));
+    expect(await count('first_due_at IS NULL')).toBe(1);
     await outbox.close();
   });
 
@@ -101,10 +138,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const column of ['error_name', 'first_failed_at']) await f.sql(`ALTER TABLE ${table} DROP COLUMN ${column}`);
     await f.sql(`UPDATE ${f.table('meta').replace(f.tablePrefix, tablePrefix)} SET value = 4 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix });
-    expect(await admin.status()).toEqual({ current: 4, target: 5 });
-    if (how === 'migration') expect((await f.orm.getMigrator().up()).map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v5`]);
+    expect(await admin.status()).toEqual({ current: 4, target: 6 });
+    if (how === 'migration') expect((await f.orm.getMigrator().up()).map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`]);
     else await admin.apply();
-    expect(await admin.status()).toEqual({ current: 5, target: 5 });
+    expect(await admin.status()).toEqual({ current: 6, target: 6 });
     // Every column is there and used: a dead row keeps its code, class name and first failure.
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
@@ -120,7 +157,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 5/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 6/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -150,7 +187,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`, `Courier_${tablePrefix}v5`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`, `Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));

@@ -1,7 +1,7 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyError, toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeRows, failureColumnsSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
@@ -10,6 +10,7 @@ import { ageSql, completeRows, failureColumnsSql, headsSql, qualifiedColumns, SC
  */
 /** The version 5 outbox columns (see `failureColumnsSql`). */
 const FAILURE_COLUMNS = failureColumnsSql({ text64: 'VARCHAR(64) NULL', text200: 'VARCHAR(200) NULL', timestamp: 'DATETIME(3) NULL' });
+const FIRST_DUE_COLUMN = firstDueColumnSql('DATETIME(3) NULL');
 
 const ID_COLUMNS = {
   message_id: 'VARBINARY(800)',
@@ -150,6 +151,7 @@ export class MySqlDialect implements SqlDialect {
         last_error TEXT NULL,
         failed_at DATETIME(3) NULL,
         ${FAILURE_COLUMNS.join(',\n        ')},
+        ${FIRST_DUE_COLUMN},
         lease_owner VARCHAR(200) NULL,
         lease_token BIGINT NULL,
         created_at DATETIME(3) NOT NULL,
@@ -206,6 +208,9 @@ export class MySqlDialect implements SqlDialect {
     // caller, an upgrade that stopped half-way) is {@link alreadyUpgraded} — per column, so the
     // missing ones are still added (one ALTER of all three failed whole on the first duplicate).
     const failureColumns = from >= 5 ? [] : FAILURE_COLUMNS.map((column) => `ALTER TABLE ${outbox} ADD COLUMN ${column}`);
+    // Version 5 -> 6: first_due_at, in place like those, then its backfill (pending rows
+    // failing or leased at the upgrade only).
+    failureColumns.push(...(from >= 6 ? [] : [`ALTER TABLE ${outbox} ADD COLUMN ${FIRST_DUE_COLUMN}`, firstDueBackfillSql(this)]));
     // Version 2 -> 3: the inbox halt tables.
     const halts = from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
     if (from >= 2) return [...halts, ...inPlace, ...failureColumns];

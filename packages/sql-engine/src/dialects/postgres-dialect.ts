@@ -1,7 +1,7 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeSql, failureColumnsSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeSql, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * PostgreSQL 12+ adapter.
@@ -27,6 +27,7 @@ import { ageSql, completeSql, failureColumnsSql, headsSql, qualifiedColumns, SCH
  */
 /** The version 5 outbox columns (see `failureColumnsSql`). */
 const FAILURE_COLUMNS = failureColumnsSql({ text64: 'varchar(64)', text200: 'varchar(200)', timestamp: 'timestamptz' });
+const FIRST_DUE_COLUMN = firstDueColumnSql('timestamptz');
 
 const OUTBOX_STORAGE_PARAMETERS = 'autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000';
 
@@ -101,6 +102,7 @@ export class PostgresDialect implements SqlDialect {
         last_error text,
         failed_at timestamptz,
         ${FAILURE_COLUMNS.join(',\n        ')},
+        ${FIRST_DUE_COLUMN},
         lease_owner varchar(200),
         lease_token bigint,
         created_at timestamptz NOT NULL DEFAULT now(),
@@ -140,8 +142,10 @@ export class PostgresDialect implements SqlDialect {
     // Version 4 -> 5: the failure columns; nullable without a default, so adding them only
     // changes the catalog (no table rewrite), and every row written before reads NULL.
     const failureColumns = from >= 5 ? [] : [`ALTER TABLE ${this.table('outbox')} ${FAILURE_COLUMNS.map((column) => `ADD COLUMN IF NOT EXISTS ${column}`).join(', ')}`];
+    // Version 5 -> 6: first_due_at, the same kind of catalog-only change, then its backfill.
+    const firstDue = from >= 6 ? [] : [`ALTER TABLE ${this.table('outbox')} ADD COLUMN IF NOT EXISTS ${FIRST_DUE_COLUMN}`, firstDueBackfillSql(this)];
     // Version 2 -> 3: the inbox halt tables. 1 -> 2 and 3 -> 4 changed nothing here.
-    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns];
+    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns, ...firstDue];
   }
 
   dropStatements(): string[] {

@@ -12,8 +12,10 @@ export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
  *    completion rewrites its rows in place (see `mysql-dialect.ts`); elsewhere unchanged.
  * 5: outbox `error_code`, `error_name` and `first_failed_at` (see {@link failureColumnsSql}),
  *    so dead rows can be selected by code; rows failed before it read them as NULL (unknown).
+ * 6: outbox `first_due_at` (see {@link firstDueColumnSql}): when a row first became due, so
+ *    `stats().oldestPendingAgeMs` counts a row in a retry's backoff from then, not as 0.
  */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -284,6 +286,26 @@ export function ageSql(dialect: Pick<SqlDialect, 'now' | 'epochMs' | 'greatest'>
  */
 export function failureColumnsSql(types: { readonly text64: string; readonly text200: string; readonly timestamp: string }): string[] {
   return [`error_code ${types.text64}`, `error_name ${types.text200}`, `first_failed_at ${types.timestamp}`];
+}
+
+/**
+ * The version 6 outbox column, as `name type`: when the row first became due (its insert,
+ * or its delay/notBefore), kept while it is retried or released and reset by a replay.
+ * Nullable: a row written without it counts from the later of its insert and `available_at`.
+ */
+export function firstDueColumnSql(timestamp: string): string {
+  return `first_due_at ${timestamp}`;
+}
+
+/**
+ * The version 6 upgrade's backfill: rows that were failing or under a lease when the schema
+ * was upgraded get their insert time as first due (their `available_at` already moved to a
+ * backoff's end or a lease's expiry, so nothing better is known; a delay such a row had is
+ * counted as age). Rows never claimed keep NULL, which reads as exactly when they are due.
+ * Idempotent (only NULLs), and it touches only those pending rows.
+ */
+export function firstDueBackfillSql(dialect: Pick<SqlDialect, 'table'>): string {
+  return `UPDATE ${dialect.table('outbox')} SET first_due_at = created_at WHERE state = 'pending' AND first_due_at IS NULL AND (attempts > 0 OR lease_token IS NOT NULL)`;
 }
 
 /** `o.`-qualified row columns. */

@@ -1,11 +1,12 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyError, toBigInt, toNumber, type SqlExecutor, type TransactionPrologue } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeRows, failureColumnsSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 /** The version 5 outbox columns (see `failureColumnsSql`); times in epoch milliseconds, as every SQLite timestamp here. */
 const FAILURE_COLUMNS = failureColumnsSql({ text64: 'TEXT', text200: 'TEXT', timestamp: 'INTEGER' });
+const FIRST_DUE_COLUMN = firstDueColumnSql('INTEGER');
 
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
@@ -115,6 +116,7 @@ export class SqliteDialect implements SqlDialect {
         last_error TEXT,
         failed_at INTEGER,
         ${FAILURE_COLUMNS.join(',\n        ')},
+        ${FIRST_DUE_COLUMN},
         lease_owner TEXT,
         lease_token INTEGER,
         created_at INTEGER NOT NULL,
@@ -149,8 +151,10 @@ export class SqliteDialect implements SqlDialect {
     // Version 4 -> 5: the failure columns, one ALTER each (SQLite adds one column per
     // statement, without a rewrite); a racing caller's duplicate is {@link alreadyUpgraded}.
     const failureColumns = from >= 5 ? [] : FAILURE_COLUMNS.map((column) => `ALTER TABLE ${this.table('outbox')} ADD COLUMN ${column}`);
+    // Version 5 -> 6: first_due_at (a duplicate is {@link alreadyUpgraded} too), then its backfill.
+    const firstDue = from >= 6 ? [] : [`ALTER TABLE ${this.table('outbox')} ADD COLUMN ${FIRST_DUE_COLUMN}`, firstDueBackfillSql(this)];
     // Version 2 -> 3: the inbox halt tables. 1 -> 2 and 3 -> 4 changed nothing here.
-    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns];
+    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns, ...firstDue];
   }
 
   alreadyUpgraded(error: unknown): boolean {
