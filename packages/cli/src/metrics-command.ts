@@ -2,7 +2,7 @@
 // the same reader the console's charts and process list use.
 import type { CourierCliSetup } from './config.js';
 import { formatDuration, table, toJson, UsageError } from './format.js';
-import { METRIC_ALERTS, ratesBetween, readMetrics, type EndpointRead, type MetricsRates } from './metrics-read.js';
+import { METRIC_ALERTS, ratesBetween, readMetrics, relayLeasesText, type EndpointRead, type MetricsRates } from './metrics-read.js';
 
 /** What `courier metrics` prints with `--json`. */
 export interface MetricsReport {
@@ -47,7 +47,9 @@ export function renderMetrics(report: MetricsReport, json: boolean): string {
       read.name,
       read.up ? 'up' : 'DOWN',
       read.health ? `${read.health.status}${read.health.ready ? '' : ' (not ready)'}` : '-',
-      relay?.running ? `${relay.paused ? 'PAUSED' : 'running'}, last claim ${relay.sinceLastClaimMs < 0 ? 'never' : `${formatDuration(relay.sinceLastClaimMs)} ago`}` : '-',
+      relay?.running
+        ? `${relay.paused ? 'PAUSED' : 'running'}, last claim ${relay.sinceLastClaimMs < 0 ? 'never' : `${formatDuration(relay.sinceLastClaimMs)} ago`}${relayLeasesText(relay) ? `; ${relayLeasesText(relay)}` : ''}`
+        : '-',
       consumers.length === 0 ? '-' : consumers.map((one) => `${one.consumer}${one.connected ? '' : ' (not connected)'} ${one.inFlight} in flight`).join(', '),
       read.error ?? '',
     ];

@@ -27,7 +27,17 @@ export interface PromSample {
 export interface ProcessHealth {
   readonly status: string;
   readonly ready: boolean;
-  readonly relay?: { readonly running: boolean; readonly ready?: boolean; readonly paused: boolean; readonly lastError: string | null; readonly sinceLastClaimMs: number };
+  readonly relay?: {
+    readonly running: boolean;
+    readonly ready?: boolean;
+    readonly paused: boolean;
+    readonly lastError: string | null;
+    readonly sinceLastClaimMs: number;
+    /** The name it claims under (the outbox's `lease_owner`); absent from a process older than this CLI. */
+    readonly owner?: string | null;
+    /** The leases on batches it is sending (token, rows, held for); absent from a process older than this CLI. */
+    readonly leases?: readonly { readonly token: string; readonly rows: number; readonly heldForMs: number }[];
+  };
   readonly consumers?: readonly { readonly consumer: string; readonly connected: boolean; readonly inFlight: number; readonly lastError: string | null }[];
 }
 
@@ -279,4 +289,17 @@ export function quantile(q: number, buckets: ReadonlyMap<number, number>): numbe
     lowerCount = count;
   }
   return lowerBound;
+}
+
+/**
+ * What a relay holds, in words (`courier metrics` and the console say the same): the owner
+ * it claims under and each lease on a batch it is sending, or that it holds none; null when
+ * the process reports neither (older than this CLI).
+ */
+export function relayLeasesText(relay: NonNullable<NonNullable<EndpointRead['health']>['relay']>): string | null {
+  if (relay.owner === undefined && relay.leases === undefined) return null;
+  const owner = relay.owner ? `claims as ${relay.owner}` : 'claims under no name';
+  const leases = relay.leases ?? [];
+  if (leases.length === 0) return `${owner}; holds no lease (between batches)`;
+  return `${owner}; holds ${leases.map((lease) => `lease ${lease.token} (${lease.rows} row${lease.rows === 1 ? '' : 's'}, ${Math.round(lease.heldForMs)} ms)`).join(', ')}`;
 }

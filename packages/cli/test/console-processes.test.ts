@@ -35,6 +35,9 @@ describe('courier console: rates, processes and named tokens', () => {
   let bus: Bus<InMemoryTransaction>;
   const Placed = defineMessage('orders.Placed', { version: 1, topic: 'orders' });
   const Refused = defineMessage('audit.Logged', { version: 1, topic: 'audit' });
+  const Slow = defineMessage('slow.Sent', { version: 1, topic: 'slow' });
+  let openSlowGate!: () => void;
+  const slowGate = new Promise<void>((resolve) => (openSlowGate = resolve));
   const publish = (count: number) =>
     db.transaction(async (tx) => {
       for (let index = 0; index < count; index += 1) bus.outbox(tx).publish(Placed, { index });
@@ -42,11 +45,26 @@ describe('courier console: rates, processes and named tokens', () => {
 
   beforeAll(async () => {
     metrics = await serveCourierMetrics({ port: 0, metricsMaxAgeMs: 0, token: 'metrics-token-1234', serviceName: 'billing' });
+    const connection = broker.connect();
+    // Sends to 'slow' wait for the test (the page must show the lease the relay holds meanwhile).
+    const transport = new Proxy(connection, {
+      get(target, name) {
+        if (name === 'publish') {
+          return async (messages: Parameters<typeof connection.publish>[0], options: Parameters<typeof connection.publish>[1]) => {
+            if (messages.some((message) => message.topic === 'slow')) await slowGate;
+            return connection.publish(messages, options);
+          };
+        }
+        // The connection itself as the receiver: its getters read private fields.
+        const value: unknown = Reflect.get(target, name, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
     bus = createBus<InMemoryTransaction>({
       outbox: new InMemoryOutboxStore({ database: db }),
       inbox: new InMemoryInboxStore({ database: db }),
-      transport: broker.connect(),
-      relay: { pollIntervalMs: 20, retry: { maxAttempts: 1_000_000, initialDelayMs: 50, maxDelayMs: 100 } },
+      transport,
+      relay: { pollIntervalMs: 20, owner: 'billing-relay', retry: { maxAttempts: 1_000_000, initialDelayMs: 50, maxDelayMs: 100 } },
     });
     bus.subscribe('billing', Placed, async () => undefined);
     metrics.watch({ bus });
@@ -59,6 +77,7 @@ describe('courier console: rates, processes and named tokens', () => {
   afterAll(async () => {
     await app?.stop();
     await browser?.close();
+    openSlowGate?.();
     await bus?.stop();
     await metrics?.close();
     for (const table of ['outbox', 'outbox_halts', 'meta']) await stores?.orm.em.getConnection().execute(`DROP TABLE IF EXISTS ${prefix}${table} CASCADE`).catch(() => undefined);
@@ -126,11 +145,25 @@ describe('courier console: rates, processes and named tokens', () => {
     await billing.getByText('alive').waitFor({ timeout: 30_000 });
     await billing.getByText('billing: connected').waitFor();
     await billing.getByText(/running; last claim/).waitFor();
+    // Which lease the relay holds: its owner, and the lease of the batch it is sending (a
+    // send to 'slow' waits for the test), gone once the send is answered.
+    expect(await billing.getByTestId('relay-owner').textContent()).toContain('claims as billing-relay');
+    await billing.getByTestId('relay-leases').getByText('holds no lease').waitFor();
+    await db.transaction(async (tx) => {
+      bus.outbox(tx).publish(Slow, { slow: true });
+    });
+    const lease = billing.getByTestId('relay-lease');
+    await lease.waitFor({ timeout: 30_000 });
+    expect(await lease.textContent()).toMatch(/^holds lease \d+: 1 row\(s\) for /);
+    const metricsText = await runCli(['metrics', '--window', '1s'], { CLI_TEST_PREFIX: prefix, CLI_TEST_METRICS: JSON.stringify(endpoints.slice(0, 1)) });
+    expect(metricsText.stdout, metricsText.stderr).toMatch(/claims as billing-relay; holds lease \d+ \(1 row, \d+ ms\)/);
     const gone = page.getByTestId('process-gone');
     await gone.getByText('NOT ANSWERING').waitFor();
     expect(await gone.getByTestId('alive').getAttribute('class')).toBe('alert');
     await gone.getByText('never').waitFor();
     await page.screenshot({ path: join(ARTIFACTS, 'processes.png'), fullPage: true });
+    openSlowGate();
+    await billing.getByTestId('relay-leases').getByText('holds no lease').waitFor({ timeout: 30_000 });
 
     // A viewer's token reads, never acts: the buttons are disabled and the server refuses it.
     const act = (token: string) =>

@@ -4,6 +4,7 @@ import type { InboxStore } from './inbox-store.js';
 import type { Logger } from './logger.js';
 import type { DecodedOf, MessageDefinition, PayloadOf } from './message-definition.js';
 import type { AppendResult, OutboxStore, PublishedId } from './outbox-store.js';
+import type { RelayLease } from './relay.js';
 import type { RetryPolicy } from './retry.js';
 import type { Transport } from './transport.js';
 
@@ -285,6 +286,10 @@ export interface BusHealth {
     readonly lastError: string | null;
     /** Milliseconds since the relay last completed a claim, -1 before the first. */
     readonly sinceLastClaimMs: number;
+    /** The name it claims under (the outbox's `lease_owner`); null when the bus runs no relay. */
+    readonly owner: string | null;
+    /** The leases on batches it is sending now (token, rows, held for), oldest first. */
+    readonly leases: readonly RelayLease[];
   };
   readonly consumers: readonly {
     readonly consumer: string;

@@ -403,7 +403,7 @@ class CourierBus<Tx, A extends AppendResult> implements Bus<Tx, A> {
   }
 
   health(): BusHealth {
-    let state = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1 };
+    let state: Omit<BusHealth['relay'], 'ready'> = this.#relay?.health() ?? { running: false, paused: false, lastError: null, sinceLastClaimMs: -1, owner: null, leases: [] };
     if (this.#relayDeferred && !state.running) {
       const names = this.#relayDeferred.waitingFor.map((name) => `'${name}'`).join(', ');
       state = { ...state, lastError: `relay starts once consumer ${names} has subscribed` };

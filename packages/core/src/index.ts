@@ -111,6 +111,7 @@ export type { MetricsReadSource, ObserveOptions } from './operator-metrics.js';
 export { hasLogSlot, METRICS_READ_FAILURES, OPERATOR_GAUGES, observeDeadLetters, observeInbox, observeInboxHalts, observeLogSlot, observeOutbox, observeRelay, type LogSlotOperations, type ObserveDeadLettersOptions, type ObserveInboxOptions } from './operator-metrics.js';
 export { BATCH_SIZE_HISTOGRAM, DURATION_HISTOGRAMS, PROMETHEUS_VIEWS } from './timed-transport.js';
 export { CONNECTIVITY_CODES, DEFAULT_RELAY_BATCH_SIZE } from './relay.js';
+export type { RelayLease } from './relay.js';
 export { SCHEDULE_LIMITS, newMessageId } from './outbox-publisher.js';
 export type { InMemoryDatabaseConfig, InMemoryTransactionState } from './in-memory/in-memory-database.js';
 export { InMemoryDatabase, InMemoryTransaction } from './in-memory/in-memory-database.js';

@@ -156,12 +156,26 @@ export function relaySettings(config: RelayConfig = {}, publishTimeoutMs?: numbe
   return { settings: { batchSize, leaseMs, pollIntervalMs, retry, pauseInitialMs, pauseMaxMs, poison, owner }, problems };
 }
 
+/** A lease the relay holds on a batch it is sending, as `bus.health()` reports it. */
+export interface RelayLease {
+  /** The lease's fencing token (the store's `lease_token` column, decimal). */
+  readonly token: string;
+  /** Rows claimed under it. */
+  readonly rows: number;
+  /** Milliseconds since the claim that took it (this process's clock). */
+  readonly heldForMs: number;
+}
+
 /** A snapshot of the relay's state for `bus.health()`. */
 export interface RelayHealth {
   readonly running: boolean;
   readonly paused: boolean;
   readonly lastError: string | null;
   readonly sinceLastClaimMs: number;
+  /** The name the relay claims under (the store's `lease_owner` column): `relay.owner`, or host:pid:random. */
+  readonly owner: string;
+  /** The leases on batches it is sending now, oldest first; empty between batches. */
+  readonly leases: readonly RelayLease[];
 }
 
 /**
@@ -210,6 +224,8 @@ export class Relay<Tx> {
   readonly #failureLog = new Map<string, { at: number; suppressed: number }>();
   #lastError: string | null = null;
   #lastClaimAt = -1;
+  /** Batches being sent, by lease token: what `health()` reports as the leases held. */
+  readonly #inHand = new Map<bigint, { readonly rows: number; readonly since: number }>();
   /** Told the outcome of the first claim (undefined: it succeeded), then cleared. */
   #firstClaim: ((error: unknown) => void) | undefined;
 
@@ -312,6 +328,8 @@ export class Relay<Tx> {
       paused: this.#paused,
       lastError: this.#lastError,
       sinceLastClaimMs: this.#lastClaimAt < 0 ? -1 : Date.now() - this.#lastClaimAt,
+      owner: this.#settings.owner,
+      leases: [...this.#inHand].map(([token, held]) => ({ token: String(token), rows: held.rows, heldForMs: Date.now() - held.since })),
     };
   }
 
@@ -443,9 +461,11 @@ export class Relay<Tx> {
     const heartbeat = store.renew
       ? new LeaseHeartbeat({ store, lease, sequences, leaseMs, heldSince: claimedAt, logger: this.#deps.logger, signal: abandon })
       : undefined;
+    this.#inHand.set(lease.token, { rows: records.length, since: claimedAt });
     try {
       return await this.#send(batch, claimedAt, heartbeat, defer);
     } finally {
+      this.#inHand.delete(lease.token);
       await heartbeat?.stop();
     }
   }

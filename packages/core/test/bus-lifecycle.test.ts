@@ -239,12 +239,42 @@ describe('bus lifecycle', () => {
     expect(h.bus.health().consumers.map((consumer) => consumer.consumer)).toEqual(['a', 'b']);
   });
 
+  // Issue 36: the console's "Relays and consumers" shows which lease each relay holds.
+  it('health().relay names the owner the relay claims under and the lease of each batch it is sending', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let sending = 0;
+    await using h = harness({
+      bus: { relay: { owner: 'relay-under-test' } },
+      transport: (connection) => ({
+        ...spyTransport(connection),
+        publish: async (messages, options) => {
+          sending += messages.length;
+          await gate;
+          return connection.publish(messages, options);
+        },
+      }),
+    });
+    await h.commit((tx) => {
+      for (let index = 0; index < 3; index += 1) h.bus.outbox(tx).publish(Placed, {});
+    });
+    await h.bus.start({ consumers: false });
+    await eventually(() => expect(sending).toBe(3));
+    const { relay } = h.bus.health();
+    expect(relay.owner).toBe('relay-under-test');
+    expect(relay.leases).toEqual([{ token: expect.stringMatching(/^\d+$/), rows: 3, heldForMs: expect.any(Number) }]);
+    expect(relay.leases[0]!.heldForMs).toBeGreaterThanOrEqual(0);
+    open();
+    await eventually(() => expect(h.bus.health().relay.leases).toEqual([]));
+    expect(h.bus.health().counters.published).toBe(3);
+  });
+
   it('health() reports status, relay, consumers and counters', async () => {
     await using h = harness();
     expect(h.bus.health()).toEqual({
       status: 'stopped',
       ready: false,
-      relay: { running: false, ready: false, paused: false, lastError: null, sinceLastClaimMs: -1 },
+      relay: { running: false, ready: false, paused: false, lastError: null, sinceLastClaimMs: -1, owner: null, leases: [] },
       consumers: [],
       counters: { published: 0, publishFailures: 0, relayPauses: 0, processed: 0, retries: 0, deadLettered: 0, duplicates: 0, haltedKeys: 0, ackFailures: 0, settleFailures: 0 },
     });
@@ -255,7 +285,7 @@ describe('bus lifecycle', () => {
     expect(h.bus.health()).toEqual({
       status: 'running',
       ready: true,
-      relay: { running: true, ready: true, paused: false, lastError: null, sinceLastClaimMs: expect.any(Number) },
+      relay: { running: true, ready: true, paused: false, lastError: null, sinceLastClaimMs: expect.any(Number), owner: expect.any(String), leases: [] },
       consumers: [
         { consumer: 'a', connected: true, inFlight: 0, lastError: null },
         { consumer: 'b', connected: true, inFlight: 0, lastError: null },

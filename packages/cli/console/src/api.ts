@@ -40,7 +40,16 @@ export interface Process {
   readonly health: {
     readonly status: string;
     readonly ready: boolean;
-    readonly relay?: { running: boolean; paused: boolean; lastError: string | null; sinceLastClaimMs: number };
+    readonly relay?: {
+      running: boolean;
+      paused: boolean;
+      lastError: string | null;
+      sinceLastClaimMs: number;
+      /** The name it claims under (the outbox's lease_owner); absent from a process older than this console. */
+      owner?: string | null;
+      /** The leases on batches it is sending now; absent from a process older than this console. */
+      leases?: { token: string; rows: number; heldForMs: number }[];
+    };
     readonly consumers?: { consumer: string; connected: boolean; inFlight: number; lastError: string | null }[];
   } | null;
   readonly totals: { relayPaused: number | null } | null;

@@ -593,7 +593,7 @@ function Processes() {
   return html`<div>
     <h2>Relays and consumers</h2>
     ${error && html`<p class="error">could not read the processes: ${error}</p>`}
-    <p class="muted">Each process the config's <code>metrics</code> names, read through its <code>/metrics</code> and <code>/health</code> (the reader of <code>courier metrics</code>). Relay lag is the outbox's oldest pending age${stats?.outbox ? html`: <b data-testid="relay-lag">${age(stats.outbox.oldestPendingAgeMs)}</b>, ${stats.outbox.inFlight} rows claimed under a lease` : ''}. A consumer's broker-side lag is not read: no transport reports its queue depth to the CLI.</p>
+    <p class="muted">Each process the config's <code>metrics</code> names, read through its <code>/metrics</code> and <code>/health</code> (the reader of <code>courier metrics</code>). A relay's owner is the outbox's <code>lease_owner</code>; its leases are the batches it is sending at this read. Relay lag is the outbox's oldest pending age${stats?.outbox ? html`: <b data-testid="relay-lag">${age(stats.outbox.oldestPendingAgeMs)}</b>, ${stats.outbox.inFlight} rows claimed under a lease` : ''}. A consumer's broker-side lag is not read: no transport reports its queue depth to the CLI.</p>
     ${data && processes.length === 0 && html`<p class="note">The config names no <code>metrics</code> endpoints.</p>`}
     ${processes.length > 0 &&
     html`<table data-testid="processes"><thead><tr><th>process</th><th>alive</th><th>last seen</th><th>health</th><th>relay</th><th>consumers</th><th>last error</th></tr></thead><tbody>
@@ -606,7 +606,13 @@ function Processes() {
           <td class=${one.up ? '' : 'alert'} data-testid="alive">${one.up ? 'alive' : 'NOT ANSWERING'}</td>
           <td>${one.lastSeen === null ? 'never' : `${age(Date.now() - one.lastSeen)} ago`}</td>
           <td class=${one.health && !one.health.ready ? 'alert' : ''}>${one.health ? `${one.health.status}${one.health.ready ? '' : ' (not ready)'}` : '–'}</td>
-          <td class=${relay?.paused ? 'alert' : ''}>${relay?.running ? `${relay.paused ? 'PAUSED' : 'running'}; last claim ${relay.sinceLastClaimMs < 0 ? 'never' : `${age(relay.sinceLastClaimMs)} ago`}` : '–'}</td>
+          <td class=${relay?.paused ? 'alert' : ''} data-testid="relay">${relay?.running ? `${relay.paused ? 'PAUSED' : 'running'}; last claim ${relay.sinceLastClaimMs < 0 ? 'never' : `${age(relay.sinceLastClaimMs)} ago`}` : '–'}
+            ${relay?.running && relay.owner !== undefined && html`<div class="muted" data-testid="relay-owner">claims as <code>${relay.owner ?? '–'}</code></div>`}
+            ${relay?.running &&
+            relay.leases !== undefined &&
+            (relay.leases.length === 0
+              ? html`<div class="muted" data-testid="relay-leases">holds no lease (between batches)</div>`
+              : relay.leases.map((lease) => html`<div data-testid="relay-lease" data-token=${lease.token}>holds lease ${lease.token}: ${lease.rows} row(s) for ${age(lease.heldForMs)}</div>`))}</td>
           <td>${consumers.length === 0 ? '–' : consumers.map((c) => html`<div class=${c.connected ? '' : 'alert'}>${c.consumer}: ${c.connected ? 'connected' : 'not connected'}, ${c.inFlight} in flight</div>`)}</td>
           <td class="error-text">${errors.join('\n')}</td>
         </tr>`;
