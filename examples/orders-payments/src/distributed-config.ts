@@ -46,12 +46,14 @@ export interface WorkerConfig {
   readonly prefix: string;
   readonly maxCrashes: number;
   readonly verbose: boolean;
+  /** `--metrics-port`: orders serves /metrics on it, payments on the next (0: free ports); null: no endpoint. */
+  readonly metricsPort: number | null;
 }
 
 /** Messages a worker sends its runner over the IPC channel. */
 export type WorkerMessage =
   /** `dataLayer`: what the process's service writes through, as the service itself built it. */
-  | { readonly kind: 'ready'; readonly dataLayer: DataLayer }
+  | { readonly kind: 'ready'; readonly dataLayer: DataLayer; readonly metricsUrl?: string }
   | { readonly kind: 'progress'; readonly counters: BusCounters }
   | { readonly kind: 'placed'; readonly placed: number }
   | { readonly kind: 'stopped'; readonly counters: BusCounters; readonly logTail?: { readonly slot: string; readonly logged: number; readonly swept: number } };

@@ -164,6 +164,7 @@ export async function runDistributed(options: ExampleOptions, write: (line: stri
         // message counts as a crash loop, so only the deliberate poison is dead-lettered.
         maxCrashes: options.chaos ? 6 : 3,
         verbose: options.verbose,
+        metricsPort: options.metricsPort ?? null,
       },
       write,
     );

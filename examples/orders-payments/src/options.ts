@@ -65,6 +65,12 @@ export interface ExampleOptions {
    * the slots at its end, `--keep` or not (a slot nobody reads holds WAL).
    */
   readonly relay: RelayMode;
+  /**
+   * `--metrics-port`: the worker processes serve Prometheus `/metrics` and `/health`
+   * (`serveCourierMetrics` of @courier/cli) on 127.0.0.1 — orders on this port, payments on
+   * the next; 0 picks free ports (each worker prints its address when ready). Undefined: none.
+   */
+  readonly metricsPort: number | undefined;
 }
 
 /** A worker process's role in the distributed setups (internal `--worker` flag). */
@@ -88,6 +94,9 @@ export const USAGE = `usage: pnpm --filter @courier/example-orders-payments star
   --relay <mode>    polling (default) | log: postgres-rabbitmq, postgres-kafka and postgres-sqs workers' relays
                     read their outbox's inserts from a logical replication slot (@courier/pg-logical; needs
                     wal_level = logical and a REPLICATION role) instead of polling; the slots are dropped at the end
+  --metrics-port <p>
+                    the setups with worker processes: each worker serves Prometheus /metrics and /health on
+                    127.0.0.1 (orders on <p>, payments on <p>+1; 0: free ports, printed when ready)
   --timeout <s>     seconds the whole run may take at most; it waits while the counts keep moving (default 600)
   --stall <s>       give up when the counts have not moved for this many seconds (default 60)
   --keep            keep the run's database schema / SQLite file and RabbitMQ queues / Kafka topics
@@ -125,6 +134,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
         'relay-once': { type: 'boolean', default: false },
         'data-layer': { type: 'string' },
         relay: { type: 'string' },
+        'metrics-port': { type: 'string' },
         timeout: { type: 'string' },
         stall: { type: 'string' },
         keep: { type: 'boolean', default: false },
@@ -170,6 +180,12 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
     // The log-tailing store wraps a PostgreSQL store of the engine; the example builds it over the MikroORM one only.
     problems.push(`--relay log needs both services on MikroORM in this example, got --data-layer ${values['data-layer']}`);
   }
+  const metricsPortText = values['metrics-port'];
+  const metricsPort = metricsPortText === undefined ? undefined : Number(metricsPortText);
+  if (metricsPort !== undefined) {
+    if (!Number.isSafeInteger(metricsPort) || metricsPort < 0 || metricsPort > 65_534) problems.push(`--metrics-port must be a port from 0 to 65534 (payments takes the next one), got '${metricsPortText}'`);
+    else if (!(DISTRIBUTED_SETUPS as readonly string[]).includes(setup)) problems.push(`--metrics-port needs a setup with worker processes (${DISTRIBUTED_SETUPS.join(', ')}); the ${setup} setup runs in one process`);
+  }
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return {
     kind: 'run',
@@ -189,6 +205,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv = p
       relayOnce: values['relay-once'],
       dataLayers,
       relay: relay as RelayMode,
+      metricsPort,
     },
   };
 }

@@ -82,7 +82,9 @@ export class WorkerPool {
       }
       if (message.kind === 'ready') {
         running.readyAt = Date.now();
-        this.#write(`worker ${key} ready (${LAYER_NAMES[message.dataLayer]}, pid ${String(child.pid)}, ${((running.readyAt - forkedAt) / 1000).toFixed(1)}s to start)`);
+        this.#write(
+          `worker ${key} ready (${LAYER_NAMES[message.dataLayer]}, pid ${String(child.pid)}, ${((running.readyAt - forkedAt) / 1000).toFixed(1)}s to start${message.metricsUrl ? `, metrics ${message.metricsUrl}` : ''})`,
+        );
       }
     });
     const running: Running = {

@@ -1,3 +1,4 @@
+import { serveCourierMetrics, type CourierMetricsServer, type CourierMetricsSources } from '@courier/cli';
 import { createBus, describeError, type Bus, type BusHealth, type Logger } from '@courier/core';
 import { MikroOrmInboxStore, MikroOrmOutboxStore } from '@courier/mikro-orm';
 import { PgLogicalOutboxStore } from '@courier/pg-logical';
@@ -29,7 +30,15 @@ function send(message: WorkerMessage): void {
 export async function runWorker(role: WorkerRole, configText: string): Promise<number> {
   const config = JSON.parse(configText) as WorkerConfig;
   const logger = new ConciseLogger(`  [${role}#${config.incarnation}]`, (line) => process.stderr.write(`${line}\n`), config.verbose);
+  // --metrics-port: before the bus is built (it takes its instruments from the meter provider
+  // serveCourierMetrics registers). A restarted worker binds the same port again. One
+  // collection answers scrapes for 1 s (default 5 s): a demo run lasts only seconds.
+  const metrics: CourierMetricsServer | undefined =
+    config.metricsPort === null
+      ? undefined
+      : await serveCourierMetrics({ port: config.metricsPort === 0 ? 0 : config.metricsPort + (role === 'payments' ? 1 : 0), serviceName: `courier-example-${role}`, logger, metricsMaxAgeMs: 1_000 });
   const service = config.dataLayers[role] === 'prisma' ? await prismaService(role, config, logger) : await mikroOrmService(role, config, logger);
+  metrics?.watch({ bus: service, ...service.metricsSources });
   const { logTail } = service;
 
   const abort = new AbortController();
@@ -41,6 +50,7 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
       clearInterval(reporter);
       await placing.catch(() => undefined);
       await service.close();
+      await metrics?.close();
       const claimed = logTail ? { logTail: { slot: logTail.slot, ...logTail.claimed } } : {};
       send({ kind: 'stopped', counters: service.health().counters, ...claimed });
     })());
@@ -59,7 +69,7 @@ export async function runWorker(role: WorkerRole, configText: string): Promise<n
   // a slot exists are its sweep's). A slot that cannot be read leaves the relay polling, which the log says. A stop ends the wait.
   for (const until = Date.now() + 30_000; logTail && !logTail.streaming && !abort.signal.aborted && Date.now() < until; ) await new Promise((resolve) => setTimeout(resolve, 50));
   if (logTail && !logTail.streaming && !abort.signal.aborted) logger.warn('log-tail relay does not read its slot yet; claiming as a polling relay meanwhile', { slot: logTail.slot });
-  send({ kind: 'ready', dataLayer: service.dataLayer });
+  send({ kind: 'ready', dataLayer: service.dataLayer, ...(metrics ? { metricsUrl: `http://127.0.0.1:${metrics.address.port}/metrics` } : {}) });
   if (role === 'orders') {
     placing = service.placeOrders(catalog(config.orders), abort.signal).then(
       (placed) => send({ kind: 'placed', placed }),
@@ -85,6 +95,8 @@ interface WorkerService {
   /** `--relay log`: the store whose relay tails this role's replication slot (MikroORM services only). */
   readonly logTail?: PgLogicalOutboxStore<EntityManager>;
   health(): BusHealth;
+  /** What the worker's /metrics reports gauges of besides the bus (--metrics-port): its outbox and inbox where the service has them in hand. */
+  readonly metricsSources?: Omit<CourierMetricsSources, 'bus'>;
   /** Starts the bus (a NestJS application has started it already). */
   start(): Promise<void>;
   /** Drains the bus, then closes the stores, the transport and the database client. */
@@ -119,6 +131,8 @@ async function mikroOrmService(role: WorkerRole, config: WorkerConfig, logger: L
     dataLayer: 'mikro-orm',
     ...(logTail ? { logTail } : {}),
     health: () => bus.health(),
+    // The backlog, dead rows, halted keys and the inbox of this role (a log-tailing outbox adds its slot's lag).
+    metricsSources: { outbox, inbox },
     // --relay-once: this process only consumes; the runner drains its outbox with relayOnce on a schedule.
     start: () => bus.start(config.relayOnce ? { relay: false } : {}),
     close: async () => {
