@@ -60,6 +60,8 @@ export interface Stats {
   readonly inbox: { consumers: { consumer: string; records: number; oldestRecordAgeMs: number; deadLetters: number; replayed: number }[] } | null;
   readonly consumerHalts: { consumer: string; haltedKeys: number; held: number }[] | null;
   readonly transport: { consumer: string; deadLetters: number; atLeast: boolean }[] | null;
+  /** Each configured consumer's lag at the broker (`waiting: null`: no queue); `available: false` when the transport cannot read it. Absent from an older server. */
+  readonly consumerLag?: { available: boolean; consumers: { consumer: string; waiting: number | null }[] } | null;
   readonly unavailable: { what: string; error: string; remedy?: string }[];
 }
 
