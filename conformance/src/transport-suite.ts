@@ -580,6 +580,32 @@ export const transportCases: readonly TransportCase[] = [
     },
   },
   {
+    // Issue 36: `courier stats` and the console show a consumer's lag at the broker where
+    // the transport can read it without consuming; the read must not take or create anything.
+    name: 'consumerLag counts what waits for a consumer while it is away, and reading it takes and creates nothing',
+    async run(env) {
+      const lag = env.transport.consumerLag?.bind(env.transport);
+      if (!lag) return env.skip('transport has no consumerLag (operator tools show its lag at the broker as not available)');
+      const never = env.consumer('never-lagging');
+      expect(await lag(never)).toBeNull();
+      // The first question declared nothing that would answer the second.
+      expect(await lag(never)).toBeNull();
+      const consumer = env.consumer('away');
+      const first = await collect(env, { consumer });
+      await first.subscription.close();
+      const waiting = [message(env, null), message(env, null), message(env, null)];
+      expect((await env.transport.publish(waiting)).every((result) => result.ok)).toBe(true);
+      await eventually(async () => expect(await lag(consumer)).toBe(waiting.length), { timeoutMs: env.options.timeoutMs });
+      expect(await lag(consumer)).toBe(waiting.length);
+      // Reading took nothing: back, the consumer receives all three, and then nothing waits.
+      const back = await collect(env, { consumer });
+      await eventually(() => expect(sorted(back.ids())).toEqual(sorted(waiting.map((item) => item.messageId))), { timeoutMs: env.options.timeoutMs });
+      await eventually(async () => expect(await lag(consumer)).toBe(0), { timeoutMs: env.options.timeoutMs });
+      await back.subscription.close();
+      expect(await lag(never)).toBeNull();
+    },
+  },
+  {
     // The core hands every transport reasons of at most REASON_LIMITS (and the port doc says
     // so): a transport must keep one at exactly the limit whole — multi-byte characters
     // counted in UTF-8 bytes, as a TEXT column, a header or a frame counts them.

@@ -847,6 +847,14 @@ export interface CliStats {
    */
   readonly transport: readonly { readonly consumer: string; readonly deadLetters: number; readonly atLeast: boolean; readonly noQueue?: true }[] | null;
   /**
+   * Each configured consumer's lag at the broker (`Transport.consumerLag`: messages waiting,
+   * not yet delivered; `waiting: null` when the broker has no queue for it). `available:
+   * false` when the transport cannot read it without consuming: shown as "not available".
+   * Null without a transport or configured consumers. A consumer whose lag could not be read
+   * is under `unavailable`.
+   */
+  readonly consumerLag: { readonly available: boolean; readonly consumers: readonly { readonly consumer: string; readonly waiting: number | null }[] } | null;
+  /**
    * What could not be read (a database or broker away), each with the error: the rest is
    * still reported, so a broker outage does not hide the outbox backlog. Empty when all was read.
    */
@@ -934,7 +942,19 @@ export async function collectStats(setup: CourierCliSetup): Promise<CliStats> {
         })
       : null,
   ]);
-  return { outbox, ...(slotSource ? { logSlot } : {}), inbox: inboxResult, consumerHalts, parkedHeads, transport, unavailable };
+  const consumerLag = await readConsumerLag(setup, read);
+  return { outbox, ...(slotSource ? { logSlot } : {}), inbox: inboxResult, consumerHalts, parkedHeads, transport, consumerLag, unavailable };
+}
+
+/** The consumers' lag at the broker, through the transport's passive read (see {@link CliStats.consumerLag}). */
+async function readConsumerLag(setup: CourierCliSetup, read: <T>(what: string, work: () => Promise<T>) => Promise<T | null>): Promise<CliStats['consumerLag']> {
+  const transport = setup.transport;
+  const consumers = setup.consumers ?? [];
+  if (!transport || consumers.length === 0) return null;
+  if (typeof transport.consumerLag !== 'function') return { available: false, consumers: [] };
+  // Wrapped: `read` answers null for a failure, which must not pass for "no queue" (null).
+  const rows = await Promise.all(consumers.map((consumer) => read(`lag of '${consumer}' at the broker`, async () => ({ consumer, waiting: await transport.consumerLag!(consumer) }))));
+  return { available: true, consumers: rows.filter((row) => row !== null) };
 }
 
 /** One `remedy:` line per distinct remedy of the parts `courier stats` could not read. */
@@ -979,6 +999,16 @@ function renderStats(stats: CliStats): string {
       stats.transport.length === 0
         ? '(no consumers listed in the config: add `consumers: [...]`)'
         : table(['CONSUMER', 'DEAD LETTERS'], stats.transport.map((row) => [row.consumer, row.noQueue ? 'no queue yet (never subscribed)' : `${row.atLeast ? '≥' : ''}${row.deadLetters}`])),
+    );
+  }
+  if (stats.consumerLag) {
+    lines.push('', 'consumer lag at the broker');
+    lines.push(
+      !stats.consumerLag.available
+        ? "not available: this transport cannot read a consumer's lag without consuming"
+        : stats.consumerLag.consumers.length === 0
+          ? '(could not read; see below)'
+          : table(['CONSUMER', 'WAITING'], stats.consumerLag.consumers.map((row) => [row.consumer, row.waiting === null ? 'no queue (never subscribed)' : String(row.waiting)])),
     );
   }
   if (stats.unavailable.length > 0) {

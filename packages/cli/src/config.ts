@@ -46,8 +46,8 @@ export interface CourierCliSetup {
   readonly outbox?: OutboxOperations;
   /** The inbox's operator half; any `InboxStore` is one. */
   readonly inbox?: InboxOperations;
-  /** The transport (only its `deadLetters` is used outside `courier relay`). */
-  readonly transport?: { readonly deadLetters?: TransportDeadLetters };
+  /** The transport (outside `courier relay` only its `deadLetters` and `consumerLag` are used: operator reads). */
+  readonly transport?: { readonly deadLetters?: TransportDeadLetters; consumerLag?(consumer: string): Promise<number | null> };
   /**
    * The consumer (group) names whose transport dead letters the CLI looks at: a transport
    * keeps dead letters per consumer and cannot list its consumers itself.

@@ -355,6 +355,16 @@ export interface Transport {
    */
   subscribe(endpoint: Endpoint, handler: DeliveryHandler): Promise<Subscription>;
   readonly deadLetters?: TransportDeadLetters;
+  /**
+   * Optional operator read: the consumer's lag at the broker — how many of its messages
+   * wait there, not yet delivered (delivered and unacknowledged ones are not counted). What
+   * `courier stats` and the console show per consumer. Asked passively: it creates nothing,
+   * takes nothing, moves no offset or cursor. `null` when the broker has no place for the
+   * consumer (it never subscribed; a mistyped name). A transport implements it only where
+   * the broker keeps such a count (its README says what the number is); operator tools say
+   * "not available" for one without it.
+   */
+  consumerLag?(consumer: string): Promise<number | null>;
   close(): Promise<void>;
   /**
    * Optional: the longest envelope fields and consumer names the broker takes (AMQP short

@@ -199,7 +199,7 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
 }
 
 /** The queue's ready-message count by passive declare (nothing taken, nothing created), or undefined when it does not exist. */
-async function depthOf(connection: ChannelModel, queue: string): Promise<number | undefined> {
+export async function depthOf(connection: ChannelModel, queue: string): Promise<number | undefined> {
   const channel = await connection.createChannel();
   // A 404 closes the channel; the error is answered through checkQueue's rejection.
   channel.on('error', () => undefined);

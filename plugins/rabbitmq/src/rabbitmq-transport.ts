@@ -20,7 +20,7 @@ import {
 import { connect, type ChannelModel } from 'amqplib';
 import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
 import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions } from './confirm-publisher.js';
-import { RabbitMqDeadLetters } from './rabbitmq-dead-letters.js';
+import { RabbitMqDeadLetters, depthOf } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
 import {
   DEFAULT_DELAY_TIERS_MS,
@@ -269,6 +269,16 @@ export class RabbitMqTransport implements Transport {
       requireConnection: () => this.#requireConnection(),
       publishToQueue: (queue, content, options) => this.#publishToQueue(queue, content, options),
     });
+  }
+
+  /**
+   * The consumer's lag: its queue's ready messages (RabbitMQ's `messageCount`), read by a
+   * passive declare on a channel of its own — nothing created, taken or locked. Messages
+   * delivered and not yet acknowledged, and those waiting out a retry delay in the tier
+   * queues, are not counted. `null` when the queue does not exist (never subscribed).
+   */
+  async consumerLag(consumer: string): Promise<number | null> {
+    return (await depthOf(await this.#requireConnection(), this.names(consumer).queue)) ?? null;
   }
 
   /** Names of the exchange and of `consumer`'s queues under this transport's prefix and tiers. */

@@ -66,6 +66,8 @@ export interface Stats {
    * when it could not be read (then named in `unavailable`).
    */
   readonly logSlot?: LogSlot | null;
+  /** Each configured consumer's lag at the broker (`waiting: null`: no queue); `available: false` when the transport cannot read it. Absent from an older server. */
+  readonly consumerLag?: { available: boolean; consumers: { consumer: string; waiting: number | null }[] } | null;
   readonly unavailable: { what: string; error: string; remedy?: string }[];
 }
 

@@ -186,10 +186,10 @@ function Overview() {
     <section class="card"><h3>Consumer groups</h3>
       ${consumerRows(stats).length === 0
         ? html`<p class="note">No consumer has inbox records, halted keys or dead letters${stats?.transport === null ? '' : ''}.</p>`
-        : html`<table data-testid="consumers"><thead><tr><th>consumer</th><th>inbox records</th><th>oldest record</th><th>dead-lettered (inbox marks)</th><th>replayed</th><th>transport dead letters</th><th>halted keys</th><th>held</th></tr></thead>
+        : html`<table data-testid="consumers"><thead><tr><th>consumer</th><th>waiting at the broker</th><th>inbox records</th><th>oldest record</th><th>dead-lettered (inbox marks)</th><th>replayed</th><th>transport dead letters</th><th>halted keys</th><th>held</th></tr></thead>
           <tbody>${consumerRows(stats).map(
-            (row) => html`<tr>
-              <td>${row.consumer}</td><td>${row.records ?? '–'}</td><td>${age(row.oldest)}</td><td>${row.marks ?? '–'}</td><td>${row.replayed ?? '–'}</td>
+            (row) => html`<tr data-testid="consumer-row" data-consumer=${row.consumer}>
+              <td>${row.consumer}</td><td data-testid="waiting">${waitingText(stats, row)}</td><td>${row.records ?? '–'}</td><td>${age(row.oldest)}</td><td>${row.marks ?? '–'}</td><td>${row.replayed ?? '–'}</td>
               <td class=${row.dead ? 'alert' : ''}>${row.dead === undefined ? '–' : `${row.atLeast ? '≥' : ''}${row.dead}`}</td>
               <td class=${row.halted ? 'alert' : ''}>${row.halted ?? 0}</td><td>${row.held ?? 0}</td></tr>`,
           )}</tbody></table>`}
@@ -230,8 +230,19 @@ function bytes(value: number): string {
   return unit === 0 ? `${scaled} B` : `${scaled.toFixed(1)} ${units[unit]}`;
 }
 
+/** A consumer's lag at the broker as `courier stats` reads it: a count, "no queue", or "not available" where the transport cannot read it. */
+function waitingText(stats: Stats | undefined, row: ConsumerRow): string {
+  const lag = stats?.consumerLag;
+  if (!lag) return '–';
+  if (!lag.available) return 'not available';
+  if (row.waiting === undefined) return '–';
+  return row.waiting === null ? 'no queue' : String(row.waiting);
+}
+
 interface ConsumerRow {
   consumer: string;
+  /** Messages waiting at the broker; null: no queue; undefined: not read. */
+  waiting?: number | null;
   records?: number;
   oldest?: number;
   marks?: number;
@@ -247,6 +258,7 @@ function consumerRows(stats: Stats | undefined): ConsumerRow[] {
   const row = (consumer: string): ConsumerRow => rows.get(consumer) ?? rows.set(consumer, { consumer }).get(consumer)!;
   for (const one of stats?.inbox?.consumers ?? []) Object.assign(row(one.consumer), { records: one.records, oldest: one.oldestRecordAgeMs, marks: one.deadLetters, replayed: one.replayed });
   for (const one of stats?.transport ?? []) Object.assign(row(one.consumer), { dead: one.deadLetters, atLeast: one.atLeast });
+  for (const one of stats?.consumerLag?.consumers ?? []) Object.assign(row(one.consumer), { waiting: one.waiting });
   for (const one of stats?.consumerHalts ?? []) Object.assign(row(one.consumer), { halted: one.haltedKeys, held: one.held });
   return [...rows.values()].sort((a, b) => a.consumer.localeCompare(b.consumer));
 }
@@ -593,7 +605,7 @@ function Processes() {
   return html`<div>
     <h2>Relays and consumers</h2>
     ${error && html`<p class="error">could not read the processes: ${error}</p>`}
-    <p class="muted">Each process the config's <code>metrics</code> names, read through its <code>/metrics</code> and <code>/health</code> (the reader of <code>courier metrics</code>). A relay's owner is the outbox's <code>lease_owner</code>; its leases are the batches it is sending at this read. Relay lag is the outbox's oldest pending age${stats?.outbox ? html`: <b data-testid="relay-lag">${age(stats.outbox.oldestPendingAgeMs)}</b>, ${stats.outbox.inFlight} rows claimed under a lease` : ''}. A consumer's broker-side lag is not read: no transport reports its queue depth to the CLI.</p>
+    <p class="muted">Each process the config's <code>metrics</code> names, read through its <code>/metrics</code> and <code>/health</code> (the reader of <code>courier metrics</code>). A relay's owner is the outbox's <code>lease_owner</code>; its leases are the batches it is sending at this read. Relay lag is the outbox's oldest pending age${stats?.outbox ? html`: <b data-testid="relay-lag">${age(stats.outbox.oldestPendingAgeMs)}</b>, ${stats.outbox.inFlight} rows claimed under a lease` : ''}. A consumer's lag at the broker is on the Overview (consumer groups), where the transport can read it without consuming.</p>
     ${data && processes.length === 0 && html`<p class="note">The config names no <code>metrics</code> endpoints.</p>`}
     ${processes.length > 0 &&
     html`<table data-testid="processes"><thead><tr><th>process</th><th>alive</th><th>last seen</th><th>health</th><th>relay</th><th>consumers</th><th>last error</th></tr></thead><tbody>
