@@ -57,6 +57,24 @@ export class ServiceBusDeadLetters implements TransportDeadLetters {
     if (administration && !parts.queues) this.exists = (consumer) => this.#exists(administration, consumer);
   }
 
+  /**
+   * The consumer's lag: the sum of its subscriptions' `activeMessageCount` over the known
+   * topics (management API GET; nothing created), or null when it has none. Service Bus
+   * counts messages locked by a receiver as active too. Used as the transport's `consumerLag`.
+   */
+  async lag(administration: ServiceBusAdministration, consumer: string): Promise<number | null> {
+    let total: number | null = null;
+    for (const topic of this.#knownTopics()) {
+      const entity = this.#transport.entityOf(topic);
+      try {
+        total = (total ?? 0) + (await administration.getSubscriptionRuntimeProperties(entity, consumer)).activeMessageCount;
+      } catch (error) {
+        if (!isNotFound(error)) throw toTransportError(error, `cannot read the lag of the subscription ${consumer} of ${entity}`);
+      }
+    }
+    return total;
+  }
+
   async #exists(administration: ServiceBusAdministration, consumer: string): Promise<boolean> {
     for (const topic of this.#knownTopics()) {
       const entity = this.#transport.entityOf(topic);

@@ -142,6 +142,13 @@ export class ServiceBusTransport implements Transport {
   /** Subscription names hold 50 characters; topic names 260 with the prefix. */
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
+  /**
+   * The consumer's lag at the broker: its subscriptions' active messages (those a receiver
+   * holds locked included), summed over the known topics, read with `administration` (nothing
+   * created); null when it has no subscription. Present only with `administration` and in
+   * topic mode (a queue is shared by every group of queue mode).
+   */
+  readonly consumerLag?: (consumer: string) => Promise<number | null>;
   readonly #config: Required<Omit<ServiceBusTransportConfig, 'topics' | 'brokerMessageId' | 'logger' | 'administration'>> & Pick<ServiceBusTransportConfig, 'brokerMessageId' | 'topics'>;
   /** Queue mode (`entities: 'queues'`). */
   readonly #queues: boolean;
@@ -198,13 +205,15 @@ export class ServiceBusTransport implements Transport {
     // Service Bus: subscription names up to 50 characters (a queue's consumer is no entity
     // name: unbounded there); sessionId and messageId up to 128.
     this.limits = this.#queues ? { id: { bytes: 128 }, key: { bytes: 128 } } : { consumer: { bytes: 50 }, id: { bytes: 128 }, key: { bytes: 128 } };
-    this.deadLetters = new ServiceBusDeadLetters(this, {
+    const deadLetters = new ServiceBusDeadLetters(this, {
       queues: this.#queues,
       topics: config.topics,
       subscribed: this.#topics,
       sender: (topic) => this.#sender(topic).sender,
       administration,
     });
+    this.deadLetters = deadLetters;
+    if (administration && !this.#queues) this.consumerLag = (consumer) => deadLetters.lag(administration, consumer);
   }
 
   /** The Service Bus topic (queue in queue mode) of a Courier topic. */

@@ -139,7 +139,10 @@ describe('ServiceBusTransport', () => {
     expect((refusal as Error).message).toContain(`cannot tell whether the subscription payments of ${prefix}orders exists`);
     expect((refusal as Error).message).toContain('Manage claim');
     expect(asked).toEqual([`${prefix}orders/payments`]);
+    // The lag reads the same entity: an error, never "no subscription".
+    await expect(transport.consumerLag!('payments')).rejects.toThrow(`cannot read the lag of the subscription payments of ${prefix}orders`);
     expect(queues.deadLetters!.exists).toBeUndefined();
+    expect(queues.consumerLag).toBeUndefined();
     expect(() => new ServiceBusTransport({ client, administration: {} as ServiceBusAdministration })).toThrow("'administration' must be a ServiceBusAdministrationClient");
   });
 
