@@ -189,6 +189,14 @@ export class SqsTransport implements Transport {
   readonly capabilities: TransportCapabilities;
   readonly limits: PortLimits;
   readonly deadLetters: TransportDeadLetters;
+  /**
+   * SNS → SQS mode: the consumer group's lag, its queue's `ApproximateNumberOfMessages` plus
+   * `…Delayed` (waiting, not yet received; in flight not counted), read from the queue's
+   * attributes without receiving — nothing hidden, nothing created; null without a queue.
+   * Approximate, as SQS says (it may lag a minute on AWS). Absent in SQS-only mode, where a
+   * consumer has no queue of its own (its topics' queues are shared).
+   */
+  readonly consumerLag?: (consumer: string) => Promise<number | null>;
   readonly #client: SQSClient;
   readonly #sns: SnsTopics | undefined;
   readonly #prefix: string;
@@ -248,6 +256,25 @@ export class SqsTransport implements Transport {
       replay: (consumer, ids) => this.#replayDead(consumer, ids),
       purge: (consumer, ids) => this.#purgeDead(consumer, ids),
     };
+    if (this.#sns !== undefined) this.consumerLag = (consumer) => this.#lag(consumer);
+  }
+
+  async #lag(consumer: string): Promise<number | null> {
+    let url: string | undefined;
+    try {
+      url = (await this.#client.send(new GetQueueUrlCommand({ QueueName: this.consumerQueueName(consumer) }))).QueueUrl;
+    } catch (error) {
+      if (isMissingQueue(error)) return null;
+      throw transportErrorOf(error, `reading the lag of consumer '${consumer}' failed`);
+    }
+    try {
+      const names = ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesDelayed'] as const;
+      const attributes = (await this.#client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: [...names] }))).Attributes ?? {};
+      return names.reduce((sum, name) => sum + Number(attributes[name] ?? 0), 0);
+    } catch (error) {
+      if (isMissingQueue(error)) return null;
+      throw transportErrorOf(error, `reading the lag of consumer '${consumer}' failed`);
+    }
   }
 
   /** Refuses what SQS would refuse for its content (characters outside its set, an empty body). */
