@@ -33,6 +33,32 @@ export function jetStreamDeadLetters(source: DeadLetterSource): TransportDeadLet
   };
 }
 
+/**
+ * The consumer group's lag: `num_pending` (messages matching its filter not yet delivered to
+ * it) summed over its durables — one per topic (found by their filter subject
+ * `<prefix>.t.<topic>` and name) and the one on its own subject (retry copies, replays).
+ * Read from the consumers' info: nothing delivered, acknowledged or declared. Null when the
+ * consumer never subscribed under this prefix (no durable on its own subject).
+ */
+export async function consumerLag(source: DeadLetterSource, consumer: string): Promise<number | null> {
+  if (!(await consumerExists(source, consumer))) return null;
+  const connection = await source.connection();
+  const { names } = source;
+  const topicPrefix = `${names.prefix}.t.`;
+  const own = names.durable(consumer, 'c');
+  let pending = 0;
+  try {
+    for await (const info of connection.jsm.consumers.list(names.stream)) {
+      const subject = info.config.filter_subject ?? '';
+      const mine = info.name === own || (subject.startsWith(topicPrefix) && info.name === names.durable(consumer, `t:${subject.slice(topicPrefix.length)}`));
+      if (mine) pending += info.num_pending;
+    }
+  } catch (error) {
+    throw new TransportError(`could not read the lag of consumer '${consumer}': ${describe(error)}`, { cause: error });
+  }
+  return pending;
+}
+
 async function consumerExists(source: DeadLetterSource, consumer: string): Promise<boolean> {
   const connection = await source.connection();
   const { names } = source;

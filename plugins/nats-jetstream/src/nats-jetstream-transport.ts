@@ -21,7 +21,7 @@ import {
 } from '@courier/core';
 import { jetstream, jetstreamManager, type StreamConfig } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { jetStreamDeadLetters } from './dead-letters.js';
+import { consumerLag, jetStreamDeadLetters } from './dead-letters.js';
 import { JetStreamSubscription } from './jetstream-subscription.js';
 import { HEADER_ROOM, describe } from './nats-mapping.js';
 import { envelopeProblems, publishEnvelopes } from './publish.js';
@@ -71,6 +71,15 @@ export class NatsJetStreamTransport implements Transport {
   /** Consumer names are hashed into broker names, so only the core's limits apply. */
   readonly limits: PortLimits = {};
   readonly deadLetters: TransportDeadLetters;
+
+  /**
+   * The consumer group's lag at the broker: `num_pending` summed over its durable consumers
+   * (one per topic and one on its own subject), from their info — nothing delivered or
+   * declared; null when it never subscribed under this prefix.
+   */
+  consumerLag(consumer: string): Promise<number | null> {
+    return consumerLag({ connection: () => this.openConnection(), names: this.#names }, consumer);
+  }
   readonly #options: Required<Omit<NatsJetStreamTransportOptions, 'stream' | 'publishHeaders'>> & Pick<NatsJetStreamTransportOptions, 'stream' | 'publishHeaders'>;
   readonly #names: JetStreamNames;
   readonly #instance = randomUUID();
