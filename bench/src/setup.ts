@@ -262,8 +262,9 @@ export class BenchBroker {
     this.sinkQueue = `${this.prefix}.sink`;
   }
 
-  transport(): RabbitMqTransport {
-    return new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix });
+  /** Courier's RabbitMQ transport on this run's prefix; `confirmWindow` unless the plugin's default (256). */
+  transport(confirmWindow?: number): RabbitMqTransport {
+    return new RabbitMqTransport({ connection: URLS.rabbitmq, prefix: this.prefix, ...(confirmWindow === undefined ? {} : { confirmWindow }) });
   }
 
   /** Remembers a consumer whose queues `close` must delete. */
@@ -377,9 +378,25 @@ export function amqpOrder(orderId: string): ReturnType<typeof toAmqpMessage> {
   return toAmqpMessage(envelope);
 }
 
-/** A bus on `db` and `transport`: the relay's default batch size unless `relay.batchSize` says otherwise, polling every second. */
+/**
+ * `COURIER_BENCH_RELAY_BATCH`: a relay batch size for every bus the bench builds without one of
+ * its own (before/after pairs of a change to the default, e.g. the latency scenarios 4 and 5).
+ */
+function benchRelayBatch(): number | undefined {
+  const value = process.env['COURIER_BENCH_RELAY_BATCH'];
+  if (value === undefined || value === '') return undefined;
+  const batch = Number(value);
+  if (!Number.isSafeInteger(batch) || batch <= 0) throw new Error(`COURIER_BENCH_RELAY_BATCH must be a positive integer, got '${value}'`);
+  return batch;
+}
+
+/**
+ * A bus on `db` and `transport`: the relay's default batch size unless `relay.batchSize` (or
+ * `COURIER_BENCH_RELAY_BATCH`) says otherwise, polling every second.
+ */
 export function benchBus(db: BenchDb, transport: Transport, relay: { batchSize?: number; pollIntervalMs?: number } = {}): Bus<EntityManager> {
-  const batch = relay.batchSize === undefined ? {} : { batchSize: relay.batchSize };
+  const batchSize = relay.batchSize ?? benchRelayBatch();
+  const batch = batchSize === undefined ? {} : { batchSize };
   return createBus<EntityManager>({ outbox: db.outbox, inbox: db.inbox, transport, relay: { ...batch, pollIntervalMs: relay.pollIntervalMs ?? 1_000 } });
 }
 

@@ -71,9 +71,11 @@ export class TextbookOutbox {
  * Drains `outbox` the textbook way on one fresh `pg.Client` and one amqplib confirm channel,
  * publishing each row persistent (and mandatory, as every other line of the scenario) to the
  * run's exchange under the bench's topic, so it reaches the same capped quorum queue. Stops
- * when a claim finds nothing; resolves with rows per second.
+ * when a claim finds nothing; resolves with rows per second. `drained`, when given, is told
+ * the connection's backend pid once the drain is done, before the connection closes (so a
+ * bench can read the backend's CPU time).
  */
-export async function textbookRelay(outbox: TextbookOutbox, broker: BenchBroker, batch: number): Promise<number> {
+export async function textbookRelay(outbox: TextbookOutbox, broker: BenchBroker, batch: number, drained?: (backendPid: number) => void): Promise<number> {
   const client = new pg.Client({ connectionString: URLS.postgresql });
   await client.connect();
   const connection = await broker.connect();
@@ -114,6 +116,10 @@ export async function textbookRelay(outbox: TextbookOutbox, broker: BenchBroker,
       }
     }
     const rate = done / ((performance.now() - started) / 1000);
+    if (drained) {
+      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      drained(Number(rows[0]?.pid));
+    }
     await channel.close();
     return rate;
   } finally {

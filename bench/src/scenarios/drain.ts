@@ -44,9 +44,9 @@ export async function relayDrain(
   db: BenchDb,
   broker: BenchBroker,
   count: number,
-  options: { keyless?: boolean; batchSize?: number; span?: { start(): Promise<void>; end(): Promise<void> }; outbox?: OutboxStore<unknown> } = {},
+  options: { keyless?: boolean; batchSize?: number; confirmWindow?: number; span?: { start(): Promise<void>; end(): Promise<void> }; outbox?: OutboxStore<unknown> } = {},
 ): Promise<DrainRun> {
-  const transport = new TimedTransport(broker.transport());
+  const transport = new TimedTransport(broker.transport(options.confirmWindow));
   const relay = { ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }), pollIntervalMs: 600_000 };
   // `outbox`: another store on the same tables (another adapter), whose relay drains them instead.
   const bus = options.outbox === undefined ? benchBus(db, transport, relay) : createBus({ outbox: options.outbox, transport, relay });
