@@ -72,7 +72,9 @@ async function courier() {
     mark('ensureSchema');
   }
   const transport = new RabbitMqTransport({ connection: config.rabbitMqUrl, prefix: config.prefix });
-  const bus = core.createBus({ outbox, inbox, transport, relay: { pollIntervalMs: 1_000 } });
+  // COURIER_BENCH_RELAY_BATCH (bench/README.md): another relay batch, for before/after pairs of the default.
+  const batch = process.env.COURIER_BENCH_RELAY_BATCH ? { batchSize: Number(process.env.COURIER_BENCH_RELAY_BATCH) } : {};
+  const bus = core.createBus({ outbox, inbox, transport, relay: { pollIntervalMs: 1_000, ...batch } });
   const OrderPlaced = core.defineMessage(config.type, { version: 1, topic: config.topic });
   const handled = { count: 0 };
   if (config.role === 'consumer') {

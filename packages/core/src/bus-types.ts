@@ -157,8 +157,9 @@ export interface SubscribeOptions {
 /** Relay settings. */
 export interface RelayConfig {
   /**
-   * Rows claimed per batch. Default 250 (`DEFAULT_RELAY_BATCH_SIZE`): the relay's loops
-   * together then keep a broker's confirm window full while some of them claim. Per-key
+   * Rows claimed per batch. Default 500 (`DEFAULT_RELAY_BATCH_SIZE`): the relay's loops
+   * together then keep a broker's confirm window full while some of them claim, and each
+   * claim's and completion's round trip is shared by more rows (less CPU per message). Per-key
    * order does not depend on it (a claim takes one head per key unless the transport
    * declares ordered pipelining); a smaller batch lowers how many rows one relay holds under
    * lease at once, a larger one rarely drains faster.

@@ -69,17 +69,23 @@ const RENEWALS_PER_LEASE = 3;
  * batch until the slowest of its confirms, so what the relay hands the transport at once is
  * about loops × batch, less whatever the loops are claiming meanwhile. A broker client keeps
  * a confirm window (RabbitMQ's transport: 256 unconfirmed messages); with batches of 100 the
- * window ran part-empty whenever two or three loops were between batches. Measured side by
- * side (30,000-row drains PostgreSQL → RabbitMQ, bench/README.md "Relay batch size and
- * loops"): 100 reached a median 0.69 of a plain publish loop with that window, 250 reached
- * 0.83 (keyless 0.65 → 0.87), at ~20% less relay CPU per message (a claim costs the same
- * round trip for 2.5× the rows); 500 was no faster than 250, two loops slower than four.
- * What a larger batch costs: more rows held under one lease (without renewals a batch queued
- * behind the window must still be answered within it: 4 × 250 at 1,000 msg/s is 1 s of the
- * 30 s default) and a later confirm for its last rows — not order, which does not depend on
- * it (one head per key per claim unless the transport declares ordered pipelining).
+ * window ran part-empty whenever two or three loops were between batches (bench/README.md,
+ * "Relay batch size and loops": 100 reached a median 0.69 of a plain publish loop, 250 0.83).
+ *
+ * 500 since issue 40: a claim and a completion cost about one round trip and one planning
+ * whatever their rows, so per message the relay used 10–11 % less CPU and its PostgreSQL
+ * backends 9–14 % less than at 250 (medians of two interleaved 50,000-row runs against the
+ * textbook relay, which also runs at 500; lower in 6 of 8 rounds), and the drain's median
+ * ratio to that relay rose (0.71 → 0.89, 0.99 → 1.18). Idle commit → confirm did not get
+ * worse (8 alternated runs each: p50 median 4.8 against 5.2 ms, p99 22 against 27 ms), nor
+ * the relay-only process's peak RSS (117–121 against 117–118 MB through tsx): bench/README.md,
+ * "Issue 40: the textbook relay". What a larger batch costs: more rows held under one lease
+ * (without renewals a batch queued behind the window must still be answered within it: 4 ×
+ * 500 at 1,000 msg/s is 2 s of the 30 s default), a later confirm for a batch's last rows, and
+ * up to loops × batch envelopes in memory — not order, which does not depend on it (one head
+ * per key per claim unless the transport declares ordered pipelining).
  */
-export const DEFAULT_RELAY_BATCH_SIZE = 250;
+export const DEFAULT_RELAY_BATCH_SIZE = 500;
 
 /**
  * Claim → publish → complete cycles one relay runs at once. While one batch waits for its

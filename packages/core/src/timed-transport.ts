@@ -34,7 +34,7 @@ export const DURATION_HISTOGRAMS = {
  * meant for milliseconds), which put every sub-5-second duration in one bucket.
  */
 const MESSAGING_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
-/** Messages per publish call: a relay batch is at most `relay.batchSize` (250 by default). */
+/** Messages per publish call: a relay batch is at most `relay.batchSize` (500 by default). */
 const BATCH_SIZE_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000];
 /** Publish latency can run into minutes while a relay is behind: the same, plus longer ones. */
 const LATENCY_BUCKETS_S = [...MESSAGING_BUCKETS_S, 30, 60, 300, 900];
