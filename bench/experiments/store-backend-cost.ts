@@ -8,7 +8,9 @@
 // one transaction each, then its UPDATEs (each SELECT and UPDATE pair in one transaction, as the
 // textbook relay runs them, the UPDATE timed apart).
 //
-//   node --conditions=@courier/source --import tsx experiments/store-backend-cost.ts [rows] [batch] [rounds]
+// `keyless` seeds Courier's backlogs without keys (no head-of-key probe in the claim).
+//
+//   node --conditions=@courier/source --import tsx experiments/store-backend-cost.ts [rows] [batch] [rounds] [keyless]
 import { readFileSync } from 'node:fs';
 import type { ClaimedBatch } from '@courier/core';
 import { PgOutboxStore } from '@courier/pg';
@@ -20,6 +22,7 @@ import { TextbookOutbox } from '../src/textbook-relay.js';
 const rows = Number(process.argv[2] ?? 20_000);
 const batch = Number(process.argv[3] ?? 500);
 const rounds = Number(process.argv[4] ?? 3);
+const keyless = process.argv[5] === 'keyless';
 const ticks = (pid: number): number => {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
@@ -43,7 +46,7 @@ const timed = async (work: () => Promise<void>): Promise<number> => {
   return ticks(pid) - before;
 };
 try {
-  console.log(`${rows.toLocaleString('en-US')} rows, batch ${batch}, ${rounds} rounds; backend CPU µs per message`);
+  console.log(`${rows.toLocaleString('en-US')} rows${keyless ? ' (Courier\'s keyless)' : ''}, batch ${batch}, ${rounds} rounds; backend CPU µs per message`);
   console.log('| round | load | Courier claim | Courier complete | claim, delete mode | complete (DELETE) | textbook SELECT … SKIP LOCKED (+BEGIN/COMMIT) | textbook UPDATE processed_at |');
   console.log('|---|---|---:|---:|---:|---:|---:|---:|');
   for (let round = 0; round <= rounds; round += 1) {
@@ -52,7 +55,7 @@ try {
     for (const [mode, db] of [['keep', keepDb], ['delete', deleteDb]] as const) {
       const store = stores[mode];
       await db.sql(`TRUNCATE ${db.table('outbox')}`);
-      await seedBacklog(db, rows);
+      await seedBacklog(db, rows, { keyless });
       const batches: ClaimedBatch[] = [];
       const claim = await timed(async () => {
         for (;;) {
