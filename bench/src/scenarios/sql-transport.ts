@@ -139,9 +139,17 @@ async function rawLoop(prefix: string, count: number): Promise<number> {
 /**
  * End-to-end latency: a publishing transport and a consuming one on separate ORMs (so the
  * consumer is not woken in-process), `rate` messages/s on an open-loop schedule for
- * `seconds`; each latency is from the publish call to the handler.
+ * `seconds`; each latency is from the publish call to the handler (`toHandler`), and apart:
+ * from the call to its commit (`toCommit`: the publish's own transaction, queueing for a pooled
+ * connection included) and from the commit to the handler (`commitToHandler`, the consumer's
+ * part; 0 when the handler ran before the publish's promise was seen resolved).
  */
-async function latency(prefix: string, rate: number, seconds: number, listen: boolean): Promise<LatencyHistogram> {
+async function latency(
+  prefix: string,
+  rate: number,
+  seconds: number,
+  listen: boolean,
+): Promise<{ toHandler: LatencyHistogram; toCommit: LatencyHistogram; commitToHandler: LatencyHistogram }> {
   const [producerOrm, consumerOrm] = await Promise.all([openOrm(), openOrm()]);
   const tablePrefix = `${prefix}_l${listen ? 'n' : 'p'}_`;
   const wakeups = listen ? {} : (false as const);
@@ -149,13 +157,21 @@ async function latency(prefix: string, rate: number, seconds: number, listen: bo
   const consumer = new SqlTransport({ orm: consumerOrm, tablePrefix, wakeups });
   const started = new Map<string, number>();
   const histogram = new LatencyHistogram();
+  const toCommit = new LatencyHistogram();
+  const commitToHandler = new LatencyHistogram();
+  const committed = new Map<string, number>();
+  const handled = new Map<string, number>();
   let subscription: Subscription | undefined;
   try {
     await producer.ensureSchema();
     const topic = 'bench.latency';
     subscription = await consumer.subscribe({ consumer: 'bench', topics: [topic], ordered: false, concurrency: CONCURRENCY }, async (delivery) => {
       const at = started.get(delivery.envelope.messageId);
-      if (at !== undefined) histogram.recordMs(performance.now() - at);
+      if (at !== undefined) {
+        const now = performance.now();
+        histogram.recordMs(now - at);
+        handled.set(delivery.envelope.messageId, now);
+      }
       await delivery.ack();
     });
     const total = Math.max(1, Math.round(rate * seconds));
@@ -168,11 +184,15 @@ async function latency(prefix: string, rate: number, seconds: number, listen: bo
       if (wait > 1) await sleep(wait);
       const envelope = all[index]!;
       started.set(envelope.messageId, performance.now());
-      running.push(producer.publish([envelope]));
+      running.push(producer.publish([envelope]).then(() => committed.set(envelope.messageId, performance.now())));
     }
     await Promise.all(running);
     await until(() => histogram.count >= total, 60_000, 'every latency sample', 10);
-    return histogram;
+    for (const [id, at] of committed) {
+      toCommit.recordMs(at - started.get(id)!);
+      commitToHandler.recordMs(Math.max(0, handled.get(id)! - at));
+    }
+    return { toHandler: histogram, toCommit, commitToHandler };
   } finally {
     await subscription?.close();
     await Promise.all([producer.close(), consumer.close()]);
@@ -196,8 +216,12 @@ export const sqlTransportScenario: Scenario = {
     const half = Math.max(1, Math.round(through / 2));
     for (const listen of [true, false]) {
       const wake = listen ? 'LISTEN/NOTIFY' : 'polling 250 ms';
-      report.latency('publish → handler', `idle 5 msg/s, ${wake}`, (await latency(prefix, 5, seconds, listen)).summary());
-      report.latency('publish → handler', `${half.toLocaleString('en-US')} msg/s (half max), ${wake}`, (await latency(prefix, half, seconds, listen)).summary());
+      for (const [offered, rate] of [[`idle 5 msg/s, ${wake}`, 5], [`${half.toLocaleString('en-US')} msg/s (half max), ${wake}`, half]] as const) {
+        const measured = await latency(prefix, rate, seconds, listen);
+        report.latency('publish → handler', offered, measured.toHandler.summary());
+        report.latency('publish call → its commit', offered, measured.toCommit.summary());
+        report.latency('commit → handler', offered, measured.commitToHandler.summary());
+      }
     }
     report.note(
       `${count} messages, batches of ${BATCH} from 2 publishers, one consumer group with concurrency ${CONCURRENCY}, pool ${POOL} connections each side; ` +
