@@ -73,10 +73,11 @@ const RENEWALS_PER_LEASE = 3;
  * "Relay batch size and loops": 100 reached a median 0.69 of a plain publish loop, 250 0.83).
  *
  * 500 since issue 40: a claim and a completion cost about one round trip and one planning
- * whatever their rows, so per message the relay used 10–11 % less CPU and its PostgreSQL
- * backends 9–14 % less than at 250 (medians of two interleaved 50,000-row runs against the
- * textbook relay, which also runs at 500; lower in 6 of 8 rounds), and the drain's median
- * ratio to that relay rose (0.71 → 0.89, 0.99 → 1.18). Idle commit → confirm did not get
+ * whatever their rows. Against 250, in interleaved 50,000-row runs beside the textbook relay
+ * (which also runs at 500): under load (5–13) the relay's CPU per message fell 10–11 % and
+ * its PostgreSQL backends' 9–14 % (medians; lower in 6 of 8 rounds); on a quiet machine the
+ * relay's was equal and its backends' 7 % lower; the drain's median ratio to the textbook
+ * relay rose in all three runs (0.71 → 0.89, 0.99 → 1.18, quiet 0.71 → 0.80). Idle commit → confirm did not get
  * worse (8 alternated runs each: p50 median 4.8 against 5.2 ms, p99 22 against 27 ms), nor
  * the relay-only process's peak RSS (117–121 against 117–118 MB through tsx): bench/README.md,
  * "Issue 40: the textbook relay". What a larger batch costs: more rows held under one lease
