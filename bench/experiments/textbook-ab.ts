@@ -6,6 +6,8 @@
 //   C<batch>[w<window>][k]  Courier's relay (MikroORM store, the bench's default) at that batch,
 //                       RabbitMQ confirm window (default 256), `k` keyless
 //   P<batch>[w<window>][k]  the same on @courier/pg (node-postgres, named prepared statements)
+//   …h<fillfactor>      (C and P lines) the prototype HOT lease (`./hot-lease-patch.ts`) on a
+//                       table with that fill factor; …f<fillfactor> the fill factor alone
 // Per line: msg/s, × the textbook line of the round (the first T line), relay CPU µs/msg (this
 // process), and the CPU µs/msg of the relay's own PostgreSQL backends (from /proc; the Courier
 // lines' backends found by application_name, the textbook's by pg_backend_pid()). At the end,
@@ -22,6 +24,7 @@ import { relayDrain, truncate } from '../src/scenarios/drain.js';
 import { URLS } from '../src/services.js';
 import { BenchBroker, openDb, runId, type BenchDb } from '../src/setup.js';
 import { TextbookOutbox, textbookRelay } from '../src/textbook-relay.js';
+import { hotLease, setFillfactor } from './hot-lease-patch.js';
 
 const rows = Number(process.argv[2] ?? 50_000);
 const rounds = Number(process.argv[3] ?? 3);
@@ -36,14 +39,17 @@ interface Line {
   readonly batch: number;
   readonly window: number | undefined;
   readonly keyless: boolean;
+  /** `h`: the HOT lease prototype; `f`: the fill factor alone. */
+  readonly table: { readonly kind: 'h' | 'f'; readonly fillfactor: number } | undefined;
 }
 
 const lines: Line[] = specs.map((spec) => {
-  const match = /^([TCP])(\d+)(?:w(\d+))?(k?)$/.exec(spec);
-  if (!match) throw new Error(`line '${spec}' is not T<batch>, C<batch>[w<window>][k] or P<batch>[w<window>][k]`);
+  const match = /^([TCP])(\d+)(?:w(\d+))?(k?)(?:([hf])(\d+))?$/.exec(spec);
+  if (!match) throw new Error(`line '${spec}' is not T<batch>, C<batch>[w<window>][k][h|f<fillfactor>] or P<batch>[w<window>][k][h|f<fillfactor>]`);
   const kind = match[1] as Line['kind'];
-  if (kind === 'T' && (match[3] !== undefined || match[4] === 'k')) throw new Error(`line '${spec}': the textbook relay has no window and no keyless form`);
-  return { spec, kind, batch: Number(match[2]), window: match[3] === undefined ? undefined : Number(match[3]), keyless: match[4] === 'k' };
+  if (kind === 'T' && (match[3] !== undefined || match[4] === 'k' || match[5] !== undefined)) throw new Error(`line '${spec}': the textbook relay has no window, keyless or table form`);
+  const table = match[5] === undefined ? undefined : { kind: match[5] as 'h' | 'f', fillfactor: Number(match[6]) };
+  return { spec, kind, batch: Number(match[2]), window: match[3] === undefined ? undefined : Number(match[3]), keyless: match[4] === 'k', table };
 });
 
 const load = () => readFileSync('/proc/loadavg', 'utf8').split(' ')[0]!;
@@ -117,7 +123,10 @@ try {
       continue;
     }
     const app = name(line);
-    dbs.set(line.spec, await openDb('postgresql', { prefix: app, wakeups: false, applicationName: app }));
+    const db = await openDb('postgresql', { prefix: app, wakeups: false, applicationName: app });
+    dbs.set(line.spec, db);
+    if (line.table?.kind === 'h') await hotLease(db.table('outbox'), line.table.fillfactor);
+    if (line.table?.kind === 'f') await setFillfactor(db.table('outbox'), line.table.fillfactor);
     if (line.kind === 'P') pools.set(line.spec, new pg.Pool({ connectionString: URLS.postgresql, max: 4, application_name: app }));
   }
   await rawPublishLoop(broker, 2_000);
