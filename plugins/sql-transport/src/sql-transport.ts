@@ -408,6 +408,37 @@ export class SqlTransport implements Transport {
     );
   }
 
+  /**
+   * See `Transport.consumerLag`: the group's rows waiting in the queue table — pending and
+   * not held by a live lease, so due now, waiting out a retry delay, or left by an instance
+   * whose lease ran out (it comes again) — counted by one `SELECT`, database clock. Rows in a
+   * handler's hands (leased) and dead letters are not counted. Null when the group has no
+   * row in the groups table (it never subscribed, and was never provisioned). Reads only:
+   * no lease, no row, no table is written (missing tables are `SCHEMA_MISSING`, as for
+   * every other read).
+   */
+  async consumerLag(consumer: string): Promise<number | null> {
+    this.#assertOpen();
+    return this.#track(
+      (async () => {
+        await this.#prepare();
+        let rows: SqlRow[];
+        try {
+          rows = await this.#runner.all(
+            `SELECT (SELECT COUNT(*) FROM ${this.#dialect.table('groups')} WHERE consumer = ?) AS known, ` +
+              `(SELECT COUNT(*) FROM ${this.#dialect.table('queue')} WHERE consumer = ? AND state = 'pending' AND (lease_owner IS NULL OR available_at <= ${this.#dialect.now})) AS waiting`,
+            [consumer, consumer],
+          );
+        } catch (error) {
+          throw this.#error(error, 'consumerLag');
+        }
+        const row = rows[0];
+        if (!row || toNumber(row['known']) === 0) return null;
+        return toNumber(row['waiting']);
+      })(),
+    );
+  }
+
   /** Stops every subscription (waiting for its handlers), the wake-ups, and in-flight calls. Idempotent. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
