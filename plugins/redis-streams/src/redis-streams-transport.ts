@@ -14,6 +14,7 @@ import {
   type TransportCapabilities,
   type TransportDeadLetters,
 } from '@courier/core';
+import { readConsumerLag } from './consumer-lag.js';
 import { encodeFields } from './stream-codec.js';
 import { RedisConnections, isServerReply, type RedisClientFactory } from './redis-connections.js';
 import { StreamKeys } from './stream-keys.js';
@@ -206,6 +207,29 @@ export class RedisStreamsTransport implements Transport {
       throw new ClosedError('redis-streams transport');
     }
     return subscription;
+  }
+
+  /**
+   * See `Transport.consumerLag`: the consumer group's `lag` from `XINFO GROUPS` (Redis 7.0 or
+   * later), summed over the topic streams under the prefix that have the group and over the
+   * consumer's retry stream — entries not yet delivered to the group; its pending
+   * (delivered, unacknowledged) entries and retries waiting for their time are not counted.
+   * Null when no stream has the group (it never subscribed under this prefix). Read-only
+   * commands (`SCAN`, `XINFO`): nothing is created or moved. Rejects with a `TransportError`
+   * on Redis before 7.0, or when Redis reports a group's lag as unknown (see the README).
+   */
+  async consumerLag(consumer: string): Promise<number | null> {
+    this.#checkOpen();
+    const client = await this.#connections.commands();
+    try {
+      return await readConsumerLag(client, this.#keys, consumer);
+    } catch (error) {
+      if (error instanceof TransportError) throw error;
+      throw new TransportError(`redis-streams: reading the lag of consumer group '${consumer}' failed: ${error instanceof Error ? error.message : String(error)}`, {
+        cause: error,
+        retriable: !isServerReply(error),
+      });
+    }
   }
 
   /** Stops every subscription (waiting for handlers in flight), then disconnects; idempotent. */

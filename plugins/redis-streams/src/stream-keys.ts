@@ -15,6 +15,11 @@ export class StreamKeys {
     return `${this.#prefix}:topic:${topic}`;
   }
 
+  /** A `SCAN MATCH` pattern of every topic stream: the prefix taken literally (its glob characters escaped). */
+  topicPattern(): string {
+    return `${this.#prefix.replace(/[*?[\]\\]/g, '\\$&')}:topic:*`;
+  }
+
   /** A consumer's own retry stream: due retries and replays, read by that group alone. */
   retry(consumer: string): string {
     return `${this.#prefix}:retry:${consumer}`;
