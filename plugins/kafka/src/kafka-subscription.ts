@@ -54,6 +54,8 @@ export interface SubscriptionParts {
   publishCopy(topic: string, record: OutgoingRecord): Promise<void>;
   /** Each partition's high watermark now (`partition → offset`). */
   highWatermarks(topic: string): Promise<Map<number, number>>;
+  /** Each partition's log start offset now (`partition → offset`): where a group without a committed offset begins (`fromBeginning`). */
+  logStarts(topic: string): Promise<Map<number, number>>;
   /** The group's committed offset (-1: none) and its metadata for every partition of `topics` (`topic\0partition →`). */
   committedOffsets(topics: readonly string[]): Promise<Map<string, { offset: number; metadata: string | null }>>;
   forget(subscription: KafkaSubscription): void;
@@ -163,6 +165,9 @@ export class KafkaSubscription implements Subscription {
         await consumer.subscribe({ topics: [...this.#parts.topics], fromBeginning: true });
         await this.#runConsumer();
         await joined;
+        // The start offsets of the partitions first assigned (`#commitStarts`; it never
+        // rejects): a subscription closed at once still leaves the group's topics on record.
+        await this.#suspects;
       })(),
       Math.max(this.#parts.connectTimeoutMs, 30_000),
       'joining the consumer group',
@@ -313,7 +318,47 @@ export class KafkaSubscription implements Subscription {
         }
       }),
     );
+    await this.#commitStarts(assignment, committed, bounds);
     return bounds;
+  }
+
+  /**
+   * Commits where the group starts on each assigned partition it has no committed offset for:
+   * the log start (a new group reads from the beginning, `fromBeginning`), with the in-hand
+   * mark this member took for the partition, so the commit changes neither where the group
+   * reads nor which records a later member flags. Why: the group's offsets are the only place
+   * the broker keeps which topics it consumes; without them a group that was assigned a
+   * partition and left before its first record there is invisible on that partition to
+   * `consumerLag` (and to `kafka-consumer-groups --describe`), though records wait for it.
+   * Runs before the first record of such a partition is handed over (`#onBatch` awaits the
+   * bounds), and fenced like every commit (a member that lost the partition meanwhile is
+   * refused). A failure is logged and changes nothing else: the partition is then
+   * committed with its first record, as before.
+   */
+  async #commitStarts(assignment: Record<string, number[]>, committed: Map<string, { offset: number }>, bounds: Map<string, number>): Promise<void> {
+    const missing = Object.entries(assignment)
+      .map(([topic, partitions]) => ({ topic, partitions: partitions.filter((partition) => (committed.get(`${topic}\0${partition}`)?.offset ?? -1) < 0 && bounds.has(`${topic}\0${partition}`)) }))
+      .filter(({ partitions }) => partitions.length > 0);
+    if (missing.length === 0) return;
+    try {
+      const offsets = (
+        await Promise.all(
+          missing.map(async ({ topic, partitions }) => {
+            const starts = await this.#parts.logStarts(topic);
+            return partitions.flatMap((partition) => {
+              const start = starts.get(partition);
+              return start === undefined ? [] : [{ topic, partition, offset: String(start), metadata: `${IN_HAND}${bounds.get(`${topic}\0${partition}`)!}` }];
+            });
+          }),
+        )
+      ).flat();
+      if (offsets.length > 0 && !this.#stopped) await this.#parts.consumer.commitOffsets(offsets);
+    } catch (error) {
+      this.#parts.logger.warn('kafka start offsets could not be committed; consumerLag may not count those partitions until their first record', {
+        consumer: this.#endpoint.consumer,
+        error: describeError(error),
+      });
+    }
   }
 
   #suspects: Promise<Map<string, number>> | undefined;

@@ -67,7 +67,9 @@ export interface KafkaTransportConfig {
  *   refuses for its content fails alone (`PUBLISH_REJECTED`); a broker that cannot be
  *   reached makes the call reject with a retriable `TransportError` (the relay pauses).
  * - Topics are created with `partitions` when they do not exist; a new consumer group
- *   starts at the beginning of the topic's retention.
+ *   starts at the beginning of the topic's retention. `subscribe` resolves once the member
+ *   has committed that start on each partition it was assigned without a committed offset
+ *   (so the group's offsets name every topic it consumes: `consumerLag` reads them).
  * - Offsets are committed only up to the lowest record whose delivery has not been
  *   settled, per partition: a crash or rebalance redelivers every unfinished record and
  *   never skips one. Unordered endpoints run up to `concurrency` records at once, from any
@@ -309,6 +311,10 @@ export class KafkaTransport implements Transport {
         const ends = await this.#topicOffsets(topic);
         return new Map(ends.map((end) => [end.partition, Number(end.high)]));
       },
+      logStarts: async (topic) => {
+        const ends = await this.#topicOffsets(topic);
+        return new Map(ends.map((end) => [end.partition, Number(end.low)]));
+      },
       committedOffsets: async (topics) => {
         const admin = await this.#connectedAdmin();
         const committed = await admin.fetchOffsets({ groupId: this.groupId(endpoint.consumer), topics: [...topics] });
@@ -333,6 +339,54 @@ export class KafkaTransport implements Transport {
     // back a subscription that never receives.
     this.#assertOpen();
     return subscription;
+  }
+
+  /**
+   * See `Transport.consumerLag`: the consumer group's lag as Kafka counts it — per partition
+   * of every topic the group has committed offsets on (its topics and its retry topic; a
+   * subscription commits its start on each partition it is assigned, see
+   * `KafkaSubscription#commitStarts`), the partition's end offset minus the group's committed
+   * offset, summed. A partition without a committed offset counts from its log start (where
+   * the group would start: new groups read from the beginning), and a committed offset below
+   * the log start (records removed by retention) from the log start too. Delivered records not
+   * yet committed still count: Kafka keeps no per-record delivery state, so this is at most a
+   * subscription's in-hand records (`maxBuffered`) above "waiting, not delivered".
+   *
+   * Null when the broker has no such group (it never subscribed, or it expired:
+   * `offsets.retention.minutes` after its last member left). Passive: admin reads only
+   * (DescribeGroups, OffsetFetch, ListOffsets, Metadata with auto-creation off, as every
+   * kafkajs admin client asks): it joins no group, commits nothing and creates no topic. A
+   * topic deleted since the group committed on it counts 0.
+   */
+  async consumerLag(consumer: string): Promise<number | null> {
+    this.#assertOpen();
+    const groupId = this.groupId(consumer);
+    try {
+      const admin = await this.#connectedAdmin();
+      const { groups } = await admin.describeGroups([groupId]);
+      const group = groups.find((described) => described.groupId === groupId);
+      if (!group || group.state === 'Dead') return null;
+      const committed = await admin.fetchOffsets({ groupId });
+      let lag = 0;
+      for (const { topic, partitions } of committed) {
+        let ends: Awaited<ReturnType<Admin['fetchTopicOffsets']>>;
+        try {
+          ends = await this.#topicOffsets(topic);
+        } catch (error) {
+          if (protocolType(error) === 'UNKNOWN_TOPIC_OR_PARTITION') continue;
+          throw error;
+        }
+        const at = new Map(partitions.map(({ partition, offset }) => [partition, Number(offset)]));
+        for (const end of ends) {
+          const start = Math.max(at.get(end.partition) ?? -1, Number(end.low));
+          lag += Math.max(0, Number(end.high) - start);
+        }
+      }
+      return lag;
+    } catch (error) {
+      if (error instanceof CourierError) throw this.#closedOr(error);
+      throw this.#closedOr(new TransportError(`could not read the lag of consumer group '${groupId}': ${describe(error)}`, { cause: error, retriable: true }));
+    }
   }
 
   close(): Promise<void> {
