@@ -597,7 +597,12 @@ export const transportCases: readonly TransportCase[] = [
       expect((await env.transport.publish(waiting)).every((result) => result.ok)).toBe(true);
       await eventually(async () => expect(await lag(consumer)).toBe(waiting.length), { timeoutMs: env.options.timeoutMs });
       expect(await lag(consumer)).toBe(waiting.length);
-      // Reading took nothing: back, the consumer receives all three, and then nothing waits.
+      // The count follows what is published meanwhile.
+      const later = [message(env, null), message(env, null)];
+      expect((await env.transport.publish(later)).every((result) => result.ok)).toBe(true);
+      waiting.push(...later);
+      await eventually(async () => expect(await lag(consumer)).toBe(waiting.length), { timeoutMs: env.options.timeoutMs });
+      // Reading took nothing: back, the consumer receives all five, and then nothing waits.
       const back = await collect(env, { consumer });
       await eventually(() => expect(sorted(back.ids())).toEqual(sorted(waiting.map((item) => item.messageId))), { timeoutMs: env.options.timeoutMs });
       await eventually(async () => expect(await lag(consumer)).toBe(0), { timeoutMs: env.options.timeoutMs });
