@@ -21,7 +21,7 @@ export type { ClaimQuery, ClaimResult, CompletedRows, CompletionQuery, CourierOb
 export { ageSql, completeRows, completeSql, failureColumnsSql, headsSql, qualifiedColumns, ROW_COLUMNS, SCHEMA_VERSION, upgradeSql } from './dialects/sql-dialect.js';
 export type { SqlStoreCoreConfig } from './sql-store-core.js';
 export { pruneInBatches, SqlStoreCore, throwIfAborted } from './sql-store-core.js';
-export type { OutboxJoin, OutboxPendingRow, OutboxWriter, SqlOutboxStoreConfig, SqlOutboxStoreOptions } from './sql-outbox-store.js';
+export type { InsertGuard, OutboxJoin, OutboxPendingRow, OutboxWriter, SqlOutboxStoreConfig, SqlOutboxStoreOptions } from './sql-outbox-store.js';
 export { keyHash, SqlOutboxStore } from './sql-outbox-store.js';
 export type { InboxTransactions, SqlInboxStoreConfig } from './sql-inbox-store.js';
 export { SqlInboxStore } from './sql-inbox-store.js';

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   acceptEnvelope,
   ConfigError,
+  CourierError,
   decodeEnvelope,
   noopLogger,
   payloadBytes,
@@ -79,14 +80,33 @@ export interface SqlOutboxStoreOptions {
 /**
  * How the engine writes rows a join collected: the adapter's {@link OutboxJoin} calls these.
  * `write` runs in the caller's transaction `tx` (key locks, then the inserts; errors become
- * `StorageError`s, a duplicate messageId `DUPLICATE_MESSAGE_ID`); `writeAlone` does the same
- * in a transaction of its own (for a data layer that hands rows over after its commit);
- * `committed` is called once rows committed (wakes relays).
+ * `StorageError`s, a duplicate messageId `DUPLICATE_MESSAGE_ID`), holding the INSERT to
+ * `guard` when one is given; `writeAlone` does the same in a transaction of its own (for a
+ * data layer that hands rows over after its commit); `committed` is called once rows
+ * committed (wakes relays).
  */
 export interface OutboxWriter<Tx> {
-  write(rows: readonly OutboxPendingRow[], tx: Tx): Promise<void>;
+  write(rows: readonly OutboxPendingRow[], tx: Tx, guard?: InsertGuard): Promise<void>;
   writeAlone(rows: readonly OutboxPendingRow[]): Promise<void>;
   committed(): void;
+}
+
+/**
+ * A condition the database must find true for a write to happen, checked by the write's own
+ * INSERT (`INSERT … SELECT … WHERE <sql>`), so it costs no statement of its own: mysql2's
+ * "this connection is inside a transaction" (`@@in_transaction`), which only the server knows.
+ *
+ * Guarantees: when the condition is false nothing is written and the write rejects with
+ * `refused()`'s error, unchanged. Where the dialect cannot carry a condition in the INSERT
+ * (MySQL/MariaDB with several rows: no multi-row SELECT source both spell alike) it is checked
+ * by a `SELECT` of its own first, in the same transaction, before any lock or row is written.
+ * Only the first INSERT of a write carries it: once it wrote, the condition held.
+ */
+export interface InsertGuard {
+  /** A boolean SQL expression without placeholders, evaluated once per write in `tx`'s session. */
+  readonly sql: string;
+  /** The error the write rejects with when the condition is false (a `ConfigError` naming the fix, say). */
+  refused(): CourierError;
 }
 
 /**
@@ -198,7 +218,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       source: this.dialect === 'postgresql' ? config.listenSource : undefined,
     });
     this.#join = config.join({
-      write: (rows, tx) => this.#insert(rows, tx),
+      write: (rows, tx, guard) => this.#insert(rows, tx, guard),
       writeAlone: (rows) => this.#core.runner.transaction((tx) => this.#insert(rows, tx)),
       committed: () => this.#wakeups.signal(),
     });
@@ -723,9 +743,17 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
     await this.close();
   }
 
-  async #insert(rows: readonly OutboxPendingRow[], trx: Tx): Promise<void> {
+  async #insert(rows: readonly OutboxPendingRow[], trx: Tx, guard?: InsertGuard): Promise<void> {
     const { dialect, runner } = this.#core;
     try {
+      // The guard rides in the first INSERT where that INSERT can be an INSERT … SELECT; else
+      // (MySQL/MariaDB, several rows) a SELECT of its own, before the locks are taken.
+      let check = guard;
+      if (guard !== undefined && rows.length > 1 && dialect.name === 'mysql') {
+        const [row] = await runner.all(`SELECT CASE WHEN ${guard.sql} THEN 1 ELSE 0 END AS ok`, [], trx);
+        if (Number(row?.['ok']) !== 1) throw guard.refused();
+        check = undefined;
+      }
       const keyHashes = rows.flatMap((row) => (row.keyHash === null ? [] : [row.keyHash]));
       // The locks come first: the sequence is drawn by the insert, after them, so a later
       // appender of the same key always draws a greater one. Where the dialect can, they
@@ -738,22 +766,26 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       for (const row of rows) {
         const size = payloadBytes(row.envelope) + 1024;
         if (chunk.length > 0 && bytes + size > MAX_INSERT_BYTES) {
-          await this.#insertChunk(chunk, trx, locks);
+          await this.#insertChunk(chunk, trx, locks, check);
           locks = undefined;
+          check = undefined;
           chunk = [];
           bytes = 0;
         }
         chunk.push(row);
         bytes += size;
       }
-      if (chunk.length > 0) await this.#insertChunk(chunk, trx, locks);
+      if (chunk.length > 0) await this.#insertChunk(chunk, trx, locks, check);
     } catch (error) {
       throw this.#appendError(error);
     }
   }
 
-  /** Inserts `rows`; with `locks`, as `INSERT … SELECT … WHERE <locks>`, which takes them before drawing any sequence. */
-  async #insertChunk(rows: readonly OutboxPendingRow[], trx: Tx, locks?: { readonly sql: string; readonly params: readonly unknown[] }): Promise<void> {
+  /**
+   * Inserts `rows`; with `locks` or `guard`, as `INSERT … SELECT … WHERE <guard> AND <locks>`,
+   * which takes the locks before drawing any sequence, and writes nothing when the guard is false.
+   */
+  async #insertChunk(rows: readonly OutboxPendingRow[], trx: Tx, locks?: { readonly sql: string; readonly params: readonly unknown[] }, guard?: InsertGuard): Promise<void> {
     const { dialect, runner } = this.#core;
     const params: unknown[] = [];
     const tuples: string[] = [];
@@ -791,7 +823,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       tuples.push(`?, ?, ${version}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ${available}, ${available}, ${dialect.insertNow}`);
     }
     const outbox = dialect.table('outbox');
-    if (locks === undefined) {
+    if (locks === undefined && guard === undefined) {
       await runner.run(`INSERT INTO ${outbox} (${INSERT_COLUMNS}) VALUES (${tuples.join('), (')})`, params, trx);
       return;
     }
@@ -802,8 +834,12 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
     // INSERT … VALUES); its untyped literals become text, which every text column takes.
     // MySQL 5.7 wants a FROM before a WHERE; DUAL is MySQL's and MariaDB's table of one row.
     const source = tuples.length === 1 ? `SELECT ${tuples[0]}${dialect.name === 'mysql' ? ' FROM DUAL' : ''}` : `SELECT * FROM (VALUES (${tuples.join('), (')})) AS v`;
-    const result = await runner.run(`INSERT INTO ${outbox} (${INSERT_COLUMNS}) ${source} WHERE ${locks.sql}`, [...params, ...locks.params], trx);
-    // The condition is always true; a row it filtered out would be lost without a trace.
+    // The guard first: when it is false, the locks are not needed.
+    const conditions = [...(guard === undefined ? [] : [`(${guard.sql})`]), ...(locks === undefined ? [] : [locks.sql])];
+    const result = await runner.run(`INSERT INTO ${outbox} (${INSERT_COLUMNS}) ${source} WHERE ${conditions.join(' AND ')}`, [...params, ...(locks?.params ?? [])], trx);
+    // The guard is one value for the whole statement: false, nothing was written.
+    if (guard !== undefined && result.affectedRows === 0) throw guard.refused();
+    // The lock condition is always true; a row it filtered out would be lost without a trace.
     if (result.affectedRows !== rows.length) throw new Error(`outbox insert wrote ${result.affectedRows} of ${rows.length} rows`);
   }
 

@@ -6,6 +6,7 @@ import {
   SqlOutboxStore,
   SqlStoreCore,
   type CourierTablesConfig,
+  type InsertGuard,
   type OutboxJoin,
   type OutboxPendingRow,
   type OutboxWriter,
@@ -61,10 +62,14 @@ class Mysql2StoreCore extends SqlStoreCore<PoolConnection, Mysql2Executor> {
  *   when it is written (`asyncAppend`); writes on one connection run in append order.
  * - A `Pool` is refused with a `ConfigError` naming the fix, as is anything that is not a
  *   mysql2 promise connection. A connection in autocommit (no `beginTransaction()`) is
- *   refused too, never silently committed row by row: before writing, the store reads the
- *   server's `SERVER_STATUS_IN_TRANS` flag from the OK packet of a `DO 0` (one extra round
- *   trip per append) and fails the write with a `ConfigError` when the connection is not
- *   in a transaction and autocommit is on. Every refusal is the promise's rejection.
+ *   refused too, never silently committed row by row: the INSERT itself carries the check
+ *   (`INSERT … SELECT … WHERE (@@in_transaction = 1 OR @@autocommit = 0)`, so a publish is
+ *   one statement, keyed or not), writes nothing when the connection is not in a transaction
+ *   and autocommit is on, and the write fails with a `ConfigError`. On a server without
+ *   `@@in_transaction` (MySQL has none; MariaDB has) the store falls back, after that one
+ *   refused statement, to a `DO 0` before each write whose OK packet carries the
+ *   server's `SERVER_STATUS_IN_TRANS` flag (one round trip more). Every refusal is the
+ *   promise's rejection.
  * - Commit only after the write finished: await `publish`, or commit with
  *   {@link withTransaction} / {@link settleAppends}, which wait for every write started
  *   on the connection (awaited or not) and roll back when one failed.
@@ -103,10 +108,20 @@ export class Mysql2InboxStore extends SqlInboxStore<PoolConnection, PoolConnecti
   }
 }
 
+/**
+ * True when the connection is inside a transaction, or its next statement opens one
+ * (autocommit off): MariaDB's `@@in_transaction` (checked on 10.11: 1 after BEGIN, also
+ * within the first statement of a transaction autocommit = 0 opens; 0 in autocommit).
+ */
+const IN_TRANSACTION = '@@in_transaction = 1 OR @@autocommit = 0';
+
 /** Joins a `PoolConnection` in a transaction: checks it, then writes the rows on it at once. */
 class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection, Promise<void>> {
   readonly asyncAppend = true as const;
   readonly #writer: OutboxWriter<PoolConnection>;
+  readonly #guard: InsertGuard = { sql: IN_TRANSACTION, refused: notInTransaction };
+  /** False once the server said it has no `@@in_transaction` (MySQL): then a `DO 0` checks first. */
+  #guardInInsert = true;
 
   constructor(writer: OutboxWriter<PoolConnection>) {
     this.#writer = writer;
@@ -159,13 +174,7 @@ class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection, Promi
     const write = state.tail.then(async () => {
       // A transaction whose earlier write failed is not written to again: it must roll back.
       if (state.error !== undefined) throw state.error.value;
-      if (!(await inTransaction(connection))) {
-        throw new ConfigError(
-          `'publish' got a connection that is not in a transaction (autocommit): call \`await connection.beginTransaction()\` first, or use withTransaction(pool, (conn) => …) from '@courier/mysql2'`,
-          { code: 'UNIT_OF_WORK_REQUIRED' },
-        );
-      }
-      await this.#writer.write(rows, connection);
+      await this.#write(connection, rows);
       state.wrote = true;
       state.committed.add(this.#writer.committed);
     });
@@ -180,6 +189,36 @@ class ConnectionJoin implements OutboxJoin<PoolConnection, PoolConnection, Promi
     write.catch(() => undefined);
     return write;
   }
+
+  /** Writes `rows` with the INSERT holding the transaction check, or after a `DO 0` check where the server cannot. */
+  async #write(connection: PoolConnection, rows: OutboxPendingRow[]): Promise<void> {
+    if (this.#guardInInsert) {
+      try {
+        await this.#writer.write(rows, connection, this.#guard);
+        return;
+      } catch (error) {
+        // ER_UNKNOWN_SYSTEM_VARIABLE, raised before the statement ran: nothing was written
+        // and the transaction is intact, so the write is made again the other way.
+        if (!unknownInTransaction(error)) throw error;
+        this.#guardInInsert = false;
+      }
+    }
+    if (!(await inTransaction(connection))) throw notInTransaction();
+    await this.#writer.write(rows, connection);
+  }
+}
+
+function notInTransaction(): ConfigError {
+  return new ConfigError(
+    `'publish' got a connection that is not in a transaction (autocommit): call \`await connection.beginTransaction()\` first, or use withTransaction(pool, (conn) => …) from '@courier/mysql2'`,
+    { code: 'UNIT_OF_WORK_REQUIRED' },
+  );
+}
+
+/** Whether `error` (a `StorageError` around mysql2's) says the server has no `in_transaction` variable. */
+function unknownInTransaction(error: unknown): boolean {
+  const cause = (error as { cause?: { errno?: unknown; message?: unknown } } | null)?.cause;
+  return cause?.errno === 1193 && typeof cause.message === 'string' && cause.message.includes('in_transaction');
 }
 
 function isPool(value: unknown): value is Pool {

@@ -1,14 +1,17 @@
-// What a publish sends on MariaDB (issue 31): the autocommit check (`DO 0`, whose OK packet
-// carries the server's in-transaction flag) and one INSERT that takes the key's lock itself
-// (INSERT … SELECT … FROM DUAL WHERE <FOR UPDATE subquery on the lock table>) — not a lock
-// statement of its own before the INSERT, one round trip more in every keyed publish. The
-// lock must still serialise the key's appenders (a second one waits for the first's commit
-// and draws a greater seq) and must not hold up appenders of other keys.
-import { uniqueId } from '@courier/conformance';
-import { createBus, defineMessage, InMemoryBroker } from '@courier/core';
+// What a publish sends on MariaDB (issues 31/32): one statement, keyed or not — the INSERT
+// checks that the connection is in a transaction itself (INSERT … SELECT … FROM DUAL WHERE
+// @@in_transaction = 1 OR @@autocommit = 0) and takes the key's lock itself (a FOR UPDATE
+// subquery on the lock table in the same WHERE), rather than a `DO 0` and a lock statement of
+// their own, one round trip each in every publish. Outside a transaction that INSERT writes
+// nothing and the publish is the ConfigError. The lock must still serialise the key's
+// appenders (a second one waits for the first's commit and draws a greater seq) and must not
+// hold up appenders of other keys; an append of several rows keeps their order.
+import { makeEnvelope, uniqueId } from '@courier/conformance';
+import { ConfigError, createBus, defineMessage, InMemoryBroker } from '@courier/core';
 import { KEY_LOCK_BUCKETS, keyHash } from '@courier/sql-engine';
 import type { PoolConnection } from 'mysql2/promise';
 import { afterEach, describe, expect, it } from 'vitest';
+import { settleAppends } from '../src/index.js';
 import { createMysql2Fixture, type Mysql2Fixture } from './support/fixture.js';
 
 const fixtures: Mysql2Fixture[] = [];
@@ -24,6 +27,11 @@ async function open() {
   return { fixture, Work, bus };
 }
 
+/** An envelope on this file's topic with `key`. */
+function envelope(key: string) {
+  return makeEnvelope({ topic: 'mysql2.statements', key });
+}
+
 /** Statements the server received on `connection` so far (its session's `Questions`, which the SHOW itself adds one to). */
 async function questions(connection: PoolConnection): Promise<number> {
   const [rows] = await connection.query<({ Value: string } & import('mysql2').RowDataPacket)[]>(`SHOW SESSION STATUS LIKE 'Questions'`);
@@ -31,7 +39,7 @@ async function questions(connection: PoolConnection): Promise<number> {
 }
 
 describe('the append on MariaDB (mysql2)', () => {
-  it('a keyed publish is two statements, as a keyless one: the autocommit check and the INSERT carrying the key lock', async () => {
+  it('a keyed publish is one statement, as a keyless one: the INSERT carrying the transaction check and the key lock', async () => {
     const { fixture, Work, bus } = await open();
     const connection = await fixture.pool.getConnection();
     try {
@@ -44,10 +52,63 @@ describe('the append on MariaDB (mysql2)', () => {
       await bus.outbox(connection).publish(Work, { n: 2 });
       const keyless = (await questions(connection)) - middle - 1;
       await connection.commit();
-      expect({ keyed, keyless }).toEqual({ keyed: 2, keyless: 2 });
+      expect({ keyed, keyless }).toEqual({ keyed: 1, keyless: 1 });
       const rows = await fixture.sql(`SELECT msg_key FROM ${fixture.table('outbox')} ORDER BY seq`);
       expect(rows.map((row) => (row['msg_key'] === null ? null : String(row['msg_key'])))).toEqual(['warm', 'k', null]);
     } finally {
+      connection.release();
+    }
+  });
+
+  it('outside a transaction a publish is still one statement, which writes nothing: the publish is the ConfigError', async () => {
+    const { fixture, Work, bus } = await open();
+    const connection = await fixture.pool.getConnection();
+    try {
+      for (const key of ['k', undefined]) {
+        const before = await questions(connection);
+        const failure = await bus
+          .outbox(connection)
+          .publish(Work, { n: 1 }, key === undefined ? {} : { key })
+          .then(
+            () => undefined,
+            (error: unknown) => error,
+          );
+        const sent = (await questions(connection)) - before - 1;
+        expect(failure, `publish ${key === undefined ? 'without' : 'with'} a key`).toBeInstanceOf(ConfigError);
+        expect(failure).toMatchObject({ code: 'UNIT_OF_WORK_REQUIRED', message: expect.stringContaining('beginTransaction()') });
+        expect(sent, `statements of the refused publish ${key === undefined ? 'without' : 'with'} a key`).toBe(1);
+        await settleAppends(connection).catch(() => undefined);
+      }
+      // Several keyed rows at once: the check is a statement of its own, before any lock.
+      const refused = await fixture.outbox.append(connection, [{ envelope: envelope('a') }, { envelope: envelope('b') }]).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(refused).toBeInstanceOf(ConfigError);
+      expect(refused).toMatchObject({ code: 'UNIT_OF_WORK_REQUIRED' });
+      expect(await fixture.sql(`SELECT seq FROM ${fixture.table('outbox')}`)).toEqual([]);
+    } finally {
+      connection.release();
+    }
+  });
+
+  it('a connection with autocommit off counts as in a transaction (its INSERT opens one): a rollback leaves nothing, a commit keeps the rows in order', async () => {
+    const { fixture, Work, bus } = await open();
+    const connection = await fixture.pool.getConnection();
+    try {
+      await connection.query('SET autocommit = 0');
+      await bus.outbox(connection).publish(Work, { n: 0 }, { key: 'k' });
+      await connection.rollback();
+      expect(await fixture.sql(`SELECT seq FROM ${fixture.table('outbox')}`)).toEqual([]);
+
+      const rows = [envelope('b'), envelope('a'), envelope('b')];
+      await fixture.outbox.append(connection, rows.map((row) => ({ envelope: row })));
+      const single = await bus.outbox(connection).publish(Work, { n: 1 });
+      await connection.commit();
+      const stored = await fixture.sql(`SELECT message_id FROM ${fixture.table('outbox')} ORDER BY seq`);
+      expect(stored.map((row) => String(row['message_id']))).toEqual([...rows.map((row) => row.messageId), single]);
+    } finally {
+      await connection.query('SET autocommit = 1').catch(() => undefined);
       connection.release();
     }
   });
