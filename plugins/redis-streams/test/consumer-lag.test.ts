@@ -18,7 +18,14 @@ afterAll(() => inspector.disconnect());
 
 /** Every key under the test's prefix with its type, and each stream's groups (XINFO GROUPS) and length: what a passive read must leave as it was. */
 async function snapshot(prefix: string): Promise<Record<string, unknown>> {
-  const keys = (await inspector.keys(`${prefix}:*`)).sort();
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, found] = await inspector.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+    keys.push(...found);
+    cursor = next;
+  } while (cursor !== '0');
+  keys.sort();
   const state: Record<string, unknown> = {};
   for (const key of keys) {
     const type = await inspector.type(key);
@@ -78,5 +85,18 @@ describe('redis-streams consumerLag', () => {
     const refusal = await transport.consumerLag!(consumer).catch((error: unknown) => error);
     expect(refusal).toBeInstanceOf(TransportError);
     expect((refusal as Error).message).toContain(`Redis cannot tell the lag of group '${consumer}' on '${testId}:topic:${topics[0]!}'`);
+  }, 60_000);
+
+  it('takes the prefix literally: glob characters in it match no other prefix’s streams', async () => {
+    const testId = uniqueId();
+    // As a SCAN pattern, `<id>?` would also match `<id>X`, and `<id>[*]` `<id>*`.
+    const [globbed, other] = await Promise.all([createRedisStreamsFixture({ testId: `${testId}?` }), createRedisStreamsFixture({ testId: `${testId}X` })]);
+    closers.push(() => globbed.close(), () => other.close());
+    for (const fixture of [globbed, other]) {
+      await (await fixture.transport.subscribe({ consumer: 'billing', topics: ['orders'], ordered: false, concurrency: 1 }, (delivery) => delivery.ack())).close();
+    }
+    expect((await other.transport.publish([makeEnvelope({ topic: 'orders', key: null }), makeEnvelope({ topic: 'orders', key: null })])).every((result) => result.ok)).toBe(true);
+    expect(await other.transport.consumerLag!('billing')).toBe(2);
+    expect(await globbed.transport.consumerLag!('billing')).toBe(0);
   }, 60_000);
 });

@@ -49,8 +49,13 @@ export async function openLagTransport(name: LagTransportName, prefix: string): 
       const drop = async () => {
         const client = new Redis(url, { ...options, lazyConnect: false, enableOfflineQueue: true });
         try {
-          const keys = (await client.call('KEYS', `${prefix}:*`)) as string[];
-          if (keys.length > 0) await client.call('DEL', ...keys);
+          // SCAN, never KEYS: the server is shared.
+          let cursor = '0';
+          do {
+            const [next, keys] = (await client.call('SCAN', cursor, 'MATCH', `${prefix}:*`, 'COUNT', '500')) as [string, string[]];
+            if (keys.length > 0) await client.call('UNLINK', ...keys);
+            cursor = next;
+          } while (cursor !== '0');
         } finally {
           client.disconnect();
         }
