@@ -87,6 +87,22 @@ describe('redis-streams consumerLag', () => {
     expect((refusal as Error).message).toContain(`Redis cannot tell the lag of group '${consumer}' on '${testId}:topic:${topics[0]!}'`);
   }, 60_000);
 
+  it('after trimming (maxLen) counts what the stream still holds for the group, not what was trimmed away', async () => {
+    const testId = uniqueId();
+    const fixture = await createRedisStreamsFixture({ testId }, { maxLen: 50 });
+    closers.push(() => fixture.close());
+    const topic = `${testId}.orders`;
+    await (await fixture.transport.subscribe({ consumer: 'billing', topics: [topic], ordered: false, concurrency: 1 }, (delivery) => delivery.ack())).close();
+    // `MAXLEN ~` trims whole nodes of the stream (100 entries each by default): publish past a few.
+    for (let batch = 0; batch < 5; batch += 1) {
+      const results = await fixture.transport.publish(Array.from({ length: 100 }, () => makeEnvelope({ topic, key: null })));
+      expect(results.every((result) => result.ok)).toBe(true);
+    }
+    const held = await inspector.xlen(`${testId}:topic:${topic}`);
+    expect(held, 'the stream was trimmed').toBeLessThan(500);
+    expect(await fixture.transport.consumerLag!('billing')).toBe(held);
+  }, 60_000);
+
   it('takes the prefix literally: glob characters in it match no other prefix’s streams', async () => {
     const testId = uniqueId();
     // As a SCAN pattern, `<id>?` would also match `<id>X`, and `<id>[*]` `<id>*`.
