@@ -24,8 +24,10 @@ export interface KnexOutboxStoreConfig extends KnexStoreConfig, SqlOutboxStoreOp
  *   the engine's (see `SqlOutboxStore`).
  * - Relays are woken once the transaction that carried rows has committed (knex's
  *   `executionPromise` of the outermost transaction); on PostgreSQL a coalesced NOTIFY
- *   follows and `watch()` LISTENs on a connection of its own from the knex client (turn
- *   off with `wakeups: { listen: false }` behind PgBouncer's transaction pooling).
+ *   follows on a pool connection, never inside the application's transaction (as with
+ *   `@courier/pg`: a publish there is the INSERT alone), and `watch()` LISTENs on a connection
+ *   of its own from the knex client (turn off with `wakeups: { listen: false }` behind
+ *   PgBouncer's transaction pooling).
  */
 export class KnexOutboxStore extends SqlOutboxStore<Knex.Transaction, Knex.Transaction, Knex.Transaction, Promise<void>> {
   constructor(config: KnexOutboxStoreConfig) {
