@@ -13,6 +13,8 @@ export { eventually } from './support/eventually.js';
 export type { Deferred } from './support/deferred.js';
 export { deferred } from './support/deferred.js';
 export { uniqueId } from './support/unique-id.js';
+export type { StatementRecorder } from './support/record-statements.js';
+export { recordStatements } from './support/record-statements.js';
 export { comparableEnvelope, makeEnvelope, protoHeaders } from './support/make-envelope.js';
 export type { BusSuiteOptions } from './bus-suite.js';
 export { busCaseNames, describeBus } from './bus-suite.js';

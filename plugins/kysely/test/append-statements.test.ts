@@ -6,76 +6,57 @@
 // at large; here, on the statement this test watched).
 import { makeEnvelope, uniqueId } from '@courier/conformance';
 import { createBus, defineMessage, InMemoryBroker, StorageError } from '@courier/core';
-import { Kysely, MysqlDialect, PostgresDialect, sql } from 'kysely';
-import { createPool } from 'mysql2';
-import pg from 'pg';
+import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
-import { KyselyOutboxStore } from '../src/index.js';
-import { MARIADB_URL, PG_URL, type AnyDb } from './support/fixture.js';
+import { createKyselyFixture, type KyselyFixture, type KyselyFixtureDialect } from './support/fixture.js';
 
-const cleanups: (() => Promise<void>)[] = [];
+const fixtures: KyselyFixture[] = [];
 afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  for (const fixture of fixtures.splice(0)) await fixture.close();
 });
 
-describe('the append on PostgreSQL (Kysely)', () => {
-  async function open() {
-    const seen: string[] = [];
-    let watching = false;
-    const db = new Kysely<AnyDb>({
-      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 2 }) }),
-      log: (event) => {
-        if (watching) seen.push(event.query.sql);
-      },
-    });
-    cleanups.push(() => db.destroy());
-    const tablePrefix = `${uniqueId()}_`;
-    const outbox = new KyselyOutboxStore({ db, tablePrefix });
-    await outbox.ensureSchema();
-    cleanups.push(() => outbox.close());
-    const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
-    const Work = defineMessage('kysely.Work', { version: 1, topic: 'kysely.work' });
-    const watch = async (work: () => Promise<void>) => {
-      seen.length = 0;
-      watching = true;
-      try {
-        await work();
-      } finally {
-        watching = false;
-      }
-      return [...seen];
-    };
-    const rows = async () =>
-      (await sql<{ message_id: string; msg_key: string | null }>`SELECT message_id, msg_key FROM ${sql.table(`${tablePrefix}outbox`)} ORDER BY seq`.execute(db)).rows;
-    return { db, outbox, bus, Work, watch, rows };
-  }
+/** A fixture on `dialect` (its statementLog sees what Kysely sends), a bus on its outbox, and its outbox rows. */
+async function open(dialect: KyselyFixtureDialect) {
+  const fixture = await createKyselyFixture(dialect, { testId: uniqueId() });
+  fixtures.push(fixture);
+  const log = fixture.statementLog;
+  if (log === undefined) throw new Error(`the ${dialect} fixture declares no statementLog`);
+  const bus = createBus({ outbox: fixture.outbox, transport: new InMemoryBroker().connect() });
+  const Work = defineMessage('kysely.Work', { version: 1, topic: 'kysely.work' });
+  /** The statements `work` sent, transaction control left out. */
+  const watch = async (work: () => Promise<void>) => (await log.watch(work)).filter((text) => !/^(begin|commit|start transaction)$/i.test(text.trim()));
+  const rows = async () =>
+    (await sql<{ message_id: string | Buffer; msg_key: string | Buffer | null }>`SELECT message_id, msg_key FROM ${sql.table(`${fixture.tablePrefix}outbox`)} ORDER BY seq`.execute(fixture.db)).rows.map(
+      (row) => [String(row.message_id), row.msg_key === null ? null : String(row.msg_key)],
+    );
+  return { fixture, db: fixture.db, outbox: fixture.outbox, bus, Work, watch, rows };
+}
 
+describe('the append on PostgreSQL (Kysely)', () => {
   it('a keyed publish is one statement: the outbox INSERT carrying the key lock', async () => {
-    const { db, bus, Work, watch, rows } = await open();
-    const statements = await watch(() =>
+    const { db, bus, Work, watch, rows } = await open('postgresql');
+    const outboxStatements = await watch(() =>
       db.transaction().execute(async (trx) => {
         await bus.outbox(trx).publish(Work, { n: 1 }, { key: 'k' });
       }),
     );
-    const outboxStatements = statements.filter((text) => !/^(begin|commit)$/i.test(text.trim()));
     expect(outboxStatements).toHaveLength(1);
     expect(outboxStatements[0]).toMatch(/^INSERT INTO .* WHERE \(SELECT count\(pg_advisory_xact_lock\(/s);
-    expect((await rows()).map((row) => row.msg_key)).toEqual(['k']);
+    expect((await rows()).map(([, key]) => key)).toEqual(['k']);
   });
 
   it('an append of several keyed messages, delayed and scheduled, is one statement too, in order; a duplicate messageId is refused', async () => {
-    const { db, outbox, bus, Work, watch, rows } = await open();
+    const { db, outbox, bus, Work, watch, rows } = await open('postgresql');
     const envelopes = [makeEnvelope({ key: 'b' }), makeEnvelope({ key: 'a' }), makeEnvelope({ key: 'b' })];
-    const statements = await watch(() =>
+    const outboxStatements = await watch(() =>
       db.transaction().execute(async (trx) => {
         await outbox.append(trx, [{ envelope: envelopes[0]! }, { envelope: envelopes[1]!, delayMs: 50 }, { envelope: envelopes[2]!, notBefore: new Date(Date.now() + 50) }]);
       }),
     );
-    const outboxStatements = statements.filter((text) => !/^(begin|commit)$/i.test(text.trim()));
     expect(outboxStatements).toHaveLength(1);
     expect(outboxStatements[0]).toMatch(/^INSERT INTO .* WHERE \(SELECT count\(pg_advisory_xact_lock\(/s);
     const ids = envelopes.map((envelope) => envelope.messageId);
-    expect((await rows()).map((row) => [row.message_id, row.msg_key])).toEqual([
+    expect(await rows()).toEqual([
       [ids[0], 'b'],
       [ids[1], 'a'],
       [ids[2], 'b'],
@@ -101,30 +82,14 @@ describe('the append on PostgreSQL (Kysely)', () => {
 // was a SELECT … FOR UPDATE and the INSERT).
 describe('the append on MariaDB (Kysely)', () => {
   it('a keyed publish is one statement: the outbox INSERT carrying the key lock', async () => {
-    const seen: string[] = [];
-    let watching = false;
-    const db = new Kysely<AnyDb>({
-      dialect: new MysqlDialect({ pool: createPool({ uri: MARIADB_URL, connectionLimit: 2, connectTimeout: 30_000 }) }),
-      log: (event) => {
-        if (watching) seen.push(event.query.sql);
-      },
-    });
-    cleanups.push(() => db.destroy());
-    const tablePrefix = `${uniqueId()}_`;
-    const outbox = new KyselyOutboxStore({ db, tablePrefix });
-    await outbox.ensureSchema();
-    cleanups.push(() => outbox.close());
-    const bus = createBus({ outbox, transport: new InMemoryBroker().connect() });
-    const Work = defineMessage('kysely.Work', { version: 1, topic: 'kysely.work' });
-    watching = true;
-    await db.transaction().execute(async (trx) => {
-      await bus.outbox(trx).publish(Work, { n: 1 }, { key: 'k' });
-    });
-    watching = false;
-    const outboxStatements = seen.filter((text) => !/^(begin|commit|start transaction)$/i.test(text.trim()));
+    const { db, bus, Work, watch, rows } = await open('mariadb');
+    const outboxStatements = await watch(() =>
+      db.transaction().execute(async (trx) => {
+        await bus.outbox(trx).publish(Work, { n: 1 }, { key: 'k' });
+      }),
+    );
     expect(outboxStatements).toHaveLength(1);
     expect(outboxStatements[0]).toMatch(/^INSERT INTO .* FROM DUAL WHERE \(SELECT COUNT\(\*\) FROM \(SELECT bucket FROM .* FOR UPDATE\) AS courier_locks\) >= 0$/s);
-    const rows = (await sql<{ msg_key: string | Buffer | null }>`SELECT msg_key FROM ${sql.table(`${tablePrefix}outbox`)}`.execute(db)).rows;
-    expect(rows.map((row) => String(row.msg_key))).toEqual(['k']);
+    expect((await rows()).map(([, key]) => key)).toEqual(['k']);
   });
 });

@@ -5,7 +5,7 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
@@ -128,10 +128,11 @@ export async function createDrizzleFixture(dialect: DrizzleFixtureDialect, conte
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
   // What the kit's statementLog reports: Drizzle's logger sees every statement on the database.
-  let watched: string[] | undefined;
+  // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
+  const statements = recordStatements(dialect === 'postgresql' ? 1 : 2);
   const { db, close } = await openDrizzle(dialect, testId, {
     logQuery(query) {
-      watched?.push(query);
+      statements.record(query);
     },
   });
   const tablePrefix = `${testId}_`;
@@ -169,20 +170,7 @@ export async function createDrizzleFixture(dialect: DrizzleFixtureDialect, conte
       ...(dialect === 'sqlite'
         ? {}
         : {
-            statementLog: {
-              async watch(work: () => Promise<void>) {
-                const seen: string[] = [];
-                watched = seen;
-                try {
-                  await work();
-                } finally {
-                  watched = undefined;
-                }
-                return seen;
-              },
-              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
-              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
-            },
+            statementLog: statements.statementLog,
           }),
       tablePrefix,
       rows: (query) => rowsOf(db, query),

@@ -5,7 +5,7 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import knexFactory, { type Knex } from 'knex';
 import { KnexInboxStore, KnexOutboxStore } from '../../src/index.js';
 
@@ -64,8 +64,9 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
   const knex = await openKnex(dialect, testId);
   // What the kit's statementLog reports: knex emits 'query' for every statement it sends, in
   // transactions too (Courier's run through knex.raw).
-  let watched: string[] | undefined;
-  knex.on('query', (query: { sql: string }) => watched?.push(query.sql));
+  // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
+  const statements = recordStatements(dialect === 'postgresql' ? 1 : 2);
+  knex.on('query', (query: { sql: string }) => statements.record(query.sql));
   const tablePrefix = `${testId}_`;
   const effects = `${testId}_effects`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
@@ -89,20 +90,7 @@ export async function createKnexFixture(dialect: KnexFixtureDialect, context: Fi
       ...(dialect === 'sqlite'
         ? {}
         : {
-            statementLog: {
-              async watch(work: () => Promise<void>) {
-                const seen: string[] = [];
-                watched = seen;
-                try {
-                  await work();
-                } finally {
-                  watched = undefined;
-                }
-                return seen;
-              },
-              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
-              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
-            },
+            statementLog: statements.statementLog,
           }),
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),

@@ -5,9 +5,9 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import Database from 'better-sqlite3';
-import { Kysely, MysqlDialect, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
+import { Kysely, MysqlDialect, PostgresDialect, SqliteDialect, sql, type LogEvent, type Transaction } from 'kysely';
 import { createPool } from 'mysql2';
 import pg from 'pg';
 import { KyselyInboxStore, KyselyOutboxStore, preparingCourierStatements } from '../../src/index.js';
@@ -40,21 +40,25 @@ export interface KyselyFixture extends StoreFixture<Trx> {
   table(name: string): string;
 }
 
-/** Opens a Kysely on `dialect` for one test (its own file on SQLite). */
-export async function openKysely(dialect: KyselyFixtureDialect, testId: string): Promise<Kysely<AnyDb>> {
+/**
+ * Opens a Kysely on `dialect` for one test (its own file on SQLite); `onStatement`, when
+ * given, sees the text of every statement it sends (Kysely's `log`, set only at construction).
+ */
+export async function openKysely(dialect: KyselyFixtureDialect, testId: string, onStatement?: (text: string) => void): Promise<Kysely<AnyDb>> {
+  const log = onStatement === undefined ? {} : { log: (event: LogEvent) => onStatement(event.query.sql) };
   let db: Kysely<AnyDb>;
   switch (dialect) {
     case 'postgresql':
       // Courier's statements prepared, as the README recommends: the suites run on that path
       // (test/prepared-statements.test.ts covers the unwrapped pool too).
-      db = new Kysely<AnyDb>({ dialect: new PostgresDialect({ pool: preparingCourierStatements(new pg.Pool({ connectionString: PG_URL, max: 10 })) }) });
+      db = new Kysely<AnyDb>({ dialect: new PostgresDialect({ pool: preparingCourierStatements(new pg.Pool({ connectionString: PG_URL, max: 10 })) }), ...log });
       break;
     case 'mariadb':
-      db = new Kysely<AnyDb>({ dialect: new MysqlDialect({ pool: createPool({ uri: MARIADB_URL, connectionLimit: 10, connectTimeout: 10_000 }) }) });
+      db = new Kysely<AnyDb>({ dialect: new MysqlDialect({ pool: createPool({ uri: MARIADB_URL, connectionLimit: 10, connectTimeout: 10_000 }) }), ...log });
       break;
     case 'sqlite':
       mkdirSync(SQLITE_DIR, { recursive: true });
-      db = new Kysely<AnyDb>({ dialect: new SqliteDialect({ database: new Database(join(SQLITE_DIR, `${testId}.db`)) }) });
+      db = new Kysely<AnyDb>({ dialect: new SqliteDialect({ database: new Database(join(SQLITE_DIR, `${testId}.db`)) }), ...log });
       break;
   }
   try {
@@ -70,7 +74,11 @@ export async function openKysely(dialect: KyselyFixtureDialect, testId: string):
 export async function createKyselyFixture(dialect: KyselyFixtureDialect, context: FixtureContext): Promise<KyselyFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  const db = await openKysely(dialect, testId);
+  // What the kit's statementLog reports: Kysely's log sees every statement it sends, in
+  // transactions too. PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the
+  // key buckets FOR UPDATE, then the INSERT.
+  const statements = recordStatements(dialect === 'postgresql' ? 1 : 2);
+  const db = await openKysely(dialect, testId, dialect === 'sqlite' ? undefined : statements.record);
   const tablePrefix = `${testId}_`;
   const effects = `${testId}_effects`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
@@ -91,6 +99,7 @@ export async function createKyselyFixture(dialect: KyselyFixtureDialect, context
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
+      ...(dialect === 'sqlite' ? {} : { statementLog: statements.statementLog }),
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),
       transaction: <T>(work: (tx: Trx) => Promise<T>) => db.transaction().execute(work),

@@ -8,7 +8,7 @@
 import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
 import { PrismaMariaDb } from '@prisma/adapter-mariadb';
 import { PrismaPg } from '@prisma/adapter-pg';
@@ -103,8 +103,9 @@ export async function openPrisma(dialect: PrismaFixtureDialect, testId: string, 
 export async function createPrismaFixture(dialect: PrismaFixtureDialect, context: FixtureContext, options: PrismaFixtureOptions = {}): Promise<PrismaFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  let watched: string[] | undefined;
-  const prisma = await openPrisma(dialect, testId, (text) => watched?.push(text));
+  // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
+  const statements = recordStatements(dialect === 'postgresql' ? 1 : 2);
+  const prisma = await openPrisma(dialect, testId, statements.record);
   const tablePrefix = `${testId}_`;
   const quote = (name: string) => (dialect === 'mariadb' ? `\`${name}\`` : `"${name}"`);
   const effects = quote(`${testId}_effects`);
@@ -159,20 +160,7 @@ export async function createPrismaFixture(dialect: PrismaFixtureDialect, context
       ...(dialect === 'sqlite'
         ? {}
         : {
-            statementLog: {
-              async watch(work: () => Promise<void>) {
-                const seen: string[] = [];
-                watched = seen;
-                try {
-                  await work();
-                } finally {
-                  watched = undefined;
-                }
-                return seen;
-              },
-              // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
-              keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
-            },
+            statementLog: statements.statementLog,
           }),
       tablePrefix,
       table: (name: string) => quote(`${tablePrefix}${name}`),

@@ -2,7 +2,7 @@
 // PostgreSQL (pg) or MariaDB (mysql2), Courier tables prefixed `<testId>_`, and an effects
 // table written through the handler's EntityManager. Servers that cannot be reached fail
 // loudly with how to start them.
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import { createRequire } from 'node:module';
 import { DataSource, type EntityManager, type Logger, type QueryRunner } from 'typeorm';
 import { TypeOrmInboxStore, TypeOrmOutboxStore } from '../../src/index.js';
@@ -81,8 +81,9 @@ export interface TypeOrmFixture extends StoreFixture<EntityManager> {
 export async function createTypeOrmFixture(dialect: TypeOrmFixtureDialect, context: FixtureContext): Promise<TypeOrmFixture> {
   const { testId } = context;
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
-  let watched: string[] | undefined;
-  const dataSource = await openDataSource(dialect, (text) => watched?.push(text));
+  // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
+  const statements = recordStatements(dialect === 'postgresql' ? 1 : 2);
+  const dataSource = await openDataSource(dialect, statements.record);
   const tablePrefix = `${testId}_`;
   const effects = dialect === 'mariadb' ? `\`${testId}_effects\`` : `"${testId}_effects"`;
   const runners = new Set<QueryRunner>();
@@ -116,20 +117,7 @@ export async function createTypeOrmFixture(dialect: TypeOrmFixtureDialect, conte
       inbox,
       outbox,
       outboxPublishedRows: outbox.publishedRows,
-      statementLog: {
-        async watch(work) {
-          const seen: string[] = [];
-          watched = seen;
-          try {
-            await work();
-          } finally {
-            watched = undefined;
-          }
-          return seen;
-        },
-        // PostgreSQL: the INSERT takes the advisory locks; MariaDB: at most the key buckets FOR UPDATE, then the INSERT.
-        keyedAppendStatements: dialect === 'postgresql' ? 1 : 2,
-      },
+      statementLog: statements.statementLog,
       transaction: (work) => dataSource.transaction(work),
       transactionHeldBeforeCommit: (work, beforeCommit) =>
         dataSource.transaction(async (manager) => {
