@@ -99,7 +99,8 @@ export interface OutboxWriter<Tx> {
  * Guarantees: when the condition is false nothing is written and the write rejects with
  * `refused()`'s error, unchanged. Where the dialect cannot carry a condition in the INSERT
  * (MySQL/MariaDB with several rows: no multi-row SELECT source both spell alike) it is checked
- * by a `SELECT` of its own first, in the same transaction, before any lock or row is written.
+ * by a `SELECT` of its own first, in the same transaction, which also takes the key locks
+ * (one statement in place of the lock statement such an append sends anyway).
  * Only the first INSERT of a write carries it: once it wrote, the condition held.
  */
 export interface InsertGuard {
@@ -746,21 +747,26 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
   async #insert(rows: readonly OutboxPendingRow[], trx: Tx, guard?: InsertGuard): Promise<void> {
     const { dialect, runner } = this.#core;
     try {
-      // The guard rides in the first INSERT where that INSERT can be an INSERT … SELECT; else
-      // (MySQL/MariaDB, several rows) a SELECT of its own, before the locks are taken.
-      let check = guard;
-      if (guard !== undefined && rows.length > 1 && dialect.name === 'mysql') {
-        const [row] = await runner.all(`SELECT CASE WHEN ${guard.sql} THEN 1 ELSE 0 END AS ok`, [], trx);
-        if (Number(row?.['ok']) !== 1) throw guard.refused();
-        check = undefined;
-      }
       const keyHashes = rows.flatMap((row) => (row.keyHash === null ? [] : [row.keyHash]));
       // The locks come first: the sequence is drawn by the insert, after them, so a later
       // appender of the same key always draws a greater one. Where the dialect can, they
       // ride in the first INSERT (one round trip less per producing transaction, while the
       // transaction holds its entity changes' row locks); otherwise a statement of their own.
       let locks = dialect.keyLockCondition?.(keyHashes, rows.length);
-      if (locks === undefined) await dialect.lockKeys(runner, trx, keyHashes);
+      // The guard rides in the first INSERT where that INSERT can be an INSERT … SELECT; else
+      // (MySQL/MariaDB, several rows) a SELECT of its own, which also takes the key locks
+      // (the dialect's one-row condition, which a SELECT carries as an INSERT does): the
+      // append stays at two statements, and nothing is locked or written when it is false.
+      let check = guard;
+      let locked = false;
+      if (guard !== undefined && locks === undefined && rows.length > 1 && dialect.name === 'mysql') {
+        const withLocks = dialect.keyLockCondition?.(keyHashes, 1);
+        const [row] = await runner.all(`SELECT CASE WHEN (${guard.sql})${withLocks === undefined ? '' : ` AND ${withLocks.sql}`} THEN 1 ELSE 0 END AS ok`, withLocks?.params ?? [], trx);
+        if (Number(row?.['ok']) !== 1) throw guard.refused();
+        check = undefined;
+        locked = withLocks !== undefined;
+      }
+      if (locks === undefined && !locked) await dialect.lockKeys(runner, trx, keyHashes);
       let chunk: OutboxPendingRow[] = [];
       let bytes = 0;
       for (const row of rows) {

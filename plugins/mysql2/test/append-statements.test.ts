@@ -3,7 +3,8 @@
 // @@in_transaction = 1 OR @@autocommit = 0) and takes the key's lock itself (a FOR UPDATE
 // subquery on the lock table in the same WHERE), rather than a `DO 0` and a lock statement of
 // their own, one round trip each in every publish. Outside a transaction that INSERT writes
-// nothing and the publish is the ConfigError. The lock must still serialise the key's
+// nothing and the publish is the ConfigError. An append of several rows is two statements: a
+// SELECT that checks the transaction and takes the keys' locks, then the INSERT. The lock must still serialise the key's
 // appenders (a second one waits for the first's commit and draws a greater seq) and must not
 // hold up appenders of other keys; an append of several rows keeps their order.
 import { makeEnvelope, uniqueId } from '@courier/conformance';
@@ -60,6 +61,43 @@ describe('the append on MariaDB (mysql2)', () => {
     }
   });
 
+  it("an append of several keyed rows is two statements, the check that takes the keys' locks and the INSERT; an appender of one of the keys waits for its commit", async () => {
+    const { fixture, Work, bus } = await open();
+    const [first, second] = await Promise.all([fixture.pool.getConnection(), fixture.pool.getConnection()]);
+    try {
+      await first.beginTransaction();
+      await bus.outbox(first).publish(Work, { n: 0 }, { key: 'warm' });
+      const rows = [envelope('b'), envelope('a'), envelope('b')];
+      const before = await questions(first);
+      await fixture.outbox.append(first, rows.map((row) => ({ envelope: row })));
+      expect((await questions(first)) - before - 1, 'statements of the three-row append').toBe(2);
+
+      await second.beginTransaction();
+      let secondDone = false;
+      const secondWritten = bus
+        .outbox(second)
+        .publish(Work, { n: 1 }, { key: 'a' })
+        .then((id) => {
+          secondDone = true;
+          return id;
+        });
+      // The second appender is held by the first's lock on 'a' (give it time to get past it if it could).
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(secondDone).toBe(false);
+      await first.commit();
+      const secondId = await secondWritten;
+      await second.commit();
+
+      const stored = await fixture.sql(`SELECT message_id FROM ${fixture.table('outbox')} ORDER BY seq`);
+      expect(stored.map((row) => String(row['message_id'])).slice(1)).toEqual([...rows.map((row) => row.messageId), secondId]);
+    } finally {
+      for (const connection of [first, second]) {
+        await connection.rollback().catch(() => undefined);
+        connection.release();
+      }
+    }
+  });
+
   it('outside a transaction a publish is still one statement, which writes nothing: the publish is the ConfigError', async () => {
     const { fixture, Work, bus } = await open();
     const connection = await fixture.pool.getConnection();
@@ -79,7 +117,7 @@ describe('the append on MariaDB (mysql2)', () => {
         expect(sent, `statements of the refused publish ${key === undefined ? 'without' : 'with'} a key`).toBe(1);
         await settleAppends(connection).catch(() => undefined);
       }
-      // Several keyed rows at once: the check is a statement of its own, before any lock.
+      // Several keyed rows at once: the check is a statement of its own, and it writes nothing.
       const refused = await fixture.outbox.append(connection, [{ envelope: envelope('a') }, { envelope: envelope('b') }]).then(
         () => undefined,
         (error: unknown) => error,
