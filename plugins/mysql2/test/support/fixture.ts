@@ -4,7 +4,7 @@
 //
 // Importable in a child process: `createMysql2Fixture({ testId })` with the same testId
 // reconnects to the same tables; `close()` never drops them.
-import type { FixtureContext, StoreFixture } from '@courier/conformance';
+import { recordStatements, type FixtureContext, type StoreFixture } from '@courier/conformance';
 import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
 import { Mysql2InboxStore, Mysql2OutboxStore, settleAppends, withTransaction, type Mysql2OutboxStoreConfig } from '../../src/index.js';
 import { runInTransaction } from '../../src/transactions.js';
@@ -35,6 +35,19 @@ export async function createMysql2Fixture(context: FixtureContext, options: { ou
   if (!/^[A-Za-z0-9_]+$/.test(testId)) throw new Error(`testId ${JSON.stringify(testId)} is not safe in table names`);
   // connectTimeout: a loaded machine can take more than mysql2's 10 s default to see a local socket open.
   const pool = createPool({ uri: MARIADB_URL, connectionLimit: 8, connectTimeout: 30_000 });
+  // What the kit's statementLog reports: mysql2 has no query event, so each connection the pool
+  // opens has its `query` (which the promise API and transaction control call) wrapped.
+  // MariaDB: at most the keys' locks (with the transaction check) in a SELECT, then the INSERT.
+  const statements = recordStatements(2);
+  pool.on('connection', (connection) => {
+    const core = connection as unknown as { query: (...args: unknown[]) => unknown };
+    const query = core.query.bind(core);
+    core.query = (...args: unknown[]) => {
+      const [first] = args;
+      statements.record(typeof first === 'string' ? first : String((first as { sql?: unknown } | null)?.sql));
+      return query(...args);
+    };
+  });
   const tablePrefix = `${testId}_`;
   const effects = `\`${testId}_effects\``;
   const sql = async (query: string, params: readonly unknown[] = []) => {
@@ -58,6 +71,7 @@ export async function createMysql2Fixture(context: FixtureContext, options: { ou
     sql,
     table: (name: string) => `\`${tablePrefix}${name}\``,
     outboxPublishedRows: outbox.publishedRows,
+    statementLog: statements.statementLog,
     transaction: (work) => withTransaction(pool, work),
     async transactionHeldBeforeCommit(work, beforeCommit) {
       const connection = await pool.getConnection();
