@@ -1,4 +1,5 @@
 import type { ConfirmChannel, Message, Options } from 'amqplib';
+import { closeAmqp } from './amqp-close.js';
 
 /** How the broker answered one publish. */
 export type ConfirmOutcome =
@@ -156,11 +157,8 @@ export class ConfirmPublisher {
   /** Closes the channel; unconfirmed messages answer `closed`. Idempotent. */
   async close(): Promise<void> {
     this.#markClosed(new Error('publisher closed'));
-    try {
-      await this.#channel.close();
-    } catch {
-      // Already closed by the broker or with the connection: nothing left to release.
-    }
+    // Resolves when the channel is closed by any means, the connection dying included.
+    await closeAmqp(this.#channel);
   }
 
   #answer(pending: Pending, error: unknown): void {

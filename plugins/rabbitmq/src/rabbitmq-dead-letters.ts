@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { describeError, TransportError, type DeadLetter, type Logger, type TransportDeadLetters } from '@courier/core';
 import type { Channel, ChannelModel, GetMessage } from 'amqplib';
+import { closeAmqp } from './amqp-close.js';
 import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
 import type { RabbitMqNames } from './topology.js';
@@ -143,7 +144,7 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
         await work(connection);
       } finally {
         await lock.deleteQueue(`${queue}.lock`).catch(() => undefined);
-        await lock.close().catch(() => undefined);
+        await closeAmqp(lock);
       }
     } finally {
       done();
@@ -189,7 +190,7 @@ export class RabbitMqDeadLetters implements TransportDeadLetters {
         }
       } finally {
         // Closing the channel returns every message taken and not removed to the queue.
-        await channel.close().catch(() => undefined);
+        await closeAmqp(channel);
       }
       // A quorum queue applies the returns after close-ok: the next reader must find them back.
       const deadline = Date.now() + RETURN_WAIT_MS;
@@ -209,7 +210,7 @@ export async function depthOf(connection: ChannelModel, queue: string): Promise<
     if ((error as { code?: unknown }).code === 404) return undefined;
     throw error;
   } finally {
-    await channel.close().catch(() => undefined);
+    await closeAmqp(channel);
   }
 }
 

@@ -13,6 +13,7 @@ import {
   type Subscription,
 } from '@courier/core';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
+import { closeAmqp } from './amqp-close.js';
 import type { ConfirmPublishOptions } from './confirm-publisher.js';
 import { attemptOf, copyProperties, COURIER_HEADERS, fromAmqpMessage, isBrokerHeader } from './amqp-mapping.js';
 import { chooseDelayTier, declareConsumer, type RabbitMqNames, type RabbitMqQueueLimits } from './topology.js';
@@ -163,7 +164,7 @@ export class RabbitMqSubscription implements Subscription {
       this.#consumerTag = reply.consumerTag;
     } catch (error) {
       state.open = false;
-      await channel.close().catch(() => undefined);
+      await closeAmqp(channel);
       throw error;
     }
   }
@@ -408,7 +409,7 @@ export class RabbitMqSubscription implements Subscription {
       await drained;
     }
     // Closing the channel hands every unacknowledged message back to the queue.
-    if (state?.open) await state.channel.close().catch(() => undefined);
+    if (state?.open) await closeAmqp(state.channel);
     this.#link.forget(this);
   }
 }

@@ -19,6 +19,7 @@ import {
 } from '@courier/core';
 import { connect, type ChannelModel } from 'amqplib';
 import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
+import { closeAmqp } from './amqp-close.js';
 import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions } from './confirm-publisher.js';
 import { RabbitMqDeadLetters, depthOf } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
@@ -543,7 +544,7 @@ export class RabbitMqTransport implements Transport {
     } catch (error) {
       throw declarationError(endpoint.consumer, error);
     } finally {
-      await channel.close().catch(() => undefined);
+      await closeAmqp(channel);
     }
   }
 
@@ -632,7 +633,7 @@ export class RabbitMqTransport implements Transport {
     this.#connection = null;
     await this.#publisher?.close();
     this.#publisher = null;
-    if (connection) await connection.close().catch(() => undefined);
+    if (connection) await closeAmqp(connection);
   }
 
   #checkEndpoint(endpoint: Endpoint): void {
