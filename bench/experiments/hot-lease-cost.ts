@@ -14,7 +14,8 @@
 // time, as it runs).
 //
 //   node --conditions=@courier/source --import tsx experiments/hot-lease-cost.ts <rows> <batch> <rounds> <window> [keyless] <variant>…
-//   variants: B<fillfactor> today's lease, H<fillfactor> the HOT lease, T the textbook relay
+//   variants: B<fillfactor> the engine's lease (schema 6: available_at; since 7: leased_until) at that
+//   fill factor, H<fillfactor> the prototype HOT lease (schema 6 only), T the textbook relay
 import { readFileSync } from 'node:fs';
 import type { ClaimedBatch } from '@courier/core';
 import { PgOutboxStore } from '@courier/pg';

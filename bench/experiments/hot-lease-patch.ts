@@ -8,9 +8,13 @@
 // statement the engine builds is rewritten on its way to the executor. Prototype only — the
 // renew / release / fail / stats statements still use `available_at`; a drain never calls
 // them (its lease outlives it).
+//
+// Since schema version 7 the engine leases this way itself (every table): the patch is then
+// refused (`hotLease` throws); run it at commit 8f659a3 (schema 6) to repeat phase 1. The fill
+// factor alone (`setFillfactor`) still works, to compare fill factors of the built lease.
 // The engine's own module (the bench does not depend on it by name): with the source
 // condition, @courier/pg and @courier/mikro-orm load this same file, so the patch reaches them.
-import { PostgresDialect, type ClaimQuery, type ClaimResult, type CompletionQuery, type SqlExecutor } from '../../packages/sql-engine/src/index.js';
+import { PostgresDialect, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type SqlExecutor } from '../../packages/sql-engine/src/index.js';
 import pg from 'pg';
 import { URLS } from '../src/services.js';
 
@@ -43,6 +47,7 @@ PostgresDialect.prototype.claimHeads = function claimHeads<Tx>(this: PostgresDia
  * empty table), and the rewritten claim.
  */
 export async function hotLease(table: string, fillfactor: number): Promise<void> {
+  if (SCHEMA_VERSION >= 7) throw new Error(`hot-lease-patch: schema version ${SCHEMA_VERSION} leases in leased_until already; the prototype is for schema 6 (commit 8f659a3)`);
   const client = new pg.Client({ connectionString: URLS.postgresql });
   await client.connect();
   try {

@@ -1,4 +1,4 @@
-import { ageSql, qualifiedColumns, type ClaimQuery, type SqlDialect } from './dialects/sql-dialect.js';
+import { ageSql, qualifiedColumns, unleasedSql, type ClaimQuery, type SqlDialect } from './dialects/sql-dialect.js';
 import { toBigInt, toNumber, type SqlRow, type SqlExecutor } from './executor.js';
 
 /** What {@link claimFollowers} extends: the heads one claim leased, its token, and how many more rows it may take. */
@@ -49,21 +49,21 @@ async function claimFollowersPostgres<Tx>(dialect: SqlDialect, runner: SqlExecut
   // drops out there, and the run stops before it (the window's running AND).
   const sql =
     `WITH heads AS MATERIALIZED (SELECT o.seq, o.key_hash FROM ${outbox} o ` +
-    `WHERE o.seq IN (?) AND o.key_hash IS NOT NULL AND o.state = 'pending' AND o.lease_token = ? AND o.available_at > now()${dialect.lockSkipLocked}), ` +
+    `WHERE o.seq IN (?) AND o.key_hash IS NOT NULL AND o.state = 'pending' AND o.lease_token = ? AND o.leased_until > now()${dialect.lockSkipLocked}), ` +
     // One ordered, LIMITed range of the (key_hash, seq) pending-or-halted index per head.
     // The row comparison (not `x.seq > h.seq`) keeps the primary key out of it: with few
     // keys the planner would walk the seq index behind the head and filter by key (every
     // row of the backlog between two followers; measured 50-90 ms for 20 heads of 80).
-    `candidates AS (SELECT f.seq, f.key_hash, (f.state = 'pending' AND f.available_at <= now()) AS ok FROM heads h CROSS JOIN LATERAL ` +
-    `(SELECT x.seq, x.key_hash, x.state, x.available_at FROM ${outbox} x WHERE x.key_hash = h.key_hash AND (x.key_hash, x.seq) > (h.key_hash, h.seq) ` +
+    `candidates AS (SELECT f.seq, f.key_hash, (f.state = 'pending' AND f.available_at <= now() AND ${unleasedSql('f.', 'now()')}) AS ok FROM heads h CROSS JOIN LATERAL ` +
+    `(SELECT x.seq, x.key_hash, x.state, x.available_at, x.leased_until FROM ${outbox} x WHERE x.key_hash = h.key_hash AND (x.key_hash, x.seq) > (h.key_hash, h.seq) ` +
     `AND x.state IN ('pending', 'halted') ORDER BY x.key_hash, x.seq LIMIT ?) f), ` +
     `runs AS MATERIALIZED (SELECT seq, key_hash FROM (SELECT seq, key_hash, row_number() OVER w AS pos, bool_and(ok) OVER w AS contiguous FROM candidates ` +
     `WINDOW w AS (PARTITION BY key_hash ORDER BY seq)) c WHERE contiguous ORDER BY pos, seq LIMIT ?), ` +
     `locked AS MATERIALIZED (SELECT o.seq, ${ageSql(dialect, 'o')} FROM ${outbox} o ` +
-    `WHERE o.seq IN (SELECT seq FROM runs) AND o.state = 'pending' AND o.available_at <= now()${dialect.lockSkipLocked}), ` +
+    `WHERE o.seq IN (SELECT seq FROM runs) AND o.state = 'pending' AND o.available_at <= now() AND ${unleasedSql('o.', 'now()')}${dialect.lockSkipLocked}), ` +
     `chosen AS (SELECT seq, age_ms FROM (SELECT r.seq, l.age_ms, bool_and(l.seq IS NOT NULL) OVER (PARTITION BY r.key_hash ORDER BY r.seq) AS held ` +
     `FROM runs r LEFT JOIN locked l ON l.seq = r.seq) t WHERE held) ` +
-    `UPDATE ${outbox} u SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs('now()')} ` +
+    `UPDATE ${outbox} u SET lease_owner = ?, lease_token = ?, leased_until = ${dialect.plusMs('now()')} ` +
     `FROM chosen WHERE u.seq = chosen.seq RETURNING ${qualifiedColumns('u')}, chosen.age_ms`;
   const token = claim.token.toString();
   return runner.all(sql, [claim.heads, token, Math.min(claim.perKey - 1, claim.room), claim.room, query.owner, token, query.leaseMs]);
@@ -84,7 +84,7 @@ async function claimFollowersLocked<Tx>(dialect: SqlDialect, runner: SqlExecutor
     async (trx) => {
       const heads = await runner.all(
         `SELECT o.seq, o.key_hash FROM ${outbox} o WHERE o.seq IN (?) AND o.key_hash IS NOT NULL AND o.state = 'pending' AND o.lease_token = ? ` +
-          `AND o.available_at > ${dialect.now} ORDER BY o.seq${dialect.lockSkipLocked}`,
+          `AND o.leased_until > ${dialect.now} ORDER BY o.seq${dialect.lockSkipLocked}`,
         [claim.heads, claim.token.toString()],
         trx,
       );
@@ -93,7 +93,7 @@ async function claimFollowersLocked<Tx>(dialect: SqlDialect, runner: SqlExecutor
       // halted rows of those keys (a halted row behind a head ends its run).
       const parts = heads.map(
         (_, index) =>
-          `SELECT * FROM (SELECT seq, key_hash, CASE WHEN available_at <= ${dialect.now} THEN 1 ELSE 0 END AS due FROM ${outbox} ` +
+          `SELECT * FROM (SELECT seq, key_hash, CASE WHEN available_at <= ${dialect.now} AND ${unleasedSql('', dialect.now)} THEN 1 ELSE 0 END AS due FROM ${outbox} ` +
           `WHERE key_hash = ? AND state = 'pending' AND seq > ? ORDER BY seq LIMIT ?) AS run${index}`,
       );
       const perHead = Math.min(claim.perKey - 1, claim.room);
@@ -110,7 +110,7 @@ async function claimFollowersLocked<Tx>(dialect: SqlDialect, runner: SqlExecutor
       if (runs.size === 0) return [];
       const locked = await runner.all(
         `SELECT ${qualifiedColumns('o')}, ${ageSql(dialect, 'o')} FROM ${outbox} o WHERE o.seq IN (?) AND o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
-          `ORDER BY o.seq${dialect.lockSkipLocked}`,
+          `AND ${unleasedSql('o.', dialect.now)} ORDER BY o.seq${dialect.lockSkipLocked}`,
         [[...runs.values()].flat()],
         trx,
       );
@@ -125,7 +125,7 @@ async function claimFollowersLocked<Tx>(dialect: SqlDialect, runner: SqlExecutor
       }
       if (rows.length === 0) return [];
       await runner.run(
-        `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
+        `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, leased_until = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
         [query.owner, claim.token.toString(), query.leaseMs, rows.map((row) => String(row['seq']))],
         trx,
       );

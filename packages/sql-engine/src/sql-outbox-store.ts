@@ -29,7 +29,7 @@ import {
   type PortLimits,
 } from '@courier/core';
 import { claimFollowers } from './claim-followers.js';
-import { ageSql, completeRows, headsSql, qualifiedColumns, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows, type SqlDialect } from './dialects/sql-dialect.js';
+import { ageSql, completeRows, dueAtSql, headsSql, qualifiedColumns, unleasedSql, type ClaimQuery, type ClaimResult, type CompletionQuery, type DialectName, type PublishedRows, type SqlDialect } from './dialects/sql-dialect.js';
 import { toBigInt, toNullableString, toNumber, type SqlRow } from './executor.js';
 import { OutboxWakeups, type ListenSource, type PostgresWakeupConfig } from './outbox-wakeups.js';
 import { pruneInBatches, throwIfAborted, type SqlStoreCore } from './sql-store-core.js';
@@ -366,7 +366,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
           // visit of the key's published history.
           const parts = keyed.map(
             (_, index) =>
-              `SELECT * FROM (SELECT seq, key_hash, CASE WHEN available_at <= ${dialect.now} THEN 1 ELSE 0 END AS due FROM ${outbox} ` +
+              `SELECT * FROM (SELECT seq, key_hash, CASE WHEN available_at <= ${dialect.now} AND ${unleasedSql('', dialect.now)} THEN 1 ELSE 0 END AS due FROM ${outbox} ` +
               `WHERE key_hash = ? AND state = 'pending' AND seq > ? ORDER BY seq LIMIT ?) AS run${index}`,
           );
           const followers = await runner.all(
@@ -406,7 +406,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
           const wanted = [...runs.values()].flat();
           if (wanted.length > 0) {
             const locked = await runner.all(
-              `SELECT o.seq FROM ${outbox} o WHERE o.seq IN (?) AND o.state = 'pending' AND o.available_at <= ${dialect.now} ORDER BY o.seq${dialect.lockSkipLocked}`,
+              `SELECT o.seq FROM ${outbox} o WHERE o.seq IN (?) AND o.state = 'pending' AND o.available_at <= ${dialect.now} AND ${unleasedSql('o.', dialect.now)} ORDER BY o.seq${dialect.lockSkipLocked}`,
               [wanted],
               trx,
             );
@@ -424,11 +424,11 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
           await done?.beforeCommit?.(trx, completion?.ids ?? []);
           return { token, rows: [], ...outcome };
         }
-        // Read before the UPDATE moves available_at, which the rows' ages are counted from.
+        // Read before the UPDATE writes the lease (an expired one is what the age counts from).
         // Every chosen row is locked by this transaction, so the UPDATE finds them as read.
         const rows = await runner.all(`SELECT ${qualifiedColumns('o')}, ${ageSql(dialect, 'o')} FROM ${outbox} o WHERE o.seq IN (?)`, [chosen], trx);
         await runner.run(
-          `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
+          `UPDATE ${outbox} SET lease_owner = ?, lease_token = ?, leased_until = ${dialect.plusMs(dialect.now)} WHERE seq IN (?)`,
           [query.owner, token.toString(), query.leaseMs, chosen],
           trx,
         );
@@ -497,7 +497,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       // kept from the first failure until a replay clears it.
       const common =
         `attempts = attempts + 1, last_error = ?, error_code = ?, error_name = ?, failed_at = ${dialect.now}, ` +
-        `first_failed_at = COALESCE(first_failed_at, ${dialect.now}), lease_owner = NULL, lease_token = NULL`;
+        `first_failed_at = COALESCE(first_failed_at, ${dialect.now}), lease_owner = NULL, lease_token = NULL, leased_until = NULL`;
       const where = `WHERE seq = ? AND state = 'pending' AND lease_token = ?`;
       return runner.transaction(
         async (trx) => {
@@ -536,7 +536,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       const { dialect, runner } = this.#core;
       if (sequences.length === 0) return 0;
       const result = await runner.run(
-        `UPDATE ${dialect.table('outbox')} SET available_at = ${dialect.plusMs(dialect.now)}, lease_owner = NULL, lease_token = NULL ` +
+        `UPDATE ${dialect.table('outbox')} SET available_at = ${dialect.plusMs(dialect.now)}, lease_owner = NULL, lease_token = NULL, leased_until = NULL ` +
           `WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`,
         [Math.max(0, Math.round(delayMs)), sequences.map(String), lease.token.toString()],
       );
@@ -556,10 +556,10 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
     return this.#core.operation('renew', options.signal, async () => {
       const { dialect, runner } = this.#core;
       if (sequences.length === 0) return 0;
-      // The lease expiry is `available_at` (a claim moves it there), so extending it keeps
-      // the rows out of the claim's index range until then, exactly as the claim did.
+      // The lease's end is `leased_until` (a claim writes it there), so extending it keeps
+      // the rows from every claim until then, exactly as the claim did.
       const result = await runner.run(
-        `UPDATE ${dialect.table('outbox')} SET available_at = ${dialect.plusMs(dialect.now)} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`,
+        `UPDATE ${dialect.table('outbox')} SET leased_until = ${dialect.plusMs(dialect.now)} WHERE seq IN (?) AND state = 'pending' AND lease_token = ?`,
         [Math.ceil(leaseMs), [...new Set(sequences.map(String))], lease.token.toString()],
       );
       return result.affectedRows;
@@ -588,7 +588,7 @@ export class SqlOutboxStore<Unit, Tx, Target = unknown, A extends AppendResult =
       const outbox = dialect.table('outbox');
       const [pending] = await runner.all(
         `SELECT COUNT(*) AS pending, ` +
-          `SUM(CASE WHEN lease_token IS NOT NULL AND available_at > ${dialect.now} THEN 1 ELSE 0 END) AS in_flight, ` +
+          `SUM(CASE WHEN lease_token IS NOT NULL AND leased_until > ${dialect.now} THEN 1 ELSE 0 END) AS in_flight, ` +
           `${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`MIN(CASE WHEN ${backlogSql(dialect)} THEN ${firstDueSql(dialect)} END)`)} AS oldest_age ` +
           `FROM ${outbox} WHERE state = 'pending'`,
       );
@@ -872,11 +872,11 @@ export function keyHash(topic: string, key: string | null): string | null {
  * When a pending row first became due: `first_due_at` (schema version 6: its insert or
  * delay/notBefore, kept across retries and releases, reset by a replay). A row written
  * without it (by a process older than version 6, or straight into the table) falls back to
- * the later of its insert and `available_at` — for a row never claimed, exactly when it
- * became due.
+ * the later of its insert and when it was last due ({@link dueAtSql}) — for a row never
+ * claimed, exactly when it became due.
  */
 function firstDueSql(dialect: Pick<SqlDialect, 'greatest'>): string {
-  return `COALESCE(first_due_at, ${dialect.greatest}(created_at, available_at))`;
+  return `COALESCE(first_due_at, ${dialect.greatest}(created_at, ${dueAtSql('')}))`;
 }
 
 /**
@@ -886,14 +886,14 @@ function firstDueSql(dialect: Pick<SqlDialect, 'greatest'>): string {
  * `inFlight`, not backlog; a delayed row not yet due counts nothing.
  */
 function backlogSql(dialect: Pick<SqlDialect, 'now' | 'greatest'>): string {
-  return `(attempts > 0 OR ((lease_token IS NULL OR available_at <= ${dialect.now}) AND ${firstDueSql(dialect)} <= ${dialect.now}))`;
+  return `(attempts > 0 OR (${unleasedSql('', dialect.now)} AND ${firstDueSql(dialect)} <= ${dialect.now}))`;
 }
 
 function resetColumns(now: string): string {
   return (
     `state = 'pending', attempts = 0, last_error = NULL, error_code = NULL, error_name = NULL, failed_at = NULL, first_failed_at = NULL, ` +
     // A replay starts the row's age again (as the in-memory store's).
-    `available_at = ${now}, first_due_at = ${now}, lease_owner = NULL, lease_token = NULL`
+    `available_at = ${now}, first_due_at = ${now}, lease_owner = NULL, lease_token = NULL, leased_until = NULL`
   );
 }
 

@@ -11,8 +11,9 @@ import { bigint, bigserial, char, index, integer, pgSchema, pgSequence, pgTable,
  * `ensureSchema()` creates (name, type, NOT NULL, whether it has a default; checked by this
  * package's tests against the database), the same primary keys, unique constraints and
  * indexes (partial ones with their conditions), and the token sequence. Not expressible in
- * Drizzle and so left to you: the outbox's autovacuum storage parameters
- * (`autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000`) and the
+ * Drizzle and so left to you: the outbox's storage parameters (`fillfactor = 50`, which gives
+ * the lease version of a row room on its page, schema version 7, and
+ * `autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000`) and the
  * `schema_version` row of the meta table, which `ensureSchema()` (idempotent) adds; run it once
  * after migrating, or the stores report the schema as missing.
  */
@@ -57,6 +58,8 @@ export function courierPgTables(config: CourierTablesConfig = {}) {
         leaseToken: bigint('lease_token', { mode: 'bigint' }),
         createdAt: ts('created_at').notNull().defaultNow(),
         publishedAt: ts('published_at'),
+        // Schema version 7: the end of the row's lease (a claim changes no indexed column).
+        leasedUntil: ts('leased_until'),
       },
       (t) => [
         unique(ix('message_id_uq')).on(t.messageId),

@@ -34,7 +34,10 @@ export interface CourierMigrationsConfig extends CourierTablesConfig {
  * the outbox's failure columns (`error_code`, `error_name`, `first_failed_at`: dead rows
  * selectable by code; rows that failed before read them as unknown), v6 adds `first_due_at`
  * (when a row first became due: `stats().oldestPendingAgeMs` counts a row in a retry's
- * backoff from it; rows failing or leased at the upgrade get their insert time). `down`
+ * backoff from it; rows failing or leased at the upgrade get their insert time), v7 adds
+ * `leased_until` (the lease's end, so a claim changes no indexed column: a HOT update on
+ * PostgreSQL, whose outbox also gets `fillfactor = 50`, for pages written from then on; rows
+ * leased at the upgrade keep their lease). `down`
  * of v1 drops the tables; `down` of v3 drops the halt tables, and refuses (a non-retriable
  * `StorageError` naming the tables) while they hold any halted, held or parked message —
  * those were acknowledged to the broker and exist nowhere else; `down` of v4 only sets the
@@ -46,7 +49,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
   const dialectFor = (migration: Migration): ReturnType<typeof createDialect> =>
     createDialect(dialectOf((migration as unknown as { driver: { getPlatform(): object } }).driver.getPlatform(), config.dialect), names);
   // Every upgrade migration brings the tables from the version they record to the latest,
-  // so v2 to v6 are no-ops once an earlier one ran; each may be re-run after a partial failure.
+  // so v2 to v7 are no-ops once an earlier one ran; each may be re-run after a partial failure.
   const upgradeToLatest = async (migration: Migration): Promise<void> => {
     const dialect = dialectFor(migration);
     const rows = await migration.execute(`SELECT value FROM ${dialect.table('meta')} WHERE name = 'schema_version'`);
@@ -176,6 +179,24 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     }
   }
 
+  // Adds the outbox's leased_until (and carries the leases taken under v6 into it); on
+  // PostgreSQL also the fill factor. `down` moves each live lease's end back into
+  // available_at, where v6 code keeps it, then drops the column; the fill factor stays (v6
+  // code is indifferent to it; `ALTER TABLE … RESET (fillfactor)` if wanted).
+  class CourierSchemaV7 extends Migration {
+    override async up(): Promise<void> {
+      await upgradeToLatest(this);
+    }
+
+    override down(): void {
+      const dialect = dialectFor(this);
+      const outbox = dialect.table('outbox');
+      this.addSql(`UPDATE ${outbox} SET available_at = leased_until WHERE state = 'pending' AND leased_until IS NOT NULL AND leased_until > available_at`);
+      this.addSql(`ALTER TABLE ${outbox} DROP COLUMN leased_until`);
+      this.addSql(`UPDATE ${dialect.table('meta')} SET value = 6 WHERE name = 'schema_version' AND value > 6`);
+    }
+  }
+
   return [
     { name: `Courier_${names.prefix}v1`, class: CourierSchemaV1 },
     { name: `Courier_${names.prefix}v2`, class: CourierSchemaV2 },
@@ -183,6 +204,7 @@ export function courierMigrations(config: CourierMigrationsConfig = {}): Courier
     { name: `Courier_${names.prefix}v4`, class: CourierSchemaV4 },
     { name: `Courier_${names.prefix}v5`, class: CourierSchemaV5 },
     { name: `Courier_${names.prefix}v6`, class: CourierSchemaV6 },
+    { name: `Courier_${names.prefix}v7`, class: CourierSchemaV7 },
   ];
 }
 

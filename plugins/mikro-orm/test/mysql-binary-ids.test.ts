@@ -60,7 +60,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('binary ids (%s)', (dialect)
 
   async function expectUpgraded(f: MikroOrmFixture, outbox: MikroOrmOutboxStore, inbox: MikroOrmInboxStore, kept: ReturnType<typeof envelope>): Promise<void> {
     expect(await idColumnTypes(f)).toEqual(V2_COLUMNS);
-    expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([6]);
+    expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([7]);
     await outbox.checkSchema();
     // What version 1 held survives, and now tells trailing spaces apart.
     const padded = envelope(f.tablePrefix, 'k', { messageId: `${kept.messageId} ` });
@@ -76,7 +76,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('binary ids (%s)', (dialect)
     const { f, kept } = await v1Fixture(testId());
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 1, this release needs 6/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 1, this release needs 7/);
     expect(await idColumnTypes(f)).not.toEqual(V2_COLUMNS);
     await outbox.ensureSchema();
     await outbox.ensureSchema();
@@ -96,11 +96,13 @@ describe.each(['mariadb', 'mysql-driver'] as const)('binary ids (%s)', (dialect)
     await migrator.up({ to: `Courier_${f.tablePrefix}v1` });
     expect(await idColumnTypes(f)).not.toEqual(V2_COLUMNS);
     const applied = await migrator.up();
-    // v2 brings the tables to the latest version; v3 to v6 then find nothing to do.
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${f.tablePrefix}v2`, `Courier_${f.tablePrefix}v3`, `Courier_${f.tablePrefix}v4`, `Courier_${f.tablePrefix}v5`, `Courier_${f.tablePrefix}v6`]);
+    // v2 brings the tables to the latest version; v3 to v7 then find nothing to do.
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${f.tablePrefix}v2`, `Courier_${f.tablePrefix}v3`, `Courier_${f.tablePrefix}v4`, `Courier_${f.tablePrefix}v5`, `Courier_${f.tablePrefix}v6`, `Courier_${f.tablePrefix}v7`]);
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
     await expectUpgraded(f, outbox, inbox, kept);
+    await migrator.down();
+    expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([6]);
     await migrator.down();
     expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([5]);
     await migrator.down();
@@ -111,7 +113,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('binary ids (%s)', (dialect)
     expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([2]);
     await migrator.down();
     expect((await f.sql(`SELECT value FROM ${f.table('meta')} WHERE name = 'schema_version'`)).map((row) => Number(row['value']))).toEqual([1]);
-    expect((await migrator.up()).map((migration) => migration.name)).toEqual([`Courier_${f.tablePrefix}v2`, `Courier_${f.tablePrefix}v3`, `Courier_${f.tablePrefix}v4`, `Courier_${f.tablePrefix}v5`, `Courier_${f.tablePrefix}v6`]);
+    expect((await migrator.up()).map((migration) => migration.name)).toEqual([`Courier_${f.tablePrefix}v2`, `Courier_${f.tablePrefix}v3`, `Courier_${f.tablePrefix}v4`, `Courier_${f.tablePrefix}v5`, `Courier_${f.tablePrefix}v6`, `Courier_${f.tablePrefix}v7`]);
     expect(await idColumnTypes(f)).toEqual(V2_COLUMNS);
     await outbox.close();
     await inbox.close();

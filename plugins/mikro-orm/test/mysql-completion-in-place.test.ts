@@ -77,7 +77,7 @@ describe.each(['mariadb', 'mysql-driver'] as const)('completion in place (%s)', 
     await insertV3Row(f, id('old'), 'published', 2);
     await insertV3Row(f, id('dead'), 'dead', null);
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 3, this release needs 6/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 3, this release needs 7/);
     await outbox.ensureSchema();
     await outbox.ensureSchema();
     await outbox.checkSchema();

@@ -44,10 +44,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const table of [names.inboxHalts, names.inboxHeld, names.inboxParked]) await f.sql(`DROP TABLE ${f.table(table.slice(f.tablePrefix.length))}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 2 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 2, target: 6 });
+    expect(await admin.status()).toEqual({ current: 2, target: 7 });
     const pending = await admin.pendingSql();
     expect(pending.some((sql) => sql.includes(names.inboxHalts))).toBe(true);
-    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 6/);
+    await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/version 2, this release needs 7/);
     await admin.apply();
     expect(await admin.pendingSql()).toEqual([]);
     const inbox = new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
@@ -67,9 +67,9 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const column of ['error_code', 'error_name', 'first_failed_at', 'first_due_at']) await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN ${column}`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 4 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 4, target: 6 });
+    expect(await admin.status()).toEqual({ current: 4, target: 7 });
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 4, this release needs 6/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 4, this release needs 7/);
     // Two upgrades racing, as two processes' ensureSchema() would.
     await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
     expect(await admin.pendingSql()).toEqual([]);
@@ -99,9 +99,9 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN first_due_at`);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 5 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
-    expect(await admin.status()).toEqual({ current: 5, target: 6 });
+    expect(await admin.status()).toEqual({ current: 5, target: 7 });
     const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(outbox.checkSchema()).rejects.toThrow(/version 5, this release needs 6/);
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 5, this release needs 7/);
     // Two upgrades racing, as two processes' ensureSchema() would.
     await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
     expect(await admin.pendingSql()).toEqual([]);
@@ -121,6 +121,52 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await outbox.close();
   });
 
+  it('a schema at version 6 with rows in flight is upgraded to 7: a row leased under 6 is not claimed before its lease ends, then is, with a greater token; a due row is claimed, a delayed one is not', async () => {
+    const f = await fixtureFor(dialect);
+    const [leased, due, delayed] = [envelope(f.tablePrefix, 'a'), envelope(f.tablePrefix, 'b'), envelope(f.tablePrefix, 'c')];
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: leased }]));
+    // Long enough for the upgrade to finish inside it on a loaded machine; the claim after the
+    // upgrade must still find the lease live.
+    const leaseMs = 5_000;
+    const leasedAt = Date.now();
+    const old = await f.outbox.claim({ owner: 'old-relay', limit: 10, leaseMs, perKey: 1 });
+    expect(idsOf(old)).toEqual([leased.messageId]);
+    await f.transaction(async (tx) => f.outbox.append(tx, [{ envelope: due }, { envelope: delayed, delayMs: 600_000 }]));
+    // Back to what version 6 left: its claim kept the lease's end in available_at.
+    await f.sql(`UPDATE ${f.table('outbox')} SET available_at = leased_until WHERE leased_until IS NOT NULL`);
+    await f.sql(`ALTER TABLE ${f.table('outbox')} DROP COLUMN leased_until`);
+    await f.sql(`UPDATE ${f.table('meta')} SET value = 6 WHERE name = 'schema_version'`);
+    const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix: f.tablePrefix });
+    expect(await admin.status()).toEqual({ current: 6, target: 7 });
+    const outbox = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
+    await expect(outbox.checkSchema()).rejects.toThrow(/version 6, this release needs 7/);
+    // Two upgrades racing, as two processes' ensureSchema() would.
+    await Promise.all([admin.apply(), new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).ensureSchema()]);
+    expect(await admin.pendingSql()).toEqual([]);
+    const leasedRows = await f.sql(`SELECT COUNT(*) AS n FROM ${f.table('outbox')} WHERE leased_until IS NOT NULL`);
+    expect(Number(leasedRows[0]?.['n'])).toBe(1);
+    expect(await outbox.stats()).toMatchObject({ pending: 3, inFlight: 1 });
+    // The lease taken under 6 still holds its row: only the due row is claimed.
+    const first = await outbox.claim({ owner: 'new-relay', limit: 10, leaseMs: 60_000, perKey: 1 });
+    expect(Date.now() - leasedAt).toBeLessThan(leaseMs);
+    expect(idsOf(first)).toEqual([due.messageId]);
+    expect(first.lease.token).toBeGreaterThan(old.lease.token);
+    // Once the lease ends, the row is claimed again, under a greater token; the delayed row still waits.
+    let again = await outbox.claim({ owner: 'new-relay', limit: 10, leaseMs: 60_000, perKey: 1 });
+    while (again.records.length === 0 && Date.now() - leasedAt < leaseMs + 30_000) {
+      await sleep(100);
+      again = await outbox.claim({ owner: 'new-relay', limit: 10, leaseMs: 60_000, perKey: 1 });
+    }
+    expect(Date.now() - leasedAt).toBeGreaterThanOrEqual(leaseMs - 100);
+    expect(idsOf(again)).toEqual([leased.messageId]);
+    expect(again.lease.token).toBeGreaterThan(first.lease.token);
+    // The old relay's late completion is fenced off; the new lease completes it.
+    expect(await outbox.complete(old.lease, old.records.map((record) => record.sequence))).toBe(0);
+    expect(await outbox.complete(again.lease, again.records.map((record) => record.sequence))).toBe(1);
+    expect(await outbox.stats()).toMatchObject({ pending: 2, inFlight: 1 });
+    await outbox.close();
+  }, 60_000);
+
   // SQLite and MySQL have no ADD COLUMN IF NOT EXISTS: a v5 migration that stopped half-way
   // (a column added, the version not yet 5, the migrator's record not written) failed on its
   // re-run with "duplicate column", and on MariaDB one ALTER adding all three failed whole, so
@@ -138,10 +184,10 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     for (const column of ['error_name', 'first_failed_at']) await f.sql(`ALTER TABLE ${table} DROP COLUMN ${column}`);
     await f.sql(`UPDATE ${f.table('meta').replace(f.tablePrefix, tablePrefix)} SET value = 4 WHERE name = 'schema_version'`);
     const admin = courierSchemaAdmin({ orm: f.orm, tablePrefix });
-    expect(await admin.status()).toEqual({ current: 4, target: 6 });
-    if (how === 'migration') expect((await f.orm.getMigrator().up()).map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`]);
+    expect(await admin.status()).toEqual({ current: 4, target: 7 });
+    if (how === 'migration') expect((await f.orm.getMigrator().up()).map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`, `Courier_${tablePrefix}v7`]);
     else await admin.apply();
-    expect(await admin.status()).toEqual({ current: 6, target: 6 });
+    expect(await admin.status()).toEqual({ current: 7, target: 7 });
     // Every column is there and used: a dead row keeps its code, class name and first failure.
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
@@ -157,7 +203,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     const f = await fixtureFor(dialect);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 0 WHERE name = 'schema_version'`);
     const stale = new MikroOrmOutboxStore({ orm: f.orm, tablePrefix: f.tablePrefix });
-    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 6/);
+    await expect(stale.checkSchema()).rejects.toThrow(/version 0, this release needs 7/);
     await f.sql(`UPDATE ${f.table('meta')} SET value = 99 WHERE name = 'schema_version'`);
     await expect(new MikroOrmInboxStore({ orm: f.orm, tablePrefix: f.tablePrefix }).checkSchema()).rejects.toThrow(/newer than this release/);
   });
@@ -187,7 +233,7 @@ describe.each(FIXTURE_DIALECTS)('schema (%s)', (dialect) => {
     await expect(outbox.checkSchema()).rejects.toMatchObject({ code: 'SCHEMA_MISSING' });
     const migrator = f.orm.getMigrator();
     const applied = await migrator.up();
-    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`, `Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`]);
+    expect(applied.map((migration) => migration.name)).toEqual([`Courier_${tablePrefix}v1`, `Courier_${tablePrefix}v2`, `Courier_${tablePrefix}v3`, `Courier_${tablePrefix}v4`, `Courier_${tablePrefix}v5`, `Courier_${tablePrefix}v6`, `Courier_${tablePrefix}v7`]);
     await outbox.checkSchema();
     const message = envelope(tablePrefix, 'k');
     await f.transaction(async (tx) => outbox.append(tx, [{ envelope: message }]));
@@ -272,15 +318,15 @@ describe('names', () => {
     await f.sql(`DROP SCHEMA "${id}" CASCADE`);
   });
 
-  it('PostgreSQL: the outbox is created to be autovacuumed after a fixed number of dead rows, not a share of the table', async () => {
+  it('PostgreSQL: the outbox is created half full (room for the lease version on its page) and to be autovacuumed after a fixed number of dead rows, not a share of the table', async () => {
     const f = await fixtureFor('postgresql');
     const rows = await f.sql(`SELECT reloptions FROM pg_class WHERE oid = ?::regclass`, [`"${f.tablePrefix}outbox"`]);
-    expect(rows[0]?.['reloptions']).toEqual(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=10000']);
+    expect(rows[0]?.['reloptions']).toEqual(['fillfactor=50', 'autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=10000']);
     // Set at creation only: ensureSchema on an existing table keeps what a DBA chose.
     await f.sql(`ALTER TABLE "${f.tablePrefix}outbox" SET (autovacuum_vacuum_threshold = 500)`);
     await f.outbox.ensureSchema();
     const after = await f.sql(`SELECT reloptions FROM pg_class WHERE oid = ?::regclass`, [`"${f.tablePrefix}outbox"`]);
-    expect(after[0]?.['reloptions']).toEqual(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=500']);
+    expect(after[0]?.['reloptions']).toEqual(['fillfactor=50', 'autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=500']);
   });
 
   it('SQLite refuses a schema', async () => {

@@ -430,7 +430,7 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
     const sql =
       `WITH token AS MATERIALIZED (SELECT nextval('${this.#tokenSequence}') AS value), ` +
       // The batch's rows that are pending and due (not leased): what may go out, key by key, as runs from each head.
-      `due AS MATERIALIZED (SELECT d.seq, d.key_hash FROM ${outbox} d WHERE d.seq = ANY ($1::bigint[]) AND d.state = 'pending' AND d.available_at <= now()), ` +
+      `due AS MATERIALIZED (SELECT d.seq, d.key_hash FROM ${outbox} d WHERE d.seq = ANY ($1::bigint[]) AND d.state = 'pending' AND d.available_at <= now() AND (d.leased_until IS NULL OR d.leased_until <= now())), ` +
       `bounds AS MATERIALIZED (SELECT key_hash, min(seq) AS lo, max(seq) AS hi FROM due WHERE key_hash IS NOT NULL GROUP BY key_hash), ` +
       // Where a key's run must stop: at its first due row when an earlier row of the key is pending (leased elsewhere, not due,
       // not in the batch) or halted; at a pending or halted row of the key inside the run that is not due in this batch.
@@ -439,8 +439,8 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       `SELECT b.key_hash, b.lo AS seq FROM bounds b WHERE EXISTS (SELECT 1 FROM ${outbox} e WHERE e.key_hash = b.key_hash AND e.state IN ('pending', 'halted') AND e.seq < b.lo) ` +
       `UNION ALL SELECT g.key_hash, g.seq FROM bounds b JOIN ${outbox} g ON g.key_hash = b.key_hash AND g.seq > b.lo AND g.seq < b.hi AND g.state IN ('pending', 'halted') ` +
       `WHERE g.seq NOT IN (SELECT seq FROM due)) AS blocked GROUP BY key_hash), ` +
-      `candidates AS MATERIALIZED (SELECT o.seq, o.key_hash, (floor(extract(epoch from now()) * 1000) - floor(extract(epoch from GREATEST(o.created_at, o.available_at)) * 1000)) AS age_ms ` +
-      `FROM ${outbox} o WHERE o.seq IN (SELECT seq FROM due) AND o.state = 'pending' AND o.available_at <= now() ` +
+      `candidates AS MATERIALIZED (SELECT o.seq, o.key_hash, (floor(extract(epoch from now()) * 1000) - floor(extract(epoch from GREATEST(o.created_at, COALESCE(o.leased_until, o.available_at))) * 1000)) AS age_ms ` +
+      `FROM ${outbox} o WHERE o.seq IN (SELECT seq FROM due) AND o.state = 'pending' AND o.available_at <= now() AND (o.leased_until IS NULL OR o.leased_until <= now()) ` +
       `AND NOT EXISTS (SELECT 1 FROM stops t WHERE t.key_hash = o.key_hash AND t.seq <= o.seq) ` +
       `ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED), ` +
       // A run also stops at its first due row not locked here (another claim has it, or it was no longer due when locked).
@@ -449,10 +449,10 @@ export class PgLogicalOutboxStore<Tx, A extends AppendResult = void> implements 
       // Why a row was not taken (only those: the claimed rows need none): gone or no longer pending, behind a halted head, due later
       // (leased or delayed), or blocked by an earlier row of its key.
       `seen AS MATERIALIZED (SELECT coalesce(json_agg(json_build_object('seq', s.seq::text, 'pending', s.state = 'pending', ` +
-      `'dueInMs', greatest(0, floor(extract(epoch from (s.available_at - now())) * 1000)), ` +
+      `'dueInMs', greatest(0, floor(extract(epoch from (greatest(s.available_at, s.leased_until) - now())) * 1000)), ` +
       `'behindHalt', EXISTS (SELECT 1 FROM ${outbox} h WHERE h.key_hash = s.key_hash AND h.state = 'halted' AND h.seq < s.seq))), '[]'::json) AS info ` +
       `FROM ${outbox} s WHERE s.seq = ANY ($1::bigint[]) AND s.seq NOT IN (SELECT seq FROM runs)), ` +
-      `claimed AS (UPDATE ${outbox} u SET lease_owner = $2, lease_token = token.value, available_at = now() + ($3::float8 * interval '1 millisecond') ` +
+      `claimed AS (UPDATE ${outbox} u SET lease_owner = $2, lease_token = token.value, leased_until = now() + ($3::float8 * interval '1 millisecond') ` +
       `FROM runs, token WHERE u.seq = runs.seq RETURNING ${qualifiedColumns('u')}, runs.age_ms) ` +
       // The list of rows not taken comes once, on the first row: repeated on every row it cost a JSON parse per row of
       // the whole list (quadratic in the batch: the largest item, 1.4 of 5.8 busy seconds, in a pipelined drain's profile).

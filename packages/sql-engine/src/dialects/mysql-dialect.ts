@@ -1,7 +1,7 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyError, toBigInt, toNumber, type SqlExecutor } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, leaseBackfillSql, leasedUntilColumnSql, qualifiedColumns, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 /**
  * Types of the columns compared in keys or `WHERE`s: binary strings, compared byte for
@@ -11,6 +11,7 @@ import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueC
 /** The version 5 outbox columns (see `failureColumnsSql`). */
 const FAILURE_COLUMNS = failureColumnsSql({ text64: 'VARCHAR(64) NULL', text200: 'VARCHAR(200) NULL', timestamp: 'DATETIME(3) NULL' });
 const FIRST_DUE_COLUMN = firstDueColumnSql('DATETIME(3) NULL');
+const LEASED_UNTIL_COLUMN = leasedUntilColumnSql('DATETIME(3) NULL');
 
 const ID_COLUMNS = {
   message_id: 'VARBINARY(800)',
@@ -156,6 +157,7 @@ export class MySqlDialect implements SqlDialect {
         lease_token BIGINT NULL,
         created_at DATETIME(3) NOT NULL,
         published_at ${PUBLISHED_AT_COLUMN},
+        ${LEASED_UNTIL_COLUMN},
         UNIQUE KEY ${this.quote(`${n.outbox}_message_id_uq`)} (message_id),
         KEY ${this.quote(`${n.outbox}_due_ix`)} (state, available_at, seq),
         KEY ${this.quote(`${n.outbox}_key_ix`)} (key_hash, state, seq),
@@ -211,6 +213,9 @@ export class MySqlDialect implements SqlDialect {
     // Version 5 -> 6: first_due_at, in place like those, then its backfill (pending rows
     // failing or leased at the upgrade only).
     failureColumns.push(...(from >= 6 ? [] : [`ALTER TABLE ${outbox} ADD COLUMN ${FIRST_DUE_COLUMN}`, firstDueBackfillSql(this)]));
+    // Version 6 -> 7: leased_until, in place like those, then the backfill of the leases taken
+    // under 6. (PostgreSQL's fill factor has no counterpart here: InnoDB updates a row in place.)
+    failureColumns.push(...(from >= 7 ? [] : [`ALTER TABLE ${outbox} ADD COLUMN ${LEASED_UNTIL_COLUMN}`, leaseBackfillSql(this)]));
     // Version 2 -> 3: the inbox halt tables.
     const halts = from >= 3 ? [] : haltSql(this, this.#names.prefix).schema();
     if (from >= 2) return [...halts, ...inPlace, ...failureColumns];
@@ -275,7 +280,7 @@ export class MySqlDialect implements SqlDialect {
         const token = await this.nextToken(runner, trx);
         if (rows.length > 0) {
           await runner.run(
-            `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(this.now)} WHERE seq IN (?)`,
+            `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, leased_until = ${this.plusMs(this.now)} WHERE seq IN (?)`,
             [query.owner, token.toString(), query.leaseMs, rows.map((row) => String(row['seq']))],
             trx,
           );

@@ -14,8 +14,12 @@ export type DialectName = 'postgresql' | 'mysql' | 'sqlite';
  *    so dead rows can be selected by code; rows failed before it read them as NULL (unknown).
  * 6: outbox `first_due_at` (see {@link firstDueColumnSql}): when a row first became due, so
  *    `stats().oldestPendingAgeMs` counts a row in a retry's backoff from then, not as 0.
+ * 7: outbox `leased_until` (see {@link leasedUntilColumnSql}): a claim writes its lease there
+ *    and leaves `available_at` (a key of the due index) as it was, so on PostgreSQL the lease
+ *    is a HOT update (no index entry, the new version on the same page: the table's
+ *    fill factor leaves room for it); PostgreSQL's outbox gets `fillfactor = 50`.
  */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /** Envelope and bookkeeping columns returned for claimed and listed rows. */
 export const ROW_COLUMNS = [
@@ -189,7 +193,7 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHi
   const outbox = dialect.table('outbox');
   return (
     `SELECT ${columns} FROM ${outbox} o ` +
-    `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} ` +
+    `WHERE o.state = 'pending' AND o.available_at <= ${dialect.now} AND ${unleasedSql('o.', dialect.now)} ` +
     // Head of key: no earlier row of the same (topic, key) still pending (due, in flight or
     // scheduled) or halted. A published row and a row its completion deleted (publishedRows
     // 'delete') both fail that test, so either counts as published. Keyless rows have a NULL
@@ -198,6 +202,16 @@ export function headsSql(dialect: Pick<SqlDialect, 'table' | 'now' | 'keyProbeHi
     `${completing === undefined ? '' : ` AND e.seq NOT IN (${completing})`}) ` +
     `ORDER BY o.available_at, o.seq LIMIT ?${lockSuffix}`
   );
+}
+
+/**
+ * The row `alias` (`o.`, or '' unqualified) is under no live lease: never claimed, released,
+ * failed, or its lease ran out (`leased_until` is the lease's end, schema version 7). With
+ * `available_at <= now` and `state = 'pending'` it is due. `leased_until` is in no index, so the
+ * claim's range scan on the due index meets the rows in flight and skips them by this test.
+ */
+export function unleasedSql(alias: string, now: string): string {
+  return `(${alias}leased_until IS NULL OR ${alias}leased_until <= ${now})`;
 }
 
 /**
@@ -270,13 +284,23 @@ export function upgradeSql(dialect: Pick<SqlDialect, 'table' | 'upgradeStatement
 
 /**
  * The claimed row's age, `age_ms`: milliseconds since it became due on the database clock,
- * read before the claim moves `available_at` to its lease expiry. Due is the later of the
- * insert (`created_at`) and `available_at` (the delay or `notBefore`, a retry's backoff, a
- * release, a replay, an expired lease), as `stats().oldestPendingAgeMs` counts. Schema
- * unchanged: both columns are there.
+ * read before the claim writes its lease. Due is the later of the insert (`created_at`) and
+ * {@link dueAtSql} (the delay or `notBefore`, a retry's backoff, a release, a replay, an
+ * expired lease), as `stats().oldestPendingAgeMs` counts.
  */
 export function ageSql(dialect: Pick<SqlDialect, 'now' | 'epochMs' | 'greatest'>, alias: string): string {
-  return `(${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`${dialect.greatest}(${alias}.created_at, ${alias}.available_at)`)}) AS age_ms`;
+  return `(${dialect.epochMs(dialect.now)} - ${dialect.epochMs(`${dialect.greatest}(${alias}.created_at, ${dueAtSql(`${alias}.`)})`)}) AS age_ms`;
+}
+
+/**
+ * When the row `alias` (`o.`, or '') became due last: the end of its last lease while it has
+ * one (a row whose lease ran out is due again from then), else `available_at`. A row under a
+ * lease was claimed while due, so its `leased_until` is never before its `available_at`; the
+ * value is the one schema version 6 kept in `available_at` itself. `COALESCE`, not the
+ * maximum function: MySQL's `GREATEST` and SQLite's `MAX` return NULL for a NULL argument.
+ */
+export function dueAtSql(alias: string): string {
+  return `COALESCE(${alias}leased_until, ${alias}available_at)`;
 }
 
 /**
@@ -306,6 +330,26 @@ export function firstDueColumnSql(timestamp: string): string {
  */
 export function firstDueBackfillSql(dialect: Pick<SqlDialect, 'table'>): string {
   return `UPDATE ${dialect.table('outbox')} SET first_due_at = created_at WHERE state = 'pending' AND first_due_at IS NULL AND (attempts > 0 OR lease_token IS NOT NULL)`;
+}
+
+/**
+ * The version 7 outbox column, as `name type`: the end of the row's lease, written by a claim
+ * and a renewal, cleared (NULL) whenever the lease is (release, failure, replay). Nullable: a
+ * row never claimed has none.
+ */
+export function leasedUntilColumnSql(timestamp: string): string {
+  return `leased_until ${timestamp}`;
+}
+
+/**
+ * The version 7 upgrade's backfill: a row leased under version 6 (pending, with a token, its
+ * `available_at` moved to the lease's end and still in the future) gets that end as
+ * `leased_until`, so it is neither claimed again before its lease ends nor lost: once the
+ * lease ends it is due again (its `available_at` is then in the past). A lease that had ended
+ * already needs nothing (the row is due). Idempotent (only NULLs).
+ */
+export function leaseBackfillSql(dialect: Pick<SqlDialect, 'table' | 'now'>): string {
+  return `UPDATE ${dialect.table('outbox')} SET leased_until = available_at WHERE state = 'pending' AND lease_token IS NOT NULL AND leased_until IS NULL AND available_at > ${dialect.now}`;
 }
 
 /** `o.`-qualified row columns. */

@@ -1,12 +1,13 @@
 import type { CourierTableNames } from '../courier-tables.js';
 import { classifyError, toBigInt, toNumber, type SqlExecutor, type TransactionPrologue } from '../executor.js';
 import { haltSql } from './inbox-halts-sql.js';
-import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
+import { ageSql, completeRows, failureColumnsSql, firstDueBackfillSql, firstDueColumnSql, headsSql, leaseBackfillSql, leasedUntilColumnSql, ROW_COLUMNS, SCHEMA_VERSION, type ClaimQuery, type ClaimResult, type CompletionQuery, type CourierObject, type SqlDialect } from './sql-dialect.js';
 
 // Milliseconds since the epoch from SQLite's clock; 'now' is fixed for one statement.
 /** The version 5 outbox columns (see `failureColumnsSql`); times in epoch milliseconds, as every SQLite timestamp here. */
 const FAILURE_COLUMNS = failureColumnsSql({ text64: 'TEXT', text200: 'TEXT', timestamp: 'INTEGER' });
 const FIRST_DUE_COLUMN = firstDueColumnSql('INTEGER');
+const LEASED_UNTIL_COLUMN = leasedUntilColumnSql('INTEGER');
 
 const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
@@ -120,7 +121,8 @@ export class SqliteDialect implements SqlDialect {
         lease_owner TEXT,
         lease_token INTEGER,
         created_at INTEGER NOT NULL,
-        published_at INTEGER
+        published_at INTEGER,
+        ${LEASED_UNTIL_COLUMN}
       )`,
       `CREATE INDEX IF NOT EXISTS ${ix('due_ix')} ON ${outbox} (available_at, seq) WHERE state = 'pending'`,
       `CREATE INDEX IF NOT EXISTS ${ix('key_ix')} ON ${outbox} (key_hash, seq) WHERE state IN ('pending', 'halted')`,
@@ -153,8 +155,11 @@ export class SqliteDialect implements SqlDialect {
     const failureColumns = from >= 5 ? [] : FAILURE_COLUMNS.map((column) => `ALTER TABLE ${this.table('outbox')} ADD COLUMN ${column}`);
     // Version 5 -> 6: first_due_at (a duplicate is {@link alreadyUpgraded} too), then its backfill.
     const firstDue = from >= 6 ? [] : [`ALTER TABLE ${this.table('outbox')} ADD COLUMN ${FIRST_DUE_COLUMN}`, firstDueBackfillSql(this)];
+    // Version 6 -> 7: leased_until (a duplicate is {@link alreadyUpgraded}), then the backfill
+    // of the leases taken under 6.
+    const leasedUntil = from >= 7 ? [] : [`ALTER TABLE ${this.table('outbox')} ADD COLUMN ${LEASED_UNTIL_COLUMN}`, leaseBackfillSql(this)];
     // Version 2 -> 3: the inbox halt tables. 1 -> 2 and 3 -> 4 changed nothing here.
-    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns, ...firstDue];
+    return [...(from >= 3 ? [] : haltSql(this, this.#names.prefix).schema()), ...failureColumns, ...firstDue, ...leasedUntil];
   }
 
   alreadyUpgraded(error: unknown): boolean {
@@ -178,7 +183,7 @@ export class SqliteDialect implements SqlDialect {
       const completion = done === undefined ? undefined : await completeRows(this, runner, done, trx, done.beforeCommit !== undefined);
       const completed = completion?.count;
       const token = await this.nextToken(runner, trx);
-      // Two statements where one would do: RETURNING sees available_at after the UPDATE moved
+      // Two statements where one would do: RETURNING sees leased_until after the UPDATE wrote
       // it, so the rows' ages are read first. The write lock is held (BEGIN IMMEDIATE), so
       // nothing changes in between; both run in-process.
       const heads = await runner.all(headsSql(this, `o.seq, ${ageSql(this, 'o')}`, ''), [query.limit], trx);
@@ -188,7 +193,7 @@ export class SqliteDialect implements SqlDialect {
       }
       const ages = new Map(heads.map((row) => [String(row['seq']), row['age_ms']]));
       const updated = await runner.all(
-        `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, available_at = ${this.plusMs(NOW_MS)} ` +
+        `UPDATE ${this.table('outbox')} SET lease_owner = ?, lease_token = ?, leased_until = ${this.plusMs(NOW_MS)} ` +
           `WHERE seq IN (?) RETURNING ${ROW_COLUMNS.join(', ')}`,
         [query.owner, token.toString(), query.leaseMs, [...ages.keys()]],
         trx,

@@ -44,12 +44,12 @@ export async function locateInStore(source: LocateSource, ids: readonly string[]
   if (ids.length === 0) return new Map();
   const marks = ids.map(() => '?').join(', ');
   const outbox = await source.sql(
-    `SELECT message_id, seq, state, attempts, lease_owner, lease_token, last_error, ${dueInMs(source.dialect, 'available_at')} AS due_ms FROM ${source.table('outbox')} WHERE message_id IN (${marks})`,
+    `SELECT message_id, seq, state, attempts, lease_owner, lease_token, last_error, ${dueInMs(source.dialect, 'COALESCE(leased_until, available_at)')} AS due_ms FROM ${source.table('outbox')} WHERE message_id IN (${marks})`,
     ids,
   );
   for (const row of outbox) {
     const error = row['last_error'] ? `, last error: ${text(row['last_error']).slice(0, 160)}` : '';
-    // A claimed row's due time is its lease's end.
+    // A claimed row's due time is its lease's end (leased_until, schema version 7).
     const ms = Number(row['due_ms']);
     const timing =
       row['lease_owner'] === null || row['lease_owner'] === undefined
