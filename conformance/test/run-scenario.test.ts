@@ -155,7 +155,15 @@ describe('settle', () => {
         (reason: unknown) => reason,
       );
       expect((error as Error).message).toMatch(/could not be observed .*reading the end state \(effects, dead letters, halted keys\) did not finish in 3 s/);
+      // Which of the reads hung, not only that one did.
+      expect((error as Error).message).toContain('(still running: store.readEffects())');
       expect(Date.now() - startedAt).toBeLessThan(10_000);
+      // A read that hangs for good leaves one more behind at each attempt: the error counts them.
+      const piling = await settle(world, ledger, stalled, transport.transport, false, 4_000, { maxMs: 4_000, readTimeoutMs: 500 }).then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect((piling as Error).message).toMatch(/\(still running: store\.readEffects\(\); [1-9]\d* earlier read\(s\) of it never finished either\)/);
       // One stalled read is looked past: the next one answers and the run settles.
       let reads = 0;
       const once = { ...store, readEffects: () => (reads++ === 0 ? new Promise<string[]>(() => {}) : store.readEffects()) };

@@ -47,13 +47,29 @@ export interface ScenarioRunOptions {
 
 /** Reads the end state of a world. */
 export async function observe<Tx>(world: World, store: StoreFixture<Tx>, transport: Transport): Promise<Observed> {
-  const [effects, consumerDead, outboxDead, halted] = await Promise.all([
-    store.readEffects(),
-    transport.deadLetters ? transport.deadLetters.list(world.consumer, { limit: 10_000 }) : Promise.resolve([]),
-    store.outbox.listDead({ limit: 10_000 }),
-    store.outbox.listHalted({ limit: 10_000 }),
-  ]);
-  return { effects, consumerDead, outboxDead, halted };
+  return observeNamed(world, store, transport).observed;
+}
+
+/**
+ * {@link observe}, with the names of its reads not finished yet: a read that hangs is
+ * named in settle's error (CI once reported only that "reading the end state" hung, and
+ * which of the four reads it was took a reproduction to find).
+ */
+function observeNamed<Tx>(world: World, store: StoreFixture<Tx>, transport: Transport): { observed: Promise<Observed>; running(): string[] } {
+  const running = new Set<string>();
+  const named = <T>(name: string, read: () => Promise<T>): Promise<T> => {
+    running.add(name);
+    return Promise.resolve()
+      .then(read)
+      .finally(() => running.delete(name));
+  };
+  const observed = Promise.all([
+    named('store.readEffects()', () => store.readEffects()),
+    transport.deadLetters ? named(`transport.deadLetters.list('${world.consumer}')`, () => transport.deadLetters!.list(world.consumer, { limit: 10_000 })) : Promise.resolve([]),
+    named('store.outbox.listDead()', () => store.outbox.listDead({ limit: 10_000 })),
+    named('store.outbox.listHalted()', () => store.outbox.listHalted({ limit: 10_000 })),
+  ]).then(([effects, consumerDead, outboxDead, halted]) => ({ effects, consumerDead, outboxDead, halted }));
+  return { observed, running: () => [...running] };
 }
 
 /** Options of {@link settle}. */
@@ -101,12 +117,25 @@ export async function settle<Tx>(
   let lastError: unknown;
   // When the last read that succeeded happened: after it, `unsettled` is that read's picture.
   let lastReadAt: number | undefined;
+  // Reads given up on that have not finished since: a read that hangs for good leaves one
+  // behind at each attempt, and a count that grows says the hang is not passing.
+  let abandoned = 0;
   for (;;) {
     if (signal?.aborted) throw signal.reason;
+    const reading = observeNamed(world, store, transport);
     try {
       // The database or broker may be away (an outage scenario): observe throws, or hangs on
       // a connection that died without a word, and we look again.
-      const observed = await within(observe(world, store, transport), { ms: Math.min(options.readTimeoutMs ?? READ_TIMEOUT_MS, Math.max(1_000, giveUpAt - Date.now())), cut: false }, 'reading the end state (effects, dead letters, halted keys)');
+      const observed = await within(reading.observed, { ms: Math.min(options.readTimeoutMs ?? READ_TIMEOUT_MS, Math.max(1_000, giveUpAt - Date.now())), cut: false }, 'reading the end state (effects, dead letters, halted keys)').catch((error: unknown) => {
+        if (!(error instanceof StepTimeout)) throw error;
+        const earlier = abandoned === 0 ? '' : `; ${abandoned} earlier read(s) of it never finished either`;
+        abandoned += 1;
+        void reading.observed.then(
+          () => (abandoned -= 1),
+          () => (abandoned -= 1),
+        );
+        throw new StepTimeout(`${error.message} (still running: ${reading.running().join(', ')}${earlier})`, { cause: error });
+      });
       const report = checkInvariants(ledger, observed, { ordered });
       unsettled = unsettledIds(ledger, observed);
       lastReadAt = Date.now();
