@@ -364,17 +364,10 @@ export class SqlTransport implements Transport {
   }
 
   #register(endpoint: Pick<Endpoint, 'consumer' | 'topics'>, operation: string): Promise<void> {
-    return this.#track(
-      (async () => {
-        await this.#prepare();
-        try {
-          await this.#runner.transaction(async (trx) => {
-            for (const topic of endpoint.topics) await this.#runner.run(this.#dialect.registerGroupSql, [endpoint.consumer, topic], trx);
-          });
-        } catch (error) {
-          throw this.#error(error, operation);
-        }
-      })(),
+    return this.#database(operation, () =>
+      this.#runner.transaction(async (trx) => {
+        for (const topic of endpoint.topics) await this.#runner.run(this.#dialect.registerGroupSql, [endpoint.consumer, topic], trx);
+      }),
     );
   }
 
@@ -419,24 +412,16 @@ export class SqlTransport implements Transport {
    */
   async consumerLag(consumer: string): Promise<number | null> {
     this.#assertOpen();
-    return this.#track(
-      (async () => {
-        await this.#prepare();
-        let rows: SqlRow[];
-        try {
-          rows = await this.#runner.all(
-            `SELECT (SELECT COUNT(*) FROM ${this.#dialect.table('groups')} WHERE consumer = ?) AS known, ` +
-              `(SELECT COUNT(*) FROM ${this.#dialect.table('queue')} WHERE consumer = ? AND state = 'pending' AND (lease_owner IS NULL OR available_at <= ${this.#dialect.now})) AS waiting`,
-            [consumer, consumer],
-          );
-        } catch (error) {
-          throw this.#error(error, 'consumerLag');
-        }
-        const row = rows[0];
-        if (!row || toNumber(row['known']) === 0) return null;
-        return toNumber(row['waiting']);
-      })(),
+    const rows = await this.#database('consumerLag', () =>
+      this.#runner.all(
+        `SELECT (SELECT COUNT(*) FROM ${this.#dialect.table('groups')} WHERE consumer = ?) AS known, ` +
+          `(SELECT COUNT(*) FROM ${this.#dialect.table('queue')} WHERE consumer = ? AND state = 'pending' AND (lease_owner IS NULL OR available_at <= ${this.#dialect.now})) AS waiting`,
+        [consumer, consumer],
+      ),
     );
+    const row = rows[0];
+    if (!row || toNumber(row['known']) === 0) return null;
+    return toNumber(row['waiting']);
   }
 
   /** Stops every subscription (waiting for its handlers), the wake-ups, and in-flight calls. Idempotent. */
@@ -455,69 +440,54 @@ export class SqlTransport implements Transport {
 
   async #listDead(consumer: string, limit: number): Promise<readonly DeadLetter[]> {
     this.#assertOpen();
-    return this.#track(
-      (async () => {
-        await this.#prepare();
-        let rows: SqlRow[];
-        try {
-          rows = await this.#runner.all(
-            `SELECT ${QUEUE_COLUMNS}, reason_code, reason_message, ${this.#dialect.epochMs('dead_at')} AS dead_ms FROM ${this.#dialect.table('queue')} ` +
-              `WHERE consumer = ? AND state = 'dead' ORDER BY dead_at, seq LIMIT ?`,
-            [consumer, limit],
-          );
-        } catch (error) {
-          throw this.#error(error, 'deadLetters.list');
-        }
-        const letters: DeadLetter[] = [];
-        for (const row of rows) {
-          let envelope: Envelope;
-          try {
-            envelope = decodeBody(row['body']);
-          } catch {
-            continue; // not an envelope: listed by no one, purge it with SQL
-          }
-          letters.push({
-            id: String(row['seq']),
-            consumer,
-            envelope,
-            reason: { code: toNullableString(row['reason_code']) ?? 'UNKNOWN', message: toNullableString(row['reason_message']) ?? '' },
-            attempt: toNumber(row['attempt']),
-            deadAt: new Date(toNumber(row['dead_ms'])),
-          });
-        }
-        return letters;
-      })(),
+    const rows = await this.#database('deadLetters.list', () =>
+      this.#runner.all(
+        `SELECT ${QUEUE_COLUMNS}, reason_code, reason_message, ${this.#dialect.epochMs('dead_at')} AS dead_ms FROM ${this.#dialect.table('queue')} ` +
+          `WHERE consumer = ? AND state = 'dead' ORDER BY dead_at, seq LIMIT ?`,
+        [consumer, limit],
+      ),
     );
+    const letters: DeadLetter[] = [];
+    for (const row of rows) {
+      let envelope: Envelope;
+      try {
+        envelope = decodeBody(row['body']);
+      } catch {
+        continue; // not an envelope: listed by no one, purge it with SQL
+      }
+      letters.push({
+        id: String(row['seq']),
+        consumer,
+        envelope,
+        reason: { code: toNullableString(row['reason_code']) ?? 'UNKNOWN', message: toNullableString(row['reason_message']) ?? '' },
+        attempt: toNumber(row['attempt']),
+        deadAt: new Date(toNumber(row['dead_ms'])),
+      });
+    }
+    return letters;
   }
 
   async #replay(consumer: string, ids: readonly string[]): Promise<number> {
     this.#assertOpen();
     const seqs = ids.filter((id) => /^\d+$/.test(id));
     if (seqs.length === 0) return 0;
-    const replayed = await this.#track(
-      (async () => {
-        await this.#prepare();
-        const queue = this.#dialect.table('queue');
-        try {
-          // A new row (a new seq) rather than the old one revived: the replayed message goes
-          // behind its key's pending rows instead of jumping in front of one already in flight.
-          return await this.#runner.transaction(
-            async (trx) => {
-              const inserted = await this.#runner.run(
-                `INSERT INTO ${queue} (consumer, topic, message_id, key_hash, body, state, available_at, attempt, replayed) ` +
-                  `SELECT consumer, topic, message_id, key_hash, body, 'pending', ${this.#dialect.now}, 1, 1 FROM ${queue} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`,
-                [consumer, seqs],
-                trx,
-              );
-              await this.#runner.run(`DELETE FROM ${queue} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`, [consumer, seqs], trx);
-              return inserted.affectedRows;
-            },
-            { readCommitted: this.#dialect.readCommitted },
+    const queue = this.#dialect.table('queue');
+    // A new row (a new seq) rather than the old one revived: the replayed message goes
+    // behind its key's pending rows instead of jumping in front of one already in flight.
+    const replayed = await this.#database('deadLetters.replay', () =>
+      this.#runner.transaction(
+        async (trx) => {
+          const inserted = await this.#runner.run(
+            `INSERT INTO ${queue} (consumer, topic, message_id, key_hash, body, state, available_at, attempt, replayed) ` +
+              `SELECT consumer, topic, message_id, key_hash, body, 'pending', ${this.#dialect.now}, 1, 1 FROM ${queue} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`,
+            [consumer, seqs],
+            trx,
           );
-        } catch (error) {
-          throw this.#error(error, 'deadLetters.replay');
-        }
-      })(),
+          await this.#runner.run(`DELETE FROM ${queue} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`, [consumer, seqs], trx);
+          return inserted.affectedRows;
+        },
+        { readCommitted: this.#dialect.readCommitted },
+      ),
     );
     if (replayed > 0) this.#wakeups.signal();
     return replayed;
@@ -527,17 +497,10 @@ export class SqlTransport implements Transport {
     this.#assertOpen();
     const seqs = ids.filter((id) => /^\d+$/.test(id));
     if (seqs.length === 0) return 0;
-    return this.#track(
-      (async () => {
-        await this.#prepare();
-        try {
-          const result = await this.#runner.run(`DELETE FROM ${this.#dialect.table('queue')} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`, [consumer, seqs]);
-          return result.affectedRows;
-        } catch (error) {
-          throw this.#error(error, 'deadLetters.purge');
-        }
-      })(),
+    const result = await this.#database('deadLetters.purge', () =>
+      this.#runner.run(`DELETE FROM ${this.#dialect.table('queue')} WHERE consumer = ? AND state = 'dead' AND seq IN (?)`, [consumer, seqs]),
     );
+    return result.affectedRows;
   }
 
   /** Once per transport: SQLite's WAL mode (outside any transaction). A failure is retried by the next call. */
@@ -551,6 +514,24 @@ export class SqlTransport implements Transport {
 
   #assertOpen(): void {
     if (this.#closing) throw new ClosedError('sql transport');
+  }
+
+  /**
+   * One database call of an operation: tracked (close() waits for it), after the once-per-
+   * transport preparation, its driver error restated for `operation`. What a caller does with
+   * the rows afterwards is outside, so no other failure is dressed as a database one.
+   */
+  #database<T>(operation: string, work: () => Promise<T>): Promise<T> {
+    return this.#track(
+      (async () => {
+        await this.#prepare();
+        try {
+          return await work();
+        } catch (error) {
+          throw this.#error(error, operation);
+        }
+      })(),
+    );
   }
 
   async #track<T>(work: Promise<T>): Promise<T> {
