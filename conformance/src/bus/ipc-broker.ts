@@ -65,7 +65,13 @@ export function hostBrokerFor(broker: InMemoryBroker, child: ChildProcess): void
   let nextDelivery = 1;
   let alive = true;
   const send = (message: ToWorker) => {
-    if (alive && child.connected) child.send(message);
+    // A SIGKILLed worker's channel reads as connected until this process runs its
+    // 'disconnect' event, so a send can still fail with EPIPE. The callback takes that
+    // failure (without one Node emits it as an 'error' event, uncaught here); the worker is
+    // gone, so it is treated as the drop it is.
+    if (alive && child.connected) child.send(message, (error) => {
+      if (error) drop();
+    });
   };
   const reply = (id: number, work: () => Promise<unknown>) => {
     work().then(
@@ -117,14 +123,14 @@ export function hostBrokerFor(broker: InMemoryBroker, child: ChildProcess): void
         return;
     }
   });
-  const drop = () => {
+  function drop(): void {
     if (!alive) return;
     alive = false;
     // Like a crashed consumer, the dead worker never finishes its handlers: the broker
     // takes their deliveries back when the connection is killed.
     broker.kill(connection);
     deliveries.clear();
-  };
+  }
   child.on('disconnect', drop);
   child.on('exit', drop);
 }
