@@ -29,43 +29,50 @@ const sample = (text: string, name: string): number | undefined => {
 describe('--metrics-port', () => {
   it('sqlite-sql: both workers serve /metrics and /health while the run goes, and the run still reconciles', async () => {
     const port = await freePortPair();
-    const command = parseCommand(['sqlite-sql', '--orders', '200', '--metrics-port', String(port), '--timeout', '120'], {});
+    // 600 orders: long enough that each relay publishes across several of the workers' 1-second
+    // metrics snapshots even on a quiet machine (200 orders once drained in under two seconds).
+    const command = parseCommand(['sqlite-sql', '--orders', '600', '--metrics-port', String(port), '--timeout', '120'], {});
     if (command.kind !== 'run') throw new Error(`expected a run command, got ${command.kind}`);
     const lines: string[] = [];
-    const seen: Record<'orders' | 'payments', { published: number; pending: boolean; health: unknown }> = {
-      orders: { published: 0, pending: false, health: undefined },
-      payments: { published: 0, pending: false, health: undefined },
+    const seen: Record<'orders' | 'payments', { published: number; pending: boolean; health: unknown; log: string[] }> = {
+      orders: { published: 0, pending: false, health: undefined, log: [] },
+      payments: { published: 0, pending: false, health: undefined, log: [] },
     };
     let running = true;
-    const failures: string[] = [];
-    const scrape = (async () => {
+    // One scraper per endpoint, each request bounded: a slow or refused scrape of one worker
+    // never delays the other's (a shared sequential loop once saw payments' counter only as 0
+    // through a whole 18-second CI run).
+    const scrape = async (role: 'orders' | 'payments', at: number) => {
+      const record = seen[role];
       while (running) {
-        for (const [role, at] of [['orders', port], ['payments', port + 1]] as const) {
-          try {
-            const text = await (await fetch(`http://127.0.0.1:${at}/metrics`)).text();
-            const published = sample(text, 'courier_relay_published_total');
-            if (published !== undefined) seen[role].published = Math.max(seen[role].published, published);
-            if (sample(text, 'courier_outbox_pending') !== undefined) seen[role].pending = true;
-            seen[role].health ??= await (await fetch(`http://127.0.0.1:${at}/health`)).json();
-          } catch (error) {
-            // Not up yet, or restarting.
-            failures.push(String(error));
-          }
+        try {
+          const response = await fetch(`http://127.0.0.1:${at}/metrics`, { signal: AbortSignal.timeout(5_000) });
+          const text = await response.text();
+          const published = sample(text, 'courier_relay_published_total');
+          record.log.push(`${response.status} published=${published}`);
+          if (published !== undefined) record.published = Math.max(record.published, published);
+          if (sample(text, 'courier_outbox_pending') !== undefined) record.pending = true;
+          record.health ??= await (await fetch(`http://127.0.0.1:${at}/health`, { signal: AbortSignal.timeout(5_000) })).json();
+        } catch (error) {
+          // Not up yet, or stopped.
+          record.log.push(String(error));
         }
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await new Promise((resolve) => setTimeout(resolve, 50));
       }
-    })();
+    };
+    const scrapers = Promise.all([scrape('orders', port), scrape('payments', port + 1)]);
     const result = await runDistributed(command.options, (line) => lines.push(line)).finally(() => {
       running = false;
     });
-    await scrape;
+    await scrapers;
     const output = lines.join('\n');
+    const scrapes = (role: 'orders' | 'payments') => `${output}\n${role}'s scrapes, last 10: ${seen[role].log.slice(-10).join(' | ')}`;
     expect(result.ok, output).toBe(true);
     expect(output).toMatch(new RegExp(`worker orders#1 ready \\(.*metrics http://127\\.0\\.0\\.1:${port}/metrics\\)`));
     expect(output).toMatch(new RegExp(`worker payments#1 ready \\(.*metrics http://127\\.0\\.0\\.1:${port + 1}/metrics\\)`));
     // Each relay's counter and its outbox gauge were on its own endpoint; /health carried the bus's state.
-    expect(seen.orders.published, `${output}\n${failures.slice(-3).join('\n')}`).toBeGreaterThan(0);
-    expect(seen.payments.published, output).toBeGreaterThan(0);
+    expect(seen.orders.published, scrapes('orders')).toBeGreaterThan(0);
+    expect(seen.payments.published, scrapes('payments')).toBeGreaterThan(0);
     expect([seen.orders.pending, seen.payments.pending]).toEqual([true, true]);
     expect(seen.orders.health).toMatchObject({ relay: { running: true }, consumers: [{ consumer: expect.any(String) }] });
   }, 150_000);
