@@ -14,8 +14,13 @@
 // each line's table's row updates and how many of them were HOT (pg_stat_user_tables, read after
 // the stats flush), per message.
 //
+// With COURIER_AB_PROFILE=<folder>, each line's drain is also profiled (V8's sampling CPU profiler,
+// 200 µs) into <folder>/<line>-r<round>.cpuprofile, for `./profile-summary.ts` (the profiler's own
+// cost then shows in the CPU columns: compare those only between runs made alike).
+//
 //   node --conditions=@courier/source --import tsx experiments/textbook-ab.ts [rows] [rounds] T500 C250 C500 …
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import type { OutboxStore } from '@courier/core';
 import { PgOutboxStore } from '@courier/pg';
 import pg from 'pg';
@@ -83,6 +88,27 @@ interface Result {
   backendUs: number;
 }
 
+const profileDir = process.env['COURIER_AB_PROFILE'];
+if (profileDir) mkdirSync(profileDir, { recursive: true });
+
+/** `run(line)`, under V8's CPU profiler when COURIER_AB_PROFILE names a folder. */
+async function profiled(line: Line, round: number): Promise<Result> {
+  if (!profileDir) return run(line);
+  const session = new Session();
+  session.connect();
+  try {
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 200 });
+    await session.post('Profiler.start');
+    const result = await run(line);
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(`${profileDir}/${line.spec}-r${round}.cpuprofile`, JSON.stringify(profile));
+    return result;
+  } finally {
+    session.disconnect();
+  }
+}
+
 async function run(line: Line): Promise<Result> {
   if (line.kind === 'T') {
     await textbook!.seed(rows);
@@ -142,7 +168,7 @@ try {
     const at = load();
     const rawBefore = await rawPublishLoop(broker, Math.min(rows, 20_000));
     const results = new Map<string, Result>();
-    for (const line of order) results.set(line.spec, await run(line));
+    for (const line of order) results.set(line.spec, await profiled(line, round));
     const rawAfter = await rawPublishLoop(broker, Math.min(rows, 20_000));
     const base = reference === undefined ? undefined : results.get(reference)!.rate;
     for (const line of lines) {

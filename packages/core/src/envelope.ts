@@ -380,9 +380,16 @@ export function decodeEnvelope(input: unknown): Envelope {
   if (problems.length > 0) {
     throw new SerializationError('ENVELOPE_INVALID', `invalid envelope: ${problems.join('; ')}`);
   }
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(rawHeaders as Record<string, string>)) {
-    Object.defineProperty(headers, name, { value, enumerable: true, writable: false, configurable: false });
+  const entries = Object.entries(rawHeaders as Record<string, string>);
+  // No headers (most envelopes): the one shared frozen empty object, as core's publish path
+  // gives such an envelope; nothing to copy or freeze per row a relay decodes.
+  let headers: Readonly<Record<string, string>> = NO_HEADERS;
+  if (entries.length > 0) {
+    const copy: Record<string, string> = {};
+    for (const [name, value] of entries) {
+      Object.defineProperty(copy, name, { value, enumerable: true, writable: false, configurable: false });
+    }
+    headers = Object.freeze(copy);
   }
   return Object.freeze({
     messageId,
@@ -395,7 +402,7 @@ export function decodeEnvelope(input: unknown): Envelope {
     causationId,
     traceparent,
     tracestate,
-    headers: Object.freeze(headers),
+    headers,
     payload: payload as string,
   });
 }

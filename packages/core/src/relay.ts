@@ -470,7 +470,7 @@ export class Relay<Tx> {
       : undefined;
     this.#inHand.set(lease.token, { rows: records.length, since: claimedAt });
     try {
-      return await this.#send(batch, claimedAt, heartbeat, defer);
+      return await this.#send(batch, sequences, messageIds, claimedAt, heartbeat, defer);
     } finally {
       this.#inHand.delete(lease.token);
       await heartbeat?.stop();
@@ -482,13 +482,18 @@ export class Relay<Tx> {
    * running. With `defer`, the confirmed rows are handed to it (completed with the loop's
    * next claim) instead of completed here.
    */
-  async #send(batch: ClaimedBatch, claimedAt: number, heartbeat: LeaseHeartbeat | undefined, defer: ((done: PendingCompletion) => void) | undefined): Promise<boolean> {
+  async #send(
+    batch: ClaimedBatch,
+    sequences: readonly bigint[],
+    messageIds: readonly string[],
+    claimedAt: number,
+    heartbeat: LeaseHeartbeat | undefined,
+    defer: ((done: PendingCompletion) => void) | undefined,
+  ): Promise<boolean> {
     const { store, transport, fault, instruments } = this.#deps;
     const stopping = this.#stopping.signal;
     const abandon = this.#abandon.signal;
     const { lease, records } = batch;
-    const sequences = records.map((record) => record.sequence);
-    const messageIds = records.map((record) => record.envelope.messageId);
     const { leaseMs } = this.#settings;
     // Without renewals nothing is sent after this instant, so that even an answer that
     // takes the whole publish timeout arrives while the lease still holds. A transport that
@@ -545,7 +550,9 @@ export class Relay<Tx> {
     let unwell: CourierError | undefined;
     records.forEach((record, index) => {
       const result = results[index]!;
-      const keyId = record.envelope.key === null ? null : `${record.envelope.topic}\u0000${record.envelope.key}`;
+      // A key's identity is built only once something failed: a batch the broker confirmed
+      // whole (the usual one) makes no string per message for it.
+      const keyId = record.envelope.key === null || (result.ok && failedKeys.size === 0) ? null : `${record.envelope.topic}\u0000${record.envelope.key}`;
       if (keyId !== null && failedKeys.has(keyId)) {
         // An earlier message of this key failed in this batch: completing a later one
         // would let it overtake its predecessor.
@@ -569,7 +576,8 @@ export class Relay<Tx> {
       if (keyId !== null) failedKeys.add(keyId);
     });
 
-    if (confirmed.length > 0) this.#recordLatency(records, new Set(confirmed), claimedAt);
+    // Every row confirmed (the usual batch) needs no set to tell which were.
+    if (confirmed.length > 0) this.#recordLatency(records, confirmed.length === records.length ? undefined : new Set(confirmed), claimedAt);
     if (confirmed.length > 0 && defer) {
       // Completed by the loop's next claim, right after this batch is recorded (or by
       // `stop`). Rows of other keys are unaffected; a key's next row waits for it, as it
@@ -605,14 +613,15 @@ export class Relay<Tx> {
    * from the store) plus the time since the claim started on this process's clock, so the
    * two clocks are never compared. Starting at the claim's start counts its round trip once
    * (an overestimate by at most that). A row without `ageMs` is not recorded: a made-up
-   * start would skew the distribution an alert reads.
+   * start would skew the distribution an alert reads. `confirmed`: the rows the broker
+   * confirmed, or undefined when it confirmed every row of `records`.
    */
-  #recordLatency(records: readonly OutboxRecord[], confirmed: ReadonlySet<bigint>, claimedAt: number): void {
+  #recordLatency(records: readonly OutboxRecord[], confirmed: ReadonlySet<bigint> | undefined, claimedAt: number): void {
     const histogram = this.#deps.durations?.commitToConfirm;
     if (!histogram) return;
     const heldMs = Math.max(0, Date.now() - claimedAt);
     records.forEach((record) => {
-      if (record.ageMs === undefined || !confirmed.has(record.sequence)) return;
+      if (record.ageMs === undefined || (confirmed !== undefined && !confirmed.has(record.sequence))) return;
       histogram.record((record.ageMs + heldMs) / 1000, this.#latencyAttributes.of(record.envelope.topic));
     });
   }

@@ -911,6 +911,14 @@ function listLimit(limit: number | undefined): number {
   return value;
 }
 
+/** No headers, as the column holds them for most rows: read without a parse per row. */
+const NO_HEADERS_TEXT = '{}';
+const EMPTY_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+function headersOf(text: string | null): unknown {
+  return text === null || text === NO_HEADERS_TEXT ? EMPTY_HEADERS : JSON.parse(text);
+}
+
 function envelopeOf(row: SqlRow): Envelope {
   return decodeEnvelope({
     messageId: toNullableString(row['message_id']),
@@ -923,7 +931,7 @@ function envelopeOf(row: SqlRow): Envelope {
     causationId: toNullableString(row['causation_id']),
     traceparent: toNullableString(row['traceparent']),
     tracestate: toNullableString(row['tracestate']),
-    headers: JSON.parse(toNullableString(row['headers']) ?? '{}') as unknown,
+    headers: headersOf(toNullableString(row['headers'])),
     payload: toNullableString(row['payload']),
   });
 }

@@ -110,14 +110,17 @@ export function isBrokerHeader(name: string): boolean {
  */
 export function amqpEnvelopeProblems(envelope: Pick<Envelope, 'headers'>): string[] {
   const problems: string[] = [];
-  for (const name of Object.keys(envelope.headers)) {
-    if (ROUTING_HEADERS.has(name)) {
-      problems.push(`header '${name}' is reserved by RabbitMQ for sender-selected routing (it must be an array; the broker would close the publish channel)`);
-    } else if (isBrokerHeader(name)) {
-      problems.push(`header '${name}' is reserved by RabbitMQ and would not round-trip`);
-    }
-  }
+  for (const name of Object.keys(envelope.headers)) addHeaderProblem(name, problems);
   return problems;
+}
+
+/** Adds to `problems` what is wrong with user header `name` for RabbitMQ (see {@link amqpEnvelopeProblems}). */
+function addHeaderProblem(name: string, problems: string[]): void {
+  if (ROUTING_HEADERS.has(name)) {
+    problems.push(`header '${name}' is reserved by RabbitMQ for sender-selected routing (it must be an array; the broker would close the publish channel)`);
+  } else if (isBrokerHeader(name)) {
+    problems.push(`header '${name}' is reserved by RabbitMQ and would not round-trip`);
+  }
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -137,15 +140,18 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * refuse it or it would not survive the trip.
  */
 export function toAmqpMessage(envelope: Envelope, extraHeaders?: Readonly<Record<string, unknown>>): AmqpMessage {
-  const problems = amqpEnvelopeProblems(envelope);
-  if (problems.length > 0) throw new SerializationError('ENVELOPE_INVALID', `message '${envelope.messageId}': ${problems.join('; ')}`);
   const headers: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(envelope.headers)) {
+  // One pass over the user headers checks and copies them: the relay maps every message it
+  // sends, and most carry none, so nothing is allocated for them but the headers object.
+  let problems: string[] | undefined;
+  for (const name of Object.keys(envelope.headers)) {
+    if (ROUTING_HEADERS.has(name) || isBrokerHeader(name)) addHeaderProblem(name, (problems ??= []));
     // amqplib decodes a table with `fields[key] = value`, so a `__proto__` header would be
     // swallowed on the way in; it travels under a reserved name instead.
-    if (name === '__proto__') headers[COURIER_HEADERS.protoHeader] = value;
-    else headers[name] = value;
+    else if (name === '__proto__') headers[COURIER_HEADERS.protoHeader] = envelope.headers[name];
+    else headers[name] = envelope.headers[name];
   }
+  if (problems !== undefined) throw new SerializationError('ENVELOPE_INVALID', `message '${envelope.messageId}': ${problems.join('; ')}`);
   headers[COURIER_HEADERS.occurredAt] = envelope.occurredAt;
   headers[COURIER_HEADERS.version] = envelope.version;
   headers[COURIER_HEADERS.topic] = envelope.topic;
@@ -154,24 +160,23 @@ export function toAmqpMessage(envelope: Envelope, extraHeaders?: Readonly<Record
   if (envelope.traceparent !== null) headers[COURIER_HEADERS.traceparent] = envelope.traceparent;
   if (envelope.tracestate !== null) headers[COURIER_HEADERS.tracestate] = envelope.tracestate;
   if (extraHeaders) Object.assign(headers, extraHeaders);
-  // The header (kept with the others, so the envelope round-trips) and AMQP's own property,
-  // which is what a priority queue orders by.
-  const priority = envelopePriority(envelope);
-  return {
-    content: Buffer.from(envelope.payload, 'utf8'),
-    properties: {
-      ...(priority === null ? {} : { priority }),
-      mandatory: true,
-      messageId: envelope.messageId,
-      correlationId: envelope.correlationId,
-      type: envelope.type,
-      timestamp: Math.floor(Date.parse(envelope.occurredAt) / 1000),
-      contentType: 'application/json',
-      contentEncoding: 'utf-8',
-      deliveryMode: 2,
-      headers,
-    },
+  const properties: { -readonly [K in keyof AmqpPublishProperties]: AmqpPublishProperties[K] } = {
+    mandatory: true,
+    messageId: envelope.messageId,
+    correlationId: envelope.correlationId,
+    type: envelope.type,
+    timestamp: Math.floor(Date.parse(envelope.occurredAt) / 1000),
+    contentType: 'application/json',
+    contentEncoding: 'utf-8',
+    deliveryMode: 2,
+    headers,
   };
+  // The header (kept with the others, so the envelope round-trips) and AMQP's own property,
+  // which is what a priority queue orders by. Set only when there is one (no spread of an
+  // empty object into every message's options).
+  const priority = envelopePriority(envelope);
+  if (priority !== null) properties.priority = priority;
+  return { content: Buffer.from(envelope.payload, 'utf8'), properties };
 }
 
 /**

@@ -20,7 +20,7 @@ import {
 import { connect, type ChannelModel } from 'amqplib';
 import { amqpEnvelopeProblems, toAmqpMessage } from './amqp-mapping.js';
 import { closeAmqp } from './amqp-close.js';
-import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions } from './confirm-publisher.js';
+import { ConfirmPublisher, sweepIntervalMs, type ConfirmOutcome, type ConfirmPublishOptions, type OutcomeSink } from './confirm-publisher.js';
 import { RabbitMqDeadLetters, depthOf } from './rabbitmq-dead-letters.js';
 import { RabbitMqSubscription } from './rabbitmq-subscription.js';
 import {
@@ -355,28 +355,21 @@ export class RabbitMqTransport implements Transport {
       done = resolve;
     });
     const results = new Array<PublishResult>(messages.length);
-    const answers: Promise<void>[] = [];
     const suspects: Suspect[] = [];
+    const answers = new BatchAnswers(messages, results, suspects, (envelope, outcome) => this.#result(envelope, outcome));
     try {
       await previous;
       const publisher = await this.#readyPublisher();
-      await this.#sendAll(publisher, messages, signal, results, answers, suspects);
+      await this.#sendAll(publisher, messages, signal, results, answers);
     } finally {
       done();
     }
-    await Promise.all(answers);
+    await answers.all();
     if (suspects.length > 0) await this.#isolate(suspects.sort((a, b) => a.index - b.index), signal, results);
     return results;
   }
 
-  async #sendAll(
-    publisher: ConfirmPublisher,
-    messages: readonly Envelope[],
-    signal: AbortSignal | undefined,
-    results: PublishResult[],
-    answers: Promise<void>[],
-    suspects: Suspect[],
-  ): Promise<void> {
+  async #sendAll(publisher: ConfirmPublisher, messages: readonly Envelope[], signal: AbortSignal | undefined, results: PublishResult[], answers: BatchAnswers): Promise<void> {
     const exchange = `${this.#prefix}.topics`;
     const max = this.capabilities.maxMessageBytes;
     for (let i = 0; i < messages.length; i++) {
@@ -386,7 +379,6 @@ export class RabbitMqTransport implements Transport {
         results[i] = this.#failed(messageId, new TransportError(`publish of message '${messageId}' aborted before sending`, { code: 'ABORTED' }));
         continue;
       }
-      let outcome: Promise<ConfirmOutcome>;
       try {
         const message = toAmqpMessage(envelope);
         if (message.content.length > max) {
@@ -394,7 +386,7 @@ export class RabbitMqTransport implements Transport {
         }
         if (this.#poison.has(messageId)) {
           // It closed the shared channel before: it goes alone, so it cannot take others with it again.
-          suspects.push({ index: i, envelope });
+          answers.suspect(i);
           continue;
         }
         if (!publisher.hasCapacity()) {
@@ -405,23 +397,20 @@ export class RabbitMqTransport implements Transport {
             continue;
           }
         }
-        outcome = publisher.send(exchange, envelope.topic, message.content, message.properties);
+        answers.expect();
+        try {
+          publisher.sendTo(exchange, envelope.topic, message.content, message.properties, answers, i);
+        } catch (error) {
+          answers.unexpect();
+          throw error;
+        }
       } catch (error) {
         const failure =
           error instanceof CourierError
             ? error
             : new SerializationError('ENVELOPE_INVALID', `message '${messageId}' cannot be encoded for AMQP: ${describeError(error)}`, { cause: error });
         results[i] = this.#failed(messageId, failure);
-        continue;
       }
-      answers.push(
-        outcome.then((answer) => {
-          // The broker closed the channel: any unconfirmed message may be the cause, and the
-          // connection is fine, so this is not an outage. Found out one at a time below.
-          if (answer.kind === 'closed' && answer.channelError !== null) suspects.push({ index: i, envelope });
-          else results[i] = this.#result(envelope, answer);
-        }),
-      );
     }
   }
 
@@ -790,6 +779,73 @@ export class RabbitMqTransport implements Transport {
 interface Suspect {
   readonly index: number;
   readonly envelope: Envelope;
+}
+
+/**
+ * The broker's answers for one publish call's messages, gathered without a promise per
+ * message: each outcome lands in `results` (or, for a channel the broker closed, in
+ * `suspects`, to be sent again alone) as it arrives, and {@link all} resolves once every
+ * message expected has its answer. A result that cannot be made (a logger throwing on a
+ * return, say) rejects {@link all} with that error, as the per-message reaction did.
+ */
+class BatchAnswers implements OutcomeSink {
+  readonly #messages: readonly Envelope[];
+  readonly #results: PublishResult[];
+  readonly #suspects: Suspect[];
+  readonly #toResult: (envelope: Envelope, outcome: ConfirmOutcome) => PublishResult;
+  #unanswered = 0;
+  #failure: { readonly error: unknown } | undefined;
+  #wake: (() => void) | undefined;
+
+  constructor(messages: readonly Envelope[], results: PublishResult[], suspects: Suspect[], toResult: (envelope: Envelope, outcome: ConfirmOutcome) => PublishResult) {
+    this.#messages = messages;
+    this.#results = results;
+    this.#suspects = suspects;
+    this.#toResult = toResult;
+  }
+
+  /** One more message is about to be sent to this sink. */
+  expect(): void {
+    this.#unanswered++;
+  }
+
+  /** The message just expected was not sent after all (the send threw: it gets no answer). */
+  unexpect(): void {
+    this.#unanswered--;
+  }
+
+  /** Message `index` goes to the suspects without being sent on the shared channel. */
+  suspect(index: number): void {
+    this.#suspects.push({ index, envelope: this.#messages[index]! });
+  }
+
+  settle(index: number, outcome: ConfirmOutcome): void {
+    const envelope = this.#messages[index]!;
+    try {
+      // The broker closed the channel: any unconfirmed message may be the cause, and the
+      // connection is fine, so this is not an outage. Found out one at a time afterwards.
+      if (outcome.kind === 'closed' && outcome.channelError !== null) this.#suspects.push({ index, envelope });
+      else this.#results[index] = this.#toResult(envelope, outcome);
+    } catch (error) {
+      this.#failure ??= { error };
+    }
+    this.#unanswered--;
+    if (this.#unanswered === 0) this.#wake?.();
+  }
+
+  /** Resolves once every expected message has its answer; call after the last send. */
+  all(): Promise<void> {
+    if (this.#unanswered > 0) {
+      return new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      }).then(() => this.#outcome());
+    }
+    return this.#outcome();
+  }
+
+  #outcome(): Promise<void> {
+    return this.#failure === undefined ? Promise.resolve() : Promise.reject(this.#failure.error as Error);
+  }
 }
 
 // AMQP reply code for content the broker refuses (CC/BCC of the wrong type, a message over
