@@ -384,7 +384,8 @@ export class RabbitMqTransport implements Transport {
         if (message.content.length > max) {
           throw new SerializationError('PAYLOAD_TOO_LARGE', `message '${messageId}' payload is ${message.content.length} bytes; at most ${max} are allowed`);
         }
-        if (this.#poison.has(messageId)) {
+        // Most of the time no message is remembered as poison: no lookup per message then.
+        if (this.#poison.size > 0 && this.#poison.has(messageId)) {
           // It closed the shared channel before: it goes alone, so it cannot take others with it again.
           answers.suspect(i);
           continue;
