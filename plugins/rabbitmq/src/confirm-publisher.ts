@@ -224,6 +224,9 @@ export class ConfirmPublisher {
   }
 
   #takeReturn(messageId: string): (Message & { fields: { replyCode?: unknown; replyText?: unknown } }) | undefined {
+    // Returns are rare (a mandatory message no queue took): no lookup, and no hash of the
+    // message id, per confirm while there are none.
+    if (this.#returns.size === 0) return undefined;
     const list = this.#returns.get(messageId);
     if (!list) return undefined;
     const first = list.shift();
