@@ -913,10 +913,10 @@ function listLimit(limit: number | undefined): number {
 
 /** No headers, as the column holds them for most rows: read without a parse per row. */
 const NO_HEADERS_TEXT = '{}';
-const EMPTY_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
 
+/** The headers column parsed; undefined for none, which `decodeEnvelope` reads as its shared empty headers. */
 function headersOf(text: string | null): unknown {
-  return text === null || text === NO_HEADERS_TEXT ? EMPTY_HEADERS : JSON.parse(text);
+  return text === null || text === NO_HEADERS_TEXT ? undefined : JSON.parse(text);
 }
 
 function envelopeOf(row: SqlRow): Envelope {
