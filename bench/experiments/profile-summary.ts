@@ -6,18 +6,7 @@
 //
 //   node --conditions=@courier/source --import tsx experiments/profile-summary.ts <rows per round> <folder> [top]
 import { readdirSync, readFileSync } from 'node:fs';
-import { scriptOwner } from './script-owner.js';
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-}
-interface CpuProfile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
+import { attribute, type CpuProfile } from './cpu-profile.js';
 
 const rows = Number(process.argv[2]);
 const folder = process.argv[3];
@@ -26,33 +15,11 @@ if (!Number.isSafeInteger(rows) || rows <= 0 || folder === undefined) throw new 
 
 const add = (map: Map<string, number>, key: string, ms: number) => map.set(key, (map.get(key) ?? 0) + ms);
 
-/** Self time (ms) by package and by "function ← nearest scripted caller", idle left out. */
-function attribute(profile: CpuProfile, byPackage: Map<string, number>, byFunction: Map<string, number>): void {
-  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
-  const parent = new Map<number, number>();
-  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
-  const name = (node: ProfileNode) => {
-    const { functionName, url, lineNumber } = node.callFrame;
-    return `${functionName || '(anonymous)'} ${scriptOwner(url) ?? ''}/${url.split('/').pop() ?? ''}:${lineNumber + 1}`;
-  };
-  profile.samples.forEach((id, index) => {
-    const ms = (profile.timeDeltas[index + 1] ?? 0) / 1000;
-    const node = nodes.get(id)!;
-    const fn = node.callFrame.functionName;
-    if (fn === '(idle)') return;
-    if (fn.startsWith('(') && node.callFrame.url === '') {
-      add(byPackage, fn, ms);
-      add(byFunction, fn, ms);
-      return;
-    }
-    let scripted: ProfileNode | undefined;
-    for (let at: number | undefined = id; at !== undefined && scripted === undefined; at = parent.get(at)) {
-      const frame = nodes.get(at)!;
-      if (scriptOwner(frame.callFrame.url) !== undefined) scripted = frame;
-    }
-    add(byPackage, scripted ? scriptOwner(scripted.callFrame.url)! : '(native, no script on the stack)', ms);
-    add(byFunction, `${name(node)}${scripted && scripted !== node ? ` ← ${name(scripted)}` : ''}`, ms);
-  });
+/** Adds the profile's self time by package and by function to `into`, idle left out. */
+function addUp(profile: CpuProfile, into: { byPackage: Map<string, number>; byFunction: Map<string, number> }): void {
+  const { byPackage, byFunction } = attribute(profile);
+  for (const [key, ms] of byPackage) if (key !== '(idle)') add(into.byPackage, key, ms);
+  for (const [key, ms] of byFunction) if (key !== '(idle)') add(into.byFunction, key, ms);
 }
 
 const groups = new Map<string, { files: number; byPackage: Map<string, number>; byFunction: Map<string, number> }>();
@@ -61,7 +28,7 @@ for (const file of readdirSync(folder).filter((f) => f.endsWith('.cpuprofile')).
   const group = groups.get(line) ?? { files: 0, byPackage: new Map(), byFunction: new Map() };
   groups.set(line, group);
   group.files += 1;
-  attribute(JSON.parse(readFileSync(`${folder}/${file}`, 'utf8')) as CpuProfile, group.byPackage, group.byFunction);
+  addUp(JSON.parse(readFileSync(`${folder}/${file}`, 'utf8')) as CpuProfile, group);
 }
 const lines = [...groups.keys()];
 

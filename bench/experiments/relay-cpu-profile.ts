@@ -23,22 +23,8 @@ import { createBus, type OutboxStore } from '@courier/core';
 import { SqlRunner } from '@courier/mikro-orm/sql-kit';
 import type { EntityManager } from '@mikro-orm/core';
 import { BenchBroker, openDb, runId, seedBacklog, until, type Dialect } from '../src/setup.js';
-import { scriptOwner } from './script-owner.js';
+import { attribute, type CpuProfile } from './cpu-profile.js';
 import { serverCpu } from './server-cpu.js';
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  hitCount: number;
-  children?: number[];
-}
-interface CpuProfile {
-  nodes: ProfileNode[];
-  startTime: number;
-  endTime: number;
-  samples: number[];
-  timeDeltas: number[];
-}
 
 const dialect: Dialect = process.argv[2] === 'mariadb' ? 'mariadb' : 'postgresql';
 const mode = process.argv[3] === 'timing' ? 'timing' : 'cpu';
@@ -47,52 +33,6 @@ const out = process.argv[5] === '-' ? undefined : process.argv[5];
 const keyless = process.argv[6] === 'keyless';
 const publishedRows = process.argv[7] === 'delete' ? 'delete' : 'keep';
 const WARM_UP = 2_000;
-
-
-function frameName(node: ProfileNode): string {
-  const { functionName, url, lineNumber } = node.callFrame;
-  return `${functionName || '(anonymous)'} ${scriptOwner(url) ?? ''}/${url.split('/').pop() ?? ''}:${lineNumber + 1}`;
-}
-
-/** Self time (ms) by package, function, and first Courier frame, from the samples and their time deltas. */
-function attribute(profile: CpuProfile): { byPackage: Map<string, number>; byFunction: Map<string, number>; byCourier: Map<string, number>; total: number } {
-  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
-  const parent = new Map<number, number>();
-  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
-  const byPackage = new Map<string, number>();
-  const byFunction = new Map<string, number>();
-  const byCourier = new Map<string, number>();
-  let total = 0;
-  const add = (map: Map<string, number>, key: string, ms: number) => map.set(key, (map.get(key) ?? 0) + ms);
-  profile.samples.forEach((id, index) => {
-    const ms = (profile.timeDeltas[index + 1] ?? 0) / 1000;
-    total += ms;
-    const node = nodes.get(id)!;
-    const name = node.callFrame.functionName;
-    // V8's own lines: "(garbage collector)", "(idle)", "(program)" (native, no JS frame).
-    if (name.startsWith('(') && node.callFrame.url === '') {
-      add(byPackage, name, ms);
-      add(byFunction, name, ms);
-      add(byCourier, name, ms);
-      return;
-    }
-    let scripted: ProfileNode | undefined;
-    let courier: ProfileNode | undefined;
-    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
-      const frame = nodes.get(at)!;
-      const pkg = scriptOwner(frame.callFrame.url);
-      scripted ??= pkg === undefined ? undefined : frame;
-      if (pkg?.startsWith('@courier/')) {
-        courier = frame;
-        break;
-      }
-    }
-    add(byPackage, scripted ? scriptOwner(scripted.callFrame.url)! : '(native, no script on the stack)', ms);
-    add(byFunction, `${frameName(node)}${scripted && scripted !== node ? ` ← ${frameName(scripted)}` : ''}`, ms);
-    add(byCourier, courier ? frameName(courier) : '(no Courier frame)', ms);
-  });
-  return { byPackage, byFunction, byCourier, total };
-}
 
 function print(title: string, totals: Map<string, number>, total: number, limit: number): void {
   console.log(`\n${title}`);
